@@ -1,3 +1,18 @@
-"""groupquant: declarative group-wise (OCP MX) quantization for PyTorch."""
+"""groupquant: declarative group-wise (OCP Microscaling) quantization for PyTorch.
+
+Quick use::
+
+    import groupquant as gq
+    y = gq.fake_quant(x, "fp4_e2m1")          # MXFP4, blocks of 32 along the last dim
+    q = gq.quantize(x, "fp8_e4m3")            # codes + E8M0 scales, q.dequantize() == fake_quant
+"""
+from .formats import (E8M0, MX_FORMATS, FloatFormat, IntFormat, SpecialValues, get_format,
+                      known_formats)
+from .ops import GroupQuantized, fake_quant, quantize
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "E8M0", "MX_FORMATS", "FloatFormat", "IntFormat", "SpecialValues", "get_format", "known_formats",
+    "GroupQuantized", "fake_quant", "quantize", "__version__",
+]

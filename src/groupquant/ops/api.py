@@ -1,0 +1,93 @@
+"""Public entry points: :func:`fake_quant` and :func:`quantize` (argument checks + dispatch)."""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+
+from ..formats import ElementFormat, get_format
+from .element_round import ROUNDING_MODES
+from .group_layout import GroupLayout
+from .quantized import GroupQuantized
+from .reference import GroupSpec, reference_fake_quant, reference_quantize
+from .shared_scale import SCALE_MODES
+
+__all__ = ["fake_quant", "quantize", "make_spec", "SUPPORTED_DTYPES"]
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_tensor(x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"x has dtype {x.dtype}; groupquant quantizes float32, bfloat16 and float16 tensors "
+            "(convert with x.float() first)")
+    return x
+
+
+def _draw_seed(generator: Optional[torch.Generator], seed: Optional[int]) -> int:
+    """The seed of the stochastic-rounding hash: given, or drawn from ``generator`` (or torch's global RNG)."""
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        return seed & 0xFFFFFFFF
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    device = generator.device if generator is not None else "cpu"
+    return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=generator, device=device).item())
+
+
+def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,
+              rounding: str = "even", scale_mode: str = "floor", generator: Optional[torch.Generator] = None,
+              seed: Optional[int] = None) -> GroupSpec:
+    """Check every argument and bundle them; errors name the argument at fault."""
+    _check_tensor(x)
+    element_format = get_format(fmt)
+    if rounding not in ROUNDING_MODES:
+        raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
+    if scale_mode not in SCALE_MODES:
+        raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {scale_mode!r}")
+    layout = GroupLayout.build(x.shape, dim, block_size)
+    drawn = _draw_seed(generator, seed) if rounding == "stochastic" else None
+    return GroupSpec(element_format, layout, rounding, scale_mode, drawn)
+
+
+def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,
+               rounding: str = "even", scale_mode: str = "floor", *, generator: Optional[torch.Generator] = None,
+               seed: Optional[int] = None) -> torch.Tensor:
+    """Quantize ``x`` group-wise to ``fmt`` and back (dequantized values, x's shape and dtype).
+
+    Args:
+        x: float32, bfloat16 or float16 tensor (computed exactly in float32).
+        fmt: format name (``'fp8_e4m3'``, ``'fp8_e5m2'``, ``'fp6_e3m2'``, ``'fp6_e2m3'``,
+            ``'fp4_e2m1'``, ``'int8'``, ``'mxfp4_e2m1'``, ... see ``groupquant.known_formats()``) or
+            an ``IntFormat`` / ``FloatFormat``.
+        block_size: elements sharing one scale along ``dim`` (32 for MX); ``None`` or ``0``
+            means the whole dim. A dim that is not a multiple is zero-padded internally.
+        dim: the dim along which groups run.
+        rounding: ``'even'`` (nearest, ties to even; OCP), ``'nearest'`` (ties away from zero),
+            ``'floor'`` (toward zero) or ``'stochastic'``.
+        scale_mode: ``'floor'`` (OCP: 2**(floor(log2 amax) - emax)), ``'ceil'``, ``'even'``,
+            ``'rceil'`` (E8M0 power-of-two scales) or ``'float'`` (amax / max_normal).
+        generator / seed: randomness for ``rounding='stochastic'``.
+
+    Spec rules (OCP MX v1.0): elements round then saturate to +-max normal; subnormals are kept;
+    the shared exponent is clamped to [-127, 127]; an all-zero group gets scale 2**-127; a group
+    containing NaN or Inf becomes all NaN.
+    """
+    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
+    return reference_fake_quant(x, spec)
+
+
+def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,
+             rounding: str = "even", scale_mode: str = "floor", *, generator: Optional[torch.Generator] = None,
+             seed: Optional[int] = None) -> GroupQuantized:
+    """Quantize ``x`` group-wise to ``fmt``: element codes and shared scales (contracted layout).
+
+    Arguments as :func:`fake_quant`. ``result.dequantize()`` equals ``fake_quant(x, ...)`` bit for bit.
+    ``result.codes`` holds the format's bit encodings, ``result.scale_codes`` the E8M0 bytes.
+    """
+    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
+    return reference_quantize(x, spec)

@@ -1,0 +1,62 @@
+"""The result of :func:`groupquant.quantize`: element codes and shared scales, contracted."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ..formats import ElementFormat
+from .codes import decode
+from .group_layout import GroupLayout
+
+__all__ = ["GroupQuantized"]
+
+
+@dataclass(frozen=True)
+class GroupQuantized:
+    """Group-quantized data in the contracted layout (see :class:`GroupLayout`).
+
+    Fields:
+        codes: element codes (integers of the format's encoding), shape ``layout.contracted_shape``.
+        scale: float32 shared scales, shape ``layout.scale_shape`` (NaN for a NaN/Inf group).
+        scale_codes: uint8 E8M0 codes of ``scale`` (shape ``layout.scale_shape``), or None for
+            float (non power-of-two) scales.
+        fmt: the element format.
+        layout: shape, grouped dim and block size of the original tensor.
+        dtype: the original dtype, restored by :meth:`dequantize`.
+    """
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+    scale_codes: Optional[torch.Tensor]
+    fmt: ElementFormat
+    layout: GroupLayout
+    dtype: torch.dtype
+
+    @property
+    def shape(self) -> torch.Size:
+        """Shape of the original tensor."""
+        return torch.Size(self.layout.shape)
+
+    @property
+    def block_size(self) -> int:
+        return self.layout.block_size
+
+    @property
+    def dim(self) -> int:
+        return self.layout.dim
+
+    def element_values(self) -> torch.Tensor:
+        """Element values (codes decoded, before scaling), float32, contracted."""
+        return decode(self.codes, self.fmt)
+
+    def dequantize(self) -> torch.Tensor:
+        """``element * scale`` in the original shape and dtype: equal to ``fake_quant`` of the input."""
+        out = self.element_values() * self.scale
+        return self.layout.expand(out).to(self.dtype)
+
+    def to(self, device: torch.device) -> "GroupQuantized":
+        """A copy on another device."""
+        sc = None if self.scale_codes is None else self.scale_codes.to(device)
+        return GroupQuantized(self.codes.to(device), self.scale.to(device), sc, self.fmt, self.layout, self.dtype)

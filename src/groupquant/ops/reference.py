@@ -1,0 +1,65 @@
+"""The PyTorch reference of group-wise quantization: the definition every kernel must match.
+
+Steps, all in float32 and exact (see :mod:`.shared_scale` and :mod:`.element_round`):
+contract (pad) -> per-group amax -> shared scale -> ``x / scale`` -> round and saturate onto the
+element grid -> ``* scale`` -> expand (drop padding) -> cast to the input dtype.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+from ..formats import ElementFormat
+from .codes import encode
+from .element_round import round_to_format, uniform_from_hash
+from .group_layout import GroupLayout
+from .quantized import GroupQuantized
+from .shared_scale import group_scale
+
+__all__ = ["GroupSpec", "reference_fake_quant", "reference_quantize", "stochastic_noise"]
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Validated arguments of one group-wise quantization call."""
+
+    fmt: ElementFormat
+    layout: GroupLayout
+    rounding: str = "even"
+    scale_mode: str = "floor"
+    seed: Optional[int] = None  # for rounding='stochastic'
+
+
+def stochastic_noise(spec: GroupSpec, device: torch.device) -> Optional[torch.Tensor]:
+    """Uniform [0, 1) per element (contracted layout), hashed from the element's index in the input."""
+    if spec.rounding != "stochastic":
+        return None
+    idx = torch.arange(torch.Size(spec.layout.shape).numel(), dtype=torch.int64, device=device)
+    idx = spec.layout.contract(idx.view(spec.layout.shape))
+    return uniform_from_hash(idx, spec.seed)
+
+
+def _quantize_values(x: torch.Tensor, spec: GroupSpec) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Element values, scale and E8M0 codes of x, all contracted (float32, float32, uint8)."""
+    xg = spec.layout.contract(x.float())
+    amax = xg.abs().amax(dim=spec.layout.reduce_dim, keepdim=True)
+    scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_mode)
+    noise = stochastic_noise(spec, x.device)
+    elements = round_to_format(xg / scale, spec.fmt, spec.rounding, noise)
+    return elements, scale, scale_codes
+
+
+def reference_fake_quant(x: torch.Tensor, spec: GroupSpec) -> torch.Tensor:
+    """Quantize-dequantize ``x`` by ``spec``; same shape and dtype as ``x``."""
+    elements, scale, _ = _quantize_values(x, spec)
+    return spec.layout.expand(elements * scale).to(x.dtype)
+
+
+def reference_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
+    """Element codes and shared scales of ``x`` by ``spec``."""
+    elements, scale, scale_codes = _quantize_values(x, spec)
+    codes = encode(elements, spec.fmt)
+    pow2 = spec.scale_mode != "float"
+    return GroupQuantized(codes, scale, scale_codes if pow2 else None, spec.fmt, spec.layout, x.dtype)
