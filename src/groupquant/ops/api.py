@@ -12,9 +12,28 @@ from .quantized import GroupQuantized
 from .reference import GroupSpec, reference_fake_quant, reference_quantize
 from .shared_scale import SCALE_MODES
 
-__all__ = ["fake_quant", "quantize", "make_spec", "SUPPORTED_DTYPES"]
+__all__ = ["fake_quant", "quantize", "make_spec", "SUPPORTED_DTYPES", "STE_MODES"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+STE_MODES = ("identity", "clipped")
+
+
+class _ReferenceFakeQuant(torch.autograd.Function):
+    """Reference fake-quant with a straight-through gradient (identity, or zero where saturated)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, spec: GroupSpec, ste: str) -> torch.Tensor:  # type: ignore[override]
+        out, inside = reference_fake_quant(x, spec, want_mask=(ste == "clipped"))
+        ctx.save_for_backward(inside if inside is not None else torch.empty(0))
+        ctx.clipped = inside is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        (inside,) = ctx.saved_tensors
+        if ctx.clipped:
+            grad = grad * inside.to(grad.dtype)
+        return grad, None, None
 
 
 def _check_tensor(x: object) -> torch.Tensor:
@@ -56,7 +75,7 @@ def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optio
 
 def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,
                rounding: str = "even", scale_mode: str = "floor", *, generator: Optional[torch.Generator] = None,
-               seed: Optional[int] = None) -> torch.Tensor:
+               seed: Optional[int] = None, ste: str = "identity") -> torch.Tensor:
     """Quantize ``x`` group-wise to ``fmt`` and back (dequantized values, x's shape and dtype).
 
     Args:
@@ -72,13 +91,19 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
         scale_mode: ``'floor'`` (OCP: 2**(floor(log2 amax) - emax)), ``'ceil'``, ``'even'``,
             ``'rceil'`` (E8M0 power-of-two scales) or ``'float'`` (amax / max_normal).
         generator / seed: randomness for ``rounding='stochastic'``.
+        ste: gradient rule: ``'identity'`` (straight-through) or ``'clipped'`` (zero gradient
+            where ``|x / scale|`` exceeded max normal, i.e. the element saturated).
 
     Spec rules (OCP MX v1.0): elements round then saturate to +-max normal; subnormals are kept;
     the shared exponent is clamped to [-127, 127]; an all-zero group gets scale 2**-127; a group
     containing NaN or Inf becomes all NaN.
     """
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
-    return reference_fake_quant(x, spec)
+    if ste not in STE_MODES:
+        raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _ReferenceFakeQuant.apply(x, spec, ste)
+    return reference_fake_quant(x, spec)[0]
 
 
 def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,

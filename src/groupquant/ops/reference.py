@@ -41,25 +41,43 @@ def stochastic_noise(spec: GroupSpec, device: torch.device) -> Optional[torch.Te
     return uniform_from_hash(idx, spec.seed)
 
 
-def _quantize_values(x: torch.Tensor, spec: GroupSpec) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class _Quantized:
+    """Contracted intermediate results: element values, float32 scale, E8M0 codes, scaled input."""
+
+    elements: torch.Tensor
+    scale: torch.Tensor
+    scale_codes: torch.Tensor
+    scaled: torch.Tensor
+
+
+def _quantize_values(x: torch.Tensor, spec: GroupSpec) -> _Quantized:
     """Element values, scale and E8M0 codes of x, all contracted (float32, float32, uint8)."""
-    xg = spec.layout.contract(x.float())
+    xg = spec.layout.contract(x.detach().float())
     amax = xg.abs().amax(dim=spec.layout.reduce_dim, keepdim=True)
     scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_mode)
     noise = stochastic_noise(spec, x.device)
-    elements = round_to_format(xg / scale, spec.fmt, spec.rounding, noise)
-    return elements, scale, scale_codes
+    scaled = xg / scale
+    elements = round_to_format(scaled, spec.fmt, spec.rounding, noise)
+    return _Quantized(elements, scale, scale_codes, scaled)
 
 
-def reference_fake_quant(x: torch.Tensor, spec: GroupSpec) -> torch.Tensor:
-    """Quantize-dequantize ``x`` by ``spec``; same shape and dtype as ``x``."""
-    elements, scale, _ = _quantize_values(x, spec)
-    return spec.layout.expand(elements * scale).to(x.dtype)
+def reference_fake_quant(x: torch.Tensor, spec: GroupSpec,
+                         want_mask: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Quantize-dequantize ``x`` by ``spec`` (same shape and dtype as ``x``).
+
+    With ``want_mask`` also returns a bool tensor of x's shape, True where ``|x / scale|`` did
+    not exceed max normal (the elements that did not saturate; the clipped-STE gradient mask).
+    """
+    q = _quantize_values(x, spec)
+    out = spec.layout.expand(q.elements * q.scale).to(x.dtype)
+    mask = spec.layout.expand(q.scaled.abs() <= spec.fmt.max_normal) if want_mask else None
+    return out, mask
 
 
 def reference_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     """Element codes and shared scales of ``x`` by ``spec``."""
-    elements, scale, scale_codes = _quantize_values(x, spec)
-    codes = encode(elements, spec.fmt)
-    pow2 = spec.scale_mode != "float"
-    return GroupQuantized(codes, scale, scale_codes if pow2 else None, spec.fmt, spec.layout, x.dtype)
+    q = _quantize_values(x, spec)
+    codes = encode(q.elements, spec.fmt)
+    scale_codes = q.scale_codes if spec.scale_mode != "float" else None
+    return GroupQuantized(codes, q.scale, scale_codes, spec.fmt, spec.layout, x.dtype)
