@@ -43,6 +43,6 @@ struct Job {
 
 // Kernels, one per device. Each fills the non-null outputs of the job.
 void run_cpu(const Job& job);
-void run_cuda(const Job& job, void* stream);  // stream: a cudaStream_t
+int run_cuda(const Job& job, void* stream);  // stream: a cudaStream_t; returns a cudaError_t (0: ok)
 
 }  // namespace groupquant
