@@ -5,9 +5,9 @@ The extension in ``groupquant/csrc`` is compiled on first use with
 ``GROUPQUANT_BUILD_DIR`` when set; a first build prints one line. Where it cannot be built (no
 compiler), the PyTorch reference runs instead, after one warning.
 
-``GROUPQUANT_BACKEND`` chooses: ``native`` (the default; an error if the build fails),
-``reference`` (never build, always the PyTorch reference), or unset / ``auto`` (native when it
-builds, else the reference with a warning).
+``GROUPQUANT_BACKEND`` chooses: unset or ``auto`` (the default: native when it builds, else the
+reference with one warning), ``native`` (an error if the build fails) or ``reference`` (never
+build, always the PyTorch reference).
 """
 from __future__ import annotations
 
