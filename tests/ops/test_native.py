@@ -287,8 +287,11 @@ def test_backend_env_forces_the_reference() -> None:
 
 
 def test_failed_build_warns_once_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_build() -> None:
+        raise OSError("no compiler found")
+
     saved = dict(native._state)
-    monkeypatch.setattr(native, "_build", lambda: (_ for _ in ()).throw(OSError("no compiler found")))
+    monkeypatch.setattr(native, "_build", broken_build)
     native._state.update(tried=False, ok=False, error=None)
     try:
         with pytest.warns(RuntimeWarning, match="no compiler found"):

@@ -142,6 +142,10 @@ struct Driver {
     at::parallel_for(0, total, grain, [&](int64_t b0, int64_t b1) {
       alignas(64) float scale_buf[kTile];
       alignas(64) float inv_buf[kTile];
+      alignas(64) uint32_t amax_blk[kTile];
+      alignas(64) int32_t len_blk[kTile];
+      alignas(64) float scale_blk[kTile];
+      alignas(64) float inv_blk[kTile];
       const T* x = static_cast<const T*>(job.x);
       int64_t o = b0 / k, kb = b0 % k;
       int64_t b = b0;
@@ -159,15 +163,33 @@ struct Driver {
           if (++kb == k) { kb = 0; ++o; }
           continue;
         }
-        int64_t filled = 0;
+        // a run of whole blocks: amax of each, then their scales (a loop over blocks that
+        // vectorizes), then the per-element scale buffers
+        int64_t filled = 0, nb = 0;
         while (b < b1 && filled + len <= kTile) {
-          const BlockScale sc = block_scale(amax_span<S>(x + start + filled, len), job.fmt, job.scale_mode);
-          fill(scale_buf + filled, len, sc.scale);
-          fill(inv_buf + filled, len, sc.inv);
+          amax_blk[nb] = amax_span<S>(x + start + filled, len);
+          len_blk[nb++] = static_cast<int32_t>(len);
           filled += len;
           ++b;
           if (++kb == k) { kb = 0; ++o; }
           len = std::min(bs, dim - kb * bs);
+        }
+        const FormatParams f = job.fmt;
+        const int32_t mode = job.scale_mode;
+        if (Pow2) {
+#pragma omp simd
+          for (int64_t t = 0; t < nb; ++t) {
+            const BlockScale sc = pow2_block_scale(amax_blk[t], f, mode);
+            scale_blk[t] = sc.scale;
+            inv_blk[t] = sc.inv;
+          }
+        } else {
+#pragma omp simd
+          for (int64_t t = 0; t < nb; ++t) scale_blk[t] = float_block_scale(amax_blk[t], f).scale;
+        }
+        for (int64_t t = 0, off = 0; t < nb; off += len_blk[t], ++t) {
+          fill(scale_buf + off, len_blk[t], scale_blk[t]);
+          if (Pow2) fill(inv_buf + off, len_blk[t], inv_blk[t]);
         }
         span(job, start, filled, scale_buf, inv_buf, nullptr);
       }
