@@ -5,36 +5,32 @@ name fail with a did-you-mean, ``Q.describe()`` / ``format_settings(Q)`` show th
 resolved settings, and ``ConfigError`` names the setting a solver rejects.
 The rest of groupquant imports this module, never ``dependencies``.
 
-Quirks of dependencies 2.0.1 that quantizer authors must know (each one is
-pinned by a test in tests/test_inject.py):
+Quirks of dependencies 2.0.1 (each pinned by a test in tests/test_inject.py):
 
-* Every name in the class body becomes a dependency; nothing is stored on the
-  class. Reading ``Q.x`` resolves ``x`` and everything it needs, again on each
-  access (memoised only within one access). Functions in the body are raw
-  values, not methods: our helpers live on the metaclass, so ``describe`` and
-  ``format_settings`` cannot be setting names.
-* A class stored under a name not ending in ``_class`` is instantiated, its
-  ``__init__`` arguments injected by name; ``foo_class = C`` keeps the class.
-  A ``@value`` solver that returns a class returns the class (unlike Brevitas's
-  ExtendedInjector it is not instantiated).
-* ``@value`` arguments are resolved by name; an argument with a default is
-  optional (the default is used when the name is not declared). A missing
-  required argument raises ``DependencyError``, except the *last* required
-  argument of a ``@value`` solver: it is silently left out and the call fails
-  with ``TypeError`` (off by one in 2.0.1). ``__self__`` gives the injector.
+* Every class-body name becomes a dependency; nothing is stored on the class.
+  Reading ``Q.x`` resolves ``x`` and all it needs, anew on each access. Body
+  functions are raw values, not methods: our helpers live on the metaclass,
+  so ``describe`` and ``format_settings`` cannot be setting names.
+* A class under a name not ending in ``_class`` is instantiated, ``__init__``
+  arguments injected by name; ``foo_class = C`` keeps the class. A ``@value``
+  that returns a class returns it as is (Brevitas's ExtendedInjector builds it).
+* ``@value`` arguments are resolved by name; one with a default is optional.
+  A missing required one raises ``DependencyError``, except the *last*
+  required argument: it is left out and the call fails with ``TypeError``
+  (off by one in 2.0.1). An argument ``__self__`` receives the injector.
 * A missing name raises ``DependencyError``, not ``AttributeError``, so
-  ``hasattr(Q, "x")`` raises; use ``"x" in Q``. An ``AttributeError`` raised
-  inside a solver is swallowed by ``getattr(Q, "x", default)``.
-* Exceptions raised by solvers propagate unchanged (no wrapping).
-* Dunder names are rejected ("Magic methods are not allowed"); on Python 3.13+
-  every class body carries ``__firstlineno__``/``__static_attributes__``, so
+  ``hasattr(Q, "x")`` raises (use ``"x" in Q``), while an ``AttributeError``
+  raised inside a solver is swallowed by ``getattr(Q, "x", default)``.
+* Other exceptions raised by solvers propagate unchanged.
+* Dunder names are rejected ("Magic methods are not allowed"); Python 3.13+
+  puts ``__firstlineno__``/``__static_attributes__`` in every class body, so
   plain ``dependencies.Injector`` cannot be subclassed there. Our metaclass
   drops those and annotations (``bit_width: int = 8`` works). ``_x`` names are
-  ordinary dependencies; ``__x`` is mangled to ``_Q__x`` (in solver arguments too).
-* ``let`` builds a subclass (works on subclasses and on ``let`` results); it
-  cannot be redefined in a body, and in 2.0.1 accepts any name silently.
-* A nested Injector resolves to a subclass of itself whose ``(this << 1).x``
-  reads the outer injector.
+  ordinary; ``__x`` is mangled to ``_Q__x`` (in solver arguments too).
+* ``let`` builds a subclass (also of subclasses and ``let`` results), cannot
+  be redefined in a body, and in 2.0.1 accepts any name silently.
+* A nested Injector resolves to a subclass whose ``(this << 1).x`` reads the
+  outer injector.
 """
 from __future__ import annotations
 
@@ -198,9 +194,10 @@ def check_overrides(injector: Optional[type], overrides: Mapping[str, Any],
     With ``injector`` None any override is an error: nothing would read it.
     """
     if injector is None:
-        for key in overrides:
-            raise UnknownSettingError(
-                prefix + key, f"{context} got setting {prefix + key!r} but no quantizer is set")
+        if overrides:
+            key = prefix + next(iter(overrides))
+            message = f"{context} got setting {key!r} but no quantizer is set"
+            raise UnknownSettingError(key, message)
         return
     known = known_settings(injector)
     for key in overrides:
@@ -228,7 +225,7 @@ def _opaque_object(obj: Any) -> _Opaque:
     if inspect.isclass(obj):
         return _Opaque(f"<class {obj.__qualname__}>")
     if inspect.isroutine(obj):
-        return _Opaque(f"<function {getattr(obj, '__qualname__', obj.__name__)}>")
+        return _Opaque(f"<function {obj.__qualname__}>")
     return _Opaque(f"<instance {type(obj).__qualname__}>")
 
 
