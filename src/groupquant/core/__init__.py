@@ -11,12 +11,13 @@ from .quant_output import QuantOutput
 from .restrict import RESTRICTIONS, scale_from_stat
 from .running_scale import RunningStatsScale
 from .scaled_quant import ScaledQuant
+from .scaled_round import scaled_round
 from .stats import STATS_OPS, ScalingStats
 from .stats_scale import StatsScale
 from .ste import STE_MODES, round_ste, round_to_format_ste
 
 __all__ = [
     "DynamicQuant", "GRANULARITIES", "ScaleGranularity", "LearnedScale", "QuantOutput",
-    "RESTRICTIONS", "scale_from_stat", "RunningStatsScale", "ScaledQuant", "STATS_OPS",
+    "RESTRICTIONS", "scale_from_stat", "RunningStatsScale", "ScaledQuant", "scaled_round", "STATS_OPS",
     "ScalingStats", "StatsScale", "STE_MODES", "round_ste", "round_to_format_ste",
 ]

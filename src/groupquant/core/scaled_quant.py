@@ -1,9 +1,10 @@
 """Quantize-dequantize with a scale from a scale module: ``round_to_format(x / s) * s``.
 
 The scale module (:class:`StatsScale`, :class:`RunningStatsScale`, :class:`LearnedScale`)
-returns the scale in the granularity's shape; the element rounding is
-:func:`groupquant.ops.round_to_format` (the format core's grid and saturation) behind a
-straight-through estimator, so gradients reach both ``x`` and a learned scale.
+returns the scale in the granularity's shape (contracted ``[O, k, 1]`` for groups); the
+element rounding is :func:`groupquant.ops.round_to_format` (the format core's grid and
+saturation) inside :func:`scaled_round`, whose straight-through gradients reach both ``x``
+and a learned scale while saving only ``x`` and the scale for backward.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from ..formats import ElementFormat
 from ..ops import ROUNDING_MODES
 from .granularity import ScaleGranularity
 from .quant_output import QuantOutput
-from .ste import STE_MODES, round_to_format_ste
+from .scaled_round import scaled_round
+from .ste import STE_MODES
 
 __all__ = ["ScaledQuant"]
 
@@ -44,7 +46,7 @@ class ScaledQuant(nn.Module):
     def forward(self, x: torch.Tensor) -> QuantOutput:
         g = self.granularity
         scale = self.scale_impl(x)
-        y = g.view(x).float() / scale
-        noise = torch.rand_like(y) if self.rounding == "stochastic" else None
-        value = (round_to_format_ste(y, self.fmt, self.rounding, self.ste, noise) * scale).to(x.dtype)
+        xv = g.view(x)
+        noise = torch.rand(xv.shape, device=xv.device) if self.rounding == "stochastic" else None
+        value = scaled_round(xv, scale, self.fmt, self.rounding, self.ste, noise)
         return QuantOutput(value, scale, g, g.layout(x.shape) if g.is_group else None)
