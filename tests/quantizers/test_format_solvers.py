@@ -5,9 +5,12 @@ import torch
 import groupquant as gq
 from groupquant.formats import FloatFormat, IntFormat, SpecialValues
 from groupquant.inject import ConfigError
-from groupquant.quantizers import (MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight, MXFloat6e3m2Weight,
-                                   MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Weight, MXInt8Weight,
-                                   NanInfRule)
+from groupquant.quantizers import (Fp8e4m3ActPerTensor, Fp8e4m3WeightPerTensor, Int4WeightPerGroupFloat,
+                                   Int8ActPerTensor, Int8WeightPerChannel, Int8WeightPerTensor, Int16BiasPerTensor,
+                                   MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight,
+                                   MXFloat6e3m2Act, MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight,
+                                   MXFloat8e5m2Act, MXFloat8e5m2Weight, MXInt8Act, MXInt8Weight, NanInfRule,
+                                   RestrictScaling, ScalingPerOutput, Uint8ActPerTensor)
 
 
 class MyFP6(MXFloat8e4m3Weight):
@@ -45,12 +48,20 @@ class MyInt6Wide(MXInt8Weight):
 
 
 # quantizer -> the format core's object for the same widths (the independent side of the table)
-TABLE = [
-    (MXFloat8e4m3Weight, FloatFormat(4, 3)),
-    (MXFloat8e5m2Weight, FloatFormat(5, 2)),
-    (MXFloat6e3m2Weight, FloatFormat(3, 2)),
-    (MXFloat6e2m3Weight, FloatFormat(2, 3)),
-    (MXFloat4e2m1Weight, FloatFormat(2, 1)),
+DEFAULTS = [
+    (MXFloat8e4m3Weight, FloatFormat(4, 3)), (MXFloat8e4m3Act, FloatFormat(4, 3)),
+    (MXFloat8e5m2Weight, FloatFormat(5, 2)), (MXFloat8e5m2Act, FloatFormat(5, 2)),
+    (MXFloat6e3m2Weight, FloatFormat(3, 2)), (MXFloat6e3m2Act, FloatFormat(3, 2)),
+    (MXFloat6e2m3Weight, FloatFormat(2, 3)), (MXFloat6e2m3Act, FloatFormat(2, 3)),
+    (MXFloat4e2m1Weight, FloatFormat(2, 1)), (MXFloat4e2m1Act, FloatFormat(2, 1)),
+    (MXInt8Weight, IntFormat(8)), (MXInt8Act, IntFormat(8)),
+    (Int8WeightPerTensor, IntFormat(8)), (Int8WeightPerChannel, IntFormat(8)),
+    (Int4WeightPerGroupFloat, IntFormat(4)), (Int8ActPerTensor, IntFormat(8, narrow_range=False)),
+    (Uint8ActPerTensor, IntFormat(8, signed=False, narrow_range=False)),
+    (Fp8e4m3WeightPerTensor, FloatFormat(4, 3)), (Fp8e4m3ActPerTensor, FloatFormat(4, 3)),
+    (Int16BiasPerTensor, IntFormat(16)),
+]
+SUBCLASSES = [
     (MyFP6, FloatFormat(2, 3)),
     (MyE3M4, FloatFormat(3, 4)),
     (MyE5M2Act, FloatFormat(5, 2)),
@@ -60,6 +71,9 @@ TABLE = [
     (MyInt4, IntFormat(4)),
     (MyInt6Wide, IntFormat(6, narrow_range=False)),
 ]
+TABLE = DEFAULTS + SUBCLASSES
+MX_STYLE = [(q, f) for q, f in TABLE
+            if q.granularity is ScalingPerOutput.GROUP and q.restrict_scaling_type is RestrictScaling.POWER_OF_TWO]
 
 
 @pytest.mark.parametrize("quant, fmt", TABLE, ids=lambda v: getattr(v, "__name__", ""))
@@ -73,7 +87,13 @@ def test_resolved_values_equal_format_core(quant, fmt):
         assert (quant.qmin, quant.qmax) == (fmt.qmin, fmt.qmax)
 
 
-@pytest.mark.parametrize("quant, fmt", TABLE, ids=lambda v: getattr(v, "__name__", ""))
+def test_table_covers_every_default():
+    bases = {"IntQuantizer", "MXScaling"}
+    exported = {name for name in gq.quantizers.__all__ if name.startswith(("MX", "Int", "Uint", "Fp"))} - bases
+    assert exported == {q.__name__ for q, _ in DEFAULTS}
+
+
+@pytest.mark.parametrize("quant, fmt", MX_STYLE, ids=lambda v: getattr(v, "__name__", ""))
 def test_outputs_equal_fake_quant_with_that_format(quant, fmt):
     x = torch.randn(8, 96) * 5
     x = x.abs() if not fmt.signed else x
