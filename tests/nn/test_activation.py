@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 import groupquant as gq
@@ -24,3 +25,8 @@ def test_relu_with_unsigned_output_and_quant_tensor():
     fp8 = QuantReLU(input_quant=MXFloat8e4m3Act, return_quant_tensor=True)(x)
     assert not isinstance(fp8, GroupwiseFloatQuantTensor)  # no output quantizer: a plain tensor
     assert torch.equal(fp8, gq.fake_quant(x, "fp8_e4m3").relu())
+
+
+def test_other_libraries_argument_name_gets_a_pointer():
+    with pytest.raises(ValueError, match="unknown keyword 'act_quant'; did you mean 'output_quant'"):
+        QuantReLU(act_quant=Uint8ActPerTensor)

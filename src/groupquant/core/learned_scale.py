@@ -46,6 +46,7 @@ class LearnedScale(nn.Module):
         self.value = nn.Parameter(self._placeholder(shape if shape is not None else ()))
         self.shape_known = shape is not None
         self.register_buffer("initialized", torch.zeros((), dtype=torch.bool))
+        self._ready = False  # Python mirror of `initialized`: no device sync per call
 
     def _placeholder(self, shape: Sequence[int]) -> torch.Tensor:
         """The value before initialisation: scale 1."""
@@ -66,6 +67,7 @@ class LearnedScale(nn.Module):
                              f"but this learned scale was built for {tuple(self.value.shape)}")
         self.value.copy_(to_learned(scale, self.restrict).to(self.value))
         self.initialized.fill_(True)
+        self._ready = True
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
         """A scale whose shape was not known yet takes the saved shape."""
@@ -74,9 +76,10 @@ class LearnedScale(nn.Module):
             self.value = nn.Parameter(self._placeholder(saved.shape).to(self.value.device))
             self.shape_known = True
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._ready = bool(self.initialized)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not bool(self.initialized):
+        if not self._ready:
             self.init_from(x)
         expected = self.granularity.scale_shape(x.shape)
         if tuple(expected) != tuple(self.value.shape):

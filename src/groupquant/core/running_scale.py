@@ -32,23 +32,29 @@ class RunningStatsScale(nn.Module):
         self.restrict, self.mode, self.momentum = restrict, mode, float(momentum)
         self.register_buffer("running_stat", torch.zeros(()))
         self.register_buffer("initialized", torch.zeros((), dtype=torch.bool))
+        self._seen = False  # Python mirror of `initialized`: no device sync per call
 
     def extra_repr(self) -> str:
         return f"stats={self.stats.op}, restrict={self.restrict}, mode={self.mode}, momentum={self.momentum}"
 
     @torch.no_grad()
     def _update(self, stat: torch.Tensor) -> None:
-        """Fold a finite batch statistic into the running one."""
-        if not bool(torch.isfinite(stat)):
-            return
-        if bool(self.initialized):
-            self.running_stat.mul_(1.0 - self.momentum).add_(stat.to(self.running_stat), alpha=self.momentum)
-        else:
-            self.running_stat.copy_(stat)
-            self.initialized.fill_(True)
+        """Fold a finite batch statistic into the running one (a NaN/Inf statistic is skipped),
+        without synchronising with the device."""
+        stat = stat.to(self.running_stat)
+        finite = torch.isfinite(stat)
+        ema = self.running_stat * (1.0 - self.momentum) + stat * self.momentum
+        new = torch.where(self.initialized, ema, stat)
+        self.running_stat.copy_(torch.where(finite, new, self.running_stat))
+        self.initialized.copy_(self.initialized | finite)
+        self._seen = True
+
+    def _load_from_state_dict(self, *args, **kwargs):  # type: ignore[override]
+        super()._load_from_state_dict(*args, **kwargs)
+        self._seen = bool(self.initialized)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training or not bool(self.initialized):
+        if self.training or not self._seen:
             stat = self.stats(x, self.granularity)
             if self.training:
                 self._update(stat)

@@ -8,6 +8,9 @@ from ..inject import UnknownSettingError, known_settings
 
 __all__ = ["route_keywords"]
 
+#: Names other libraries use for a layer argument, and groupquant's name for it.
+_ALIASES = {"act_quant": "output_quant", "return_quant_tensors": "return_quant_tensor"}
+
 
 def route_keywords(kwargs: Mapping[str, Any], quants: Mapping[str, Optional[type]],
                    context: str) -> Dict[str, Dict[str, Any]]:
@@ -22,7 +25,8 @@ def route_keywords(kwargs: Mapping[str, Any], quants: Mapping[str, Optional[type
             continue
         candidates = sorted(p + name for p, q in quants.items() if q is not None
                             for name in known_settings(q) if not name.startswith("_"))
-        match = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+        candidates += [p + "quant" for p in quants]
+        match = [_ALIASES[key]] if key in _ALIASES else difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
         hint = (f"; did you mean {match[0]!r}?" if match else
                 f"; quantizer settings take a prefix: {', '.join(p + '...' for p in quants)}")
         raise UnknownSettingError(key, f"{context} got unknown keyword {key!r}{hint}", match[0] if match else None)
