@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
-from torch import nn
 
 from ..proxy import ActQuantProxy, BiasQuantProxy, WeightQuantProxy
 from ..quant_tensor import QuantTensor, plain
