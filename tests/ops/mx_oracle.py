@@ -65,12 +65,15 @@ MX = {
 ML_DTYPES = {name: f.ml_dtype for name, f in MX.items() if f.ml_dtype is not None}
 
 
-def round_grid(v: np.ndarray, grid: np.ndarray, rounding: str, signed: bool = True) -> np.ndarray:
+def round_grid(v: np.ndarray, grid: np.ndarray, rounding: str, signed: bool = True,
+               negative_zero: bool = True) -> np.ndarray:
     """Round float64 ``v`` onto a symmetric value grid given by its non-negative half, saturating.
 
-    even: nearest, ties to the even grid index (the even code); nearest: ties away from zero;
-    floor: toward zero. NaN stays NaN; the sign of a zero result follows ``v`` (as IEEE casts do).
-    For an unsigned grid negative values give 0.
+    even: nearest, ties to the neighbour whose significand is even in units of the spacing between
+    the two neighbours (the even code for minifloats with a mantissa; for a zero-mantissa format
+    the larger neighbour, as ml_dtypes' float8_e8m0fnu rounds); nearest: ties away from zero;
+    floor: toward zero. NaN stays NaN; the sign of a zero result follows ``v`` (as IEEE casts do)
+    unless ``negative_zero`` is False. For an unsigned grid negative values give 0.
     """
     v = np.asarray(v, dtype=np.float64)
     a = np.minimum(np.abs(v), grid[-1])
@@ -79,7 +82,9 @@ def round_grid(v: np.ndarray, grid: np.ndarray, rounding: str, signed: bool = Tr
     lo, hi = grid[lo_i], grid[hi_i]
     d_lo, d_hi = a - lo, hi - a
     if rounding == "even":
-        pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (hi_i % 2 == 0) & (hi_i != lo_i))
+        step = np.where(hi > lo, hi - lo, 1.0)
+        hi_even = np.round(hi / step) % 2 == 0
+        pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & hi_even & (hi_i != lo_i))
     elif rounding == "nearest":
         pick_hi = d_hi <= d_lo
     elif rounding == "floor":
@@ -88,6 +93,8 @@ def round_grid(v: np.ndarray, grid: np.ndarray, rounding: str, signed: bool = Tr
         raise ValueError(rounding)
     mag = np.where(pick_hi, hi, lo)
     out = np.copysign(mag, v)
+    if not negative_zero:
+        out = np.where(out == 0, 0.0, out)
     if not signed:
         out = np.where(v < 0, 0.0, out)
     return np.where(np.isnan(v), np.nan, out)
