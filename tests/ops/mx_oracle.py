@@ -113,9 +113,10 @@ def round_elements(v: np.ndarray, fmt: OracleFormat) -> np.ndarray:
     v = np.asarray(v, dtype=np.float64)
     c = np.clip(v, -fmt.max_normal, fmt.max_normal)
     if fmt.ml_dtype is None:
-        q = np.round(c * 2.0 ** fmt.int_frac_bits) * 2.0 ** -fmt.int_frac_bits
+        q = np.round(c * 2.0 ** fmt.int_frac_bits) * 2.0 ** -fmt.int_frac_bits + 0.0  # integers have no -0
     else:
-        q = c.astype(np.float32).astype(fmt.ml_dtype).astype(np.float64)
+        with np.errstate(invalid="ignore"):  # NaN into a NaN-less type (the NaN is restored below)
+            q = c.astype(np.float32).astype(fmt.ml_dtype).astype(np.float64)
     return np.where(np.isnan(v), np.nan, q)
 
 
@@ -160,8 +161,8 @@ class OracleResult:
 
 def quantize_blocks(x: np.ndarray, fmt: OracleFormat, mode: str = "floor") -> OracleResult:
     """MX quantization of float64 ``x`` of shape ``[blocks, block_size]`` (each row one block)."""
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # signalling-NaN patterns raise the invalid flag when widened
+        x = np.asarray(x, dtype=np.float64)
         amax = np.max(np.abs(x), axis=1)
     exps = [shared_exponent(float(a), fmt, mode) for a in amax]
     nan_block = np.array([e is None for e in exps])
@@ -177,7 +178,8 @@ def element_codes(elements: np.ndarray, fmt: OracleFormat) -> np.ndarray:
     """Bit patterns of element values: ml_dtypes bytes for floats, two's complement for int8."""
     if fmt.ml_dtype is None:
         return np.round(elements * 2.0 ** fmt.int_frac_bits).astype(np.int64)
-    return elements.astype(np.float32).astype(fmt.ml_dtype).view(np.uint8).astype(np.int64)
+    with np.errstate(invalid="ignore"):
+        return elements.astype(np.float32).astype(fmt.ml_dtype).view(np.uint8).astype(np.int64)
 
 
 def all_bf16() -> np.ndarray:
