@@ -34,7 +34,7 @@ def ml_positive_grid(dtype: type) -> np.ndarray:
     codes = np.arange(2 ** bits, dtype=np.uint8)
     vals = codes.view(dtype).astype(np.float64)
     vals = vals[np.isfinite(vals) & (vals >= 0)]
-    return np.unique(vals)
+    return np.unique(vals) + 0.0  # + 0.0: unique may keep -0 as the zero
 
 
 def minifloat_positive_grid(ebits: int, mbits: int, bias: int, max_normal: float) -> np.ndarray:
@@ -60,6 +60,12 @@ MX = {
     "fp4_e2m1": _float_format("fp4_e2m1", ml_dtypes.float4_e2m1fn, 2, 6.0, 1),
     "int8": OracleFormat("int8", 0, 127 / 64, 6, np.arange(128, dtype=np.float64) / 64, None, 6),
 }
+
+def from_ml_dtype(name: str, dtype: type) -> OracleFormat:
+    """Oracle facts of any ml_dtypes minifloat, read from its finfo (emax = maxexp - 1)."""
+    fi = ml_dtypes.finfo(dtype)
+    return _float_format(name, dtype, int(fi.maxexp) - 1, float(fi.max), int(fi.nmant))
+
 
 #: ml_dtypes types of the float formats, by groupquant name.
 ML_DTYPES = {name: f.ml_dtype for name, f in MX.items() if f.ml_dtype is not None}

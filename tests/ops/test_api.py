@@ -204,6 +204,36 @@ def test_floor_mode_never_overflows_at_the_dtype_max():
             assert torch.isfinite(gq.fake_quant(x, fmt, 32)).all(), (fmt, dtype)
 
 
+@pytest.mark.parametrize("shape", [(0, 64), (4, 0), (0,)])
+def test_empty_tensors(shape):
+    x = torch.zeros(shape)
+    assert gq.fake_quant(x, "fp8_e4m3").shape == shape
+    assert gq.quantize(x, "fp8_e4m3").dequantize().shape == shape
+
+
+@pytest.mark.parametrize("rounding", ["even", "stochastic"])
+def test_non_contiguous_input_equals_contiguous(rounding):
+    x = torch.randn(64, 8)
+    a = gq.fake_quant(x.T, "fp4_e2m1", rounding=rounding, seed=5)
+    b = gq.fake_quant(x.T.contiguous(), "fp4_e2m1", rounding=rounding, seed=5)
+    assert torch.equal(a, b)
+
+
+def test_format_objects_and_names_agree():
+    x = torch.randn(4, 96)
+    assert torch.equal(gq.fake_quant(x, gq.FloatFormat(4, 3)), gq.fake_quant(x, "fp8_e4m3"))
+    assert torch.equal(gq.fake_quant(x, gq.IntFormat(8)), gq.fake_quant(x, "mxint8"))
+    assert torch.equal(gq.fake_quant(x, " MXFP4 "), gq.fake_quant(x, "fp4_e2m1"))
+
+
+def test_unsigned_formats_clamp_negatives_to_zero():
+    x = torch.randn(4, 64)
+    for fmt in (gq.FloatFormat(4, 3, signed=False), gq.IntFormat(8, signed=False)):
+        out = gq.fake_quant(x, fmt)
+        assert (out[x < 0] == 0).all() and not torch.signbit(out[x < 0]).any()
+        assert (out[x > 0] >= 0).all()
+
+
 # ---- bad input: each a ValueError or TypeError naming the argument ----
 
 ENTRY_POINTS = [gq.fake_quant, gq.quantize]

@@ -46,9 +46,12 @@ def fp32_structured(n_blocks: int = 1500) -> np.ndarray:
     return v
 
 
-def oracle_output(x: np.ndarray, fmt: str, mode: str, dtype: torch.dtype, rounding: str = "even") -> np.ndarray:
-    """Oracle fake-quant of 2-D blocks, rounded once into the output dtype, as the dtype's unsigned bits."""
-    of = MX[fmt]
+def oracle_output(x: np.ndarray, fmt, mode: str, dtype: torch.dtype, rounding: str = "even") -> np.ndarray:
+    """Oracle fake-quant of 2-D blocks, rounded once into the output dtype, as the dtype's unsigned bits.
+
+    ``fmt`` is an MX format name or an :class:`mx_oracle.OracleFormat`.
+    """
+    of = MX[fmt] if isinstance(fmt, str) else fmt
     if rounding == "even":
         out = mx_oracle.quantize_blocks(x, of, mode).output
     else:  # other element roundings: the float64 grid oracle with the same scale
@@ -118,6 +121,42 @@ def test_bf16_sweep_other_roundings(fmt, rounding):
     x = bf16_shuffled()
     out = gq.fake_quant(to_torch(x, torch.bfloat16), fmt, 32, rounding=rounding)
     assert_same_bits(out, oracle_output(x, fmt, "floor", torch.bfloat16, rounding), f"{fmt} {rounding}")
+
+
+OTHER_FORMATS = [
+    (gq.FloatFormat(4, 3, gq.SpecialValues.FNUZ), ml_dtypes.float8_e4m3fnuz),
+    (gq.FloatFormat(5, 2, gq.SpecialValues.FNUZ), ml_dtypes.float8_e5m2fnuz),
+    (gq.FloatFormat(4, 3, gq.SpecialValues.IEEE), ml_dtypes.float8_e4m3),
+    (gq.FloatFormat(3, 4, gq.SpecialValues.IEEE), ml_dtypes.float8_e3m4),
+]
+
+
+@pytest.mark.parametrize("mode", ["floor", "rceil"])
+@pytest.mark.parametrize("fmt,dtype", OTHER_FORMATS, ids=[d.__name__ for _, d in OTHER_FORMATS])
+def test_bf16_sweep_non_mx_formats_given_as_objects(fmt, dtype, mode):
+    x = bf16_shuffled()
+    out = gq.fake_quant(to_torch(x, torch.bfloat16), fmt, 32, scale_mode=mode)
+    of = mx_oracle.from_ml_dtype(dtype.__name__, dtype)
+    assert (of.emax, of.max_normal) == (fmt.emax, fmt.max_normal)
+    assert_same_bits(out, oracle_output(x, of, mode, torch.bfloat16), f"{dtype.__name__} {mode}")
+    q = gq.quantize(to_torch(x, torch.bfloat16), fmt, 32, scale_mode=mode)
+    res = mx_oracle.quantize_blocks(x, of, mode)
+    np.testing.assert_array_equal(q.codes.reshape(x.shape).numpy(), mx_oracle.element_codes(res.elements, of))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("k", [-100, -7, 0, 5, 90])
+def test_every_representable_value_maps_to_itself(fmt, k):
+    """The whole value grid in one block (amax = max normal, so the scale is 2**k exactly) is a fixed point."""
+    grid = MX[fmt].grid
+    vals = np.concatenate([-grid[:0:-1], grid]) * 2.0 ** k
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.from_numpy(vals.astype(np.float32)).to(dtype)
+        assert torch.equal(gq.fake_quant(x, fmt, None), x)
+        q = gq.quantize(x, fmt, None)
+        assert q.scale_codes.item() == 127 + k
+        np.testing.assert_array_equal(q.codes.reshape(-1).to(torch.int64).numpy(),
+                                      mx_oracle.element_codes(vals * 2.0 ** -k, MX[fmt]))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
