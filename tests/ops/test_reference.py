@@ -252,6 +252,20 @@ def test_special_blocks(fmt, mode):
     assert torch.equal(q.dequantize().nan_to_num(), out.nan_to_num())
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_block_max_just_below_every_power_of_two(fmt):
+    """Block k holds nextafter(2**k, 0) (k = -126 .. 127) and smaller values: its scale is 2**(k - 1 - emax)."""
+    ks = np.arange(-126, 128)
+    top = np.nextafter(np.ldexp(np.float32(1.0), ks).astype(np.float32), np.float32(0))
+    x = top[:, None] * np.linspace(1.0, -0.3, 32, dtype=np.float32)[None, :]
+    x[:, 0] = top
+    out = gq.fake_quant(torch.from_numpy(x), fmt, 32)
+    assert_same_bits(out, oracle_output(x, fmt, "floor", torch.float32), fmt)
+    q = gq.quantize(torch.from_numpy(x), fmt, 32)
+    want = np.clip(ks - 1 - MX[fmt].emax, -127, 127) + 127
+    np.testing.assert_array_equal(q.scale_codes.reshape(-1).numpy(), want)
+
+
 def test_special_blocks_hand_checked_values():
     """A few outcomes worked out by hand (OCP floor rule), independent of the oracle."""
     x = torch.tensor([SPECIAL_BLOCKS["f32_max"], SPECIAL_BLOCKS["near_2^-127"], SPECIAL_BLOCKS["zeros"]])
