@@ -51,7 +51,8 @@ def decode_all(dtype: type) -> np.ndarray:
 def test_mx_float_constants_match_ocp_table(name):
     bias, emax, max_normal, min_normal, min_sub = OCP_TABLE[name]
     f = get_format(name)
-    assert (f.bias, f.emax, f.max_normal, f.min_normal, f.min_subnormal) == (bias, emax, max_normal, min_normal, min_sub)
+    got = (f.bias, f.emax, f.max_normal, f.min_normal, f.min_subnormal)
+    assert got == (bias, emax, max_normal, min_normal, min_sub)
     assert (f.has_nan, f.has_inf) == OCP_SPECIALS[name]
 
 

@@ -22,6 +22,8 @@ CASES = [
     ("fnuz_e4m3_b11", FloatFormat(4, 3, SpecialValues.FNUZ, bias=11), ml_dtypes.float8_e4m3b11fnuz),
 ]
 IDS = [c[0] for c in CASES]
+WITH_INF = [c for c in CASES if c[1].has_inf]
+WITH_NAN = [c for c in CASES if c[1].has_nan]
 
 
 def all_codes(fmt) -> np.ndarray:
@@ -62,14 +64,14 @@ def test_encode_of_the_values_grid_round_trips(name, fmt, dtype):
     assert torch.equal(decode(c, fmt), v)
 
 
-@pytest.mark.parametrize("name,fmt,dtype", [c for c in CASES if c[1].has_inf], ids=[c[0] for c in CASES if c[1].has_inf])
+@pytest.mark.parametrize("name,fmt,dtype", WITH_INF, ids=[c[0] for c in WITH_INF])
 def test_encode_infinities_in_ieee_formats(name, fmt, dtype):
     inf = np.array([np.inf, -np.inf], dtype=np.float32)
     got = encode(torch.from_numpy(inf), fmt).numpy()
     np.testing.assert_array_equal(got, inf.astype(dtype).view(np.uint8))
 
 
-@pytest.mark.parametrize("name,fmt,dtype", [c for c in CASES if c[1].has_nan], ids=[c[0] for c in CASES if c[1].has_nan])
+@pytest.mark.parametrize("name,fmt,dtype", WITH_NAN, ids=[c[0] for c in WITH_NAN])
 def test_nan_encodes_to_the_format_nan_code(name, fmt, dtype):
     nan = torch.tensor([float("nan"), -float("nan")])
     got = encode(nan, fmt)

@@ -2,7 +2,6 @@
 power-of-two scale mode, other dims, padding, special blocks, codes and E8M0 scale codes, float scales."""
 from __future__ import annotations
 
-import math
 
 import ml_dtypes
 import numpy as np
@@ -70,7 +69,8 @@ def assert_same_bits(got: torch.Tensor, want_bits: np.ndarray, what: str) -> Non
     g = got.contiguous().view(ity).numpy().view(uty)
     got_nan = torch.isnan(got).numpy()
     want_nan = np.isnan(want_bits.view(TORCH_TO_NP[got.dtype]).astype(np.float32))
-    assert np.array_equal(got_nan, want_nan), f"{what}: NaN pattern differs at {np.argwhere(got_nan != want_nan)[:5].tolist()}"
+    where = np.argwhere(got_nan != want_nan)[:5].tolist()
+    assert np.array_equal(got_nan, want_nan), f"{what}: NaN pattern differs at {where}"
     bad = np.argwhere((g != want_bits) & ~want_nan)
     assert bad.size == 0, f"{what}: {len(bad)} elements differ, first at {bad[:5].tolist()}"
 
