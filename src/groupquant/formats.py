@@ -131,7 +131,12 @@ class IntFormat:
 
     @property
     def special_values(self) -> SpecialValues:
+        """Integers spend no code on NaN or Inf."""
         return SpecialValues.NONE
+
+    has_inf = False
+    has_nan = False
+    nan_code = None
 
     def values(self) -> torch.Tensor:
         """Every representable element value, ascending, float64."""

@@ -131,8 +131,10 @@ def floor_log2(a: float) -> int:
     return math.frexp(a)[1] - 1
 
 
-def shared_exponent(amax: float, fmt: OracleFormat, mode: str) -> Optional[int]:
-    """Shared exponent for one block (None for a NaN/Inf block), clamped to [-127, 127]."""
+def shared_exponent(amax: float, fmt: OracleFormat, mode: str, dtype_emax: int = 127) -> Optional[int]:
+    """Shared exponent for one block (None for a NaN/Inf block), clamped to [-127, 127] and capped
+    at ``dtype_emax - emax`` (the input dtype's largest binade: 127 for float32/bfloat16, 15 for
+    float16), so that no finite block can overflow to Inf."""
     if not math.isfinite(amax):
         return None
     if amax == 0.0:
@@ -152,7 +154,7 @@ def shared_exponent(amax: float, fmt: OracleFormat, mode: str) -> Optional[int]:
             e -= 1
     else:
         raise ValueError(mode)
-    return max(-127, min(127, e))
+    return max(-127, min(127, dtype_emax - fmt.emax, e))
 
 
 @dataclass(frozen=True)
@@ -165,12 +167,12 @@ class OracleResult:
     output: np.ndarray  # float64 element * scale (NaN in NaN blocks), before the output-dtype cast
 
 
-def quantize_blocks(x: np.ndarray, fmt: OracleFormat, mode: str = "floor") -> OracleResult:
+def quantize_blocks(x: np.ndarray, fmt: OracleFormat, mode: str = "floor", dtype_emax: int = 127) -> OracleResult:
     """MX quantization of float64 ``x`` of shape ``[blocks, block_size]`` (each row one block)."""
     with np.errstate(invalid="ignore"):  # signalling-NaN patterns raise the invalid flag when widened
         x = np.asarray(x, dtype=np.float64)
         amax = np.max(np.abs(x), axis=1)
-    exps = [shared_exponent(float(a), fmt, mode) for a in amax]
+    exps = [shared_exponent(float(a), fmt, mode, dtype_emax) for a in amax]
     nan_block = np.array([e is None for e in exps])
     exponent = np.array([0 if e is None else e for e in exps], dtype=np.int64)
     scale = np.ldexp(1.0, exponent)[:, None]

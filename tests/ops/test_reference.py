@@ -3,6 +3,7 @@ power-of-two scale mode, other dims, padding, special blocks, codes and E8M0 sca
 from __future__ import annotations
 
 
+import math
 import ml_dtypes
 import numpy as np
 import pytest
@@ -51,10 +52,11 @@ def oracle_output(x: np.ndarray, fmt, mode: str, dtype: torch.dtype, rounding: s
     ``fmt`` is an MX format name or an :class:`mx_oracle.OracleFormat`.
     """
     of = MX[fmt] if isinstance(fmt, str) else fmt
+    dtype_emax = math.frexp(torch.finfo(dtype).max)[1] - 1
     if rounding == "even":
-        out = mx_oracle.quantize_blocks(x, of, mode).output
+        out = mx_oracle.quantize_blocks(x, of, mode, dtype_emax).output
     else:  # other element roundings: the float64 grid oracle with the same scale
-        res = mx_oracle.quantize_blocks(x, of, mode)
+        res = mx_oracle.quantize_blocks(x, of, mode, dtype_emax)
         scale = np.ldexp(1.0, res.exponent)[:, None]
         el = mx_oracle.round_grid(x / scale, of.grid, rounding, negative_zero=of.ml_dtype is not None)
         el[res.nan_block] = np.nan

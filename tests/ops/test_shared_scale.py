@@ -65,11 +65,12 @@ HAND = [
     ("fp8_e5m2", "rceil", 57344.0, 0), ("fp8_e5m2", "rceil", 57345.0, 1),
     ("fp6_e2m3", "rceil", 7.5, 0), ("fp6_e2m3", "rceil", 8.0, 1), ("fp6_e3m2", "rceil", 29.0, 1),
     ("int8", "rceil", 127 / 64, 0), ("int8", "rceil", 2.0, 1), ("int8", "rceil", 1.0, 0),
-    # clamping to E8M0's [-127, 127]
+    # clamping to E8M0's [-127, 127]; the top is capped at 127 - emax (floor's largest for float32
+    # input), so ceil at F32_MAX gives 119, not 120, for e4m3 and the block saturates instead of overflowing
     ("fp8_e4m3", "floor", F32_TINY, -127), ("fp8_e4m3", "floor", 2.0 ** -119, -127),
     ("fp8_e4m3", "floor", 2.0 ** -118, -126), ("fp4_e2m1", "rceil", F32_TINY, -127),
     ("int8", "floor", 2.0 ** -127, -127), ("int8", "floor", 2.0 ** -128, -127), ("int8", "floor", 2.0 ** -126, -126),
-    ("fp8_e4m3", "floor", F32_MAX, 119), ("fp8_e4m3", "ceil", F32_MAX, 120), ("fp4_e2m1", "floor", F32_MAX, 125),
+    ("fp8_e4m3", "floor", F32_MAX, 119), ("fp8_e4m3", "ceil", F32_MAX, 119), ("fp4_e2m1", "floor", F32_MAX, 125),
     ("int8", "floor", F32_MAX, 127), ("int8", "ceil", F32_MAX, 127), ("int8", "rceil", F32_MAX, 127),
     ("int8", "even", F32_MAX, 127),
 ]
@@ -189,3 +190,16 @@ def test_e8m0_encode_rejects_non_powers_of_two_and_out_of_range(bad):
 def test_e8m0_decode_needs_uint8():
     with pytest.raises(TypeError, match="uint8"):
         e8m0_decode(torch.tensor([127], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("mode", ["floor", "ceil", "even", "rceil"])
+def test_exponent_cap_follows_the_input_dtype(mode):
+    # float16's largest binade is 15, so fp4 (emax 2) may use at most 2**13 for float16 input;
+    # float32 input of the same value keeps the uncapped exponent (14 for ceil/even/rceil)
+    f = get_format("fp4_e2m1")
+    a = torch.tensor([65504.0])
+    fl = math.frexp(65504.0)[1] - 1  # 15
+    uncapped = {"floor": fl - 2, "ceil": fl + 1 - 2, "even": fl + 1 - 2, "rceil": fl + 1 - 2}[mode]
+    assert shared_exponent(a, f, mode).item() == uncapped
+    assert shared_exponent(a, f, mode, torch.float16).item() == min(uncapped, 15 - 2)
+    assert mx_oracle.shared_exponent(65504.0, mx_oracle.MX["fp4_e2m1"], mode, 15) == min(uncapped, 13)
