@@ -159,3 +159,13 @@ def test_bad_input_is_named():
         PackedTensor.from_record(record)
     with pytest.raises(ValueError, match="'dtype'"):
         PackedTensor.from_record({**p.to_record(), "dtype": "torch.int8"})
+
+
+def test_anything_with_to_group_quantized_packs_like_its_conversion():
+    q = gq.quantize(torch.randn(3, 40), "fp6_e3m2")
+
+    class Converts:
+        def to_group_quantized(self):
+            return q
+
+    assert_same(pack(Converts()).unpack(), q)

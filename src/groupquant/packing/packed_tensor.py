@@ -156,10 +156,18 @@ def _element_data(q: GroupQuantized) -> torch.Tensor:
     return pack_bits(q.codes, fmt.bit_width)
 
 
-def pack(q: GroupQuantized) -> PackedTensor:
-    """Pack ``q`` (from ``groupquant.quantize``) into its storage form; ``pack(q).unpack()`` equals ``q``."""
+def pack(q: Union[GroupQuantized, object]) -> PackedTensor:
+    """Pack ``q`` into its storage form; ``pack(q).unpack()`` equals ``q`` bit for bit.
+
+    ``q`` is a :class:`GroupQuantized` (from ``groupquant.quantize``) or a group-wise quant tensor
+    (anything with ``to_group_quantized()``, such as ``GroupwiseIntQuantTensor`` and
+    ``GroupwiseFloatQuantTensor``), which is converted first.
+    """
+    if not isinstance(q, GroupQuantized) and callable(getattr(q, "to_group_quantized", None)):
+        q = q.to_group_quantized()  # type: ignore[union-attr]
     if not isinstance(q, GroupQuantized):
-        raise TypeError(f"pack expects a GroupQuantized (from groupquant.quantize), got {type(q).__name__}")
+        raise TypeError("pack expects a GroupQuantized (from groupquant.quantize) or a group-wise quant tensor, "
+                        f"got {type(q).__name__}")
     want = code_dtype(q.fmt)
     if q.codes.dtype != want or tuple(q.codes.shape) != q.layout.contracted_shape:
         raise ValueError(f"codes of {q.fmt.name} must be {want} of shape {q.layout.contracted_shape}, "
