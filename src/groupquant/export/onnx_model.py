@@ -23,6 +23,7 @@ from .onnx_builder import GraphBuilder, check_opset
 from .onnx_quant_layers import QuantLayerOptions, find_quant_converter
 from .onnx_torch_functions import FUNCTION_CONVERTERS, METHOD_CONVERTERS, Value
 from .onnx_torch_modules import MODULE_CONVERTERS, NodeInfo, float_array
+from .onnx_weight import E8M0_MIN_OPSET
 
 __all__ = ["export_onnx"]
 
@@ -163,8 +164,9 @@ def export_onnx(model: nn.Module, example_inputs: Union[torch.Tensor, Sequence[t
         example_inputs: a float32 tensor or a tuple of them (fixes ranks and feature sizes).
         path: file to write (None: only return the model).
         opset: ONNX opset, 21 (blocked DequantizeLinear) to 26.
-        scale_format: weight scales as ``'float32'`` initializers, or ``'e8m0'`` bytes plus a
-            Cast (opset 24 and up; onnxruntime's DequantizeLinear does not take E8M0 directly).
+        scale_format: power-of-two weight scales as ``'float32'`` initializers, or ``'e8m0'``
+            bytes plus a Cast (opset 24 and up; onnxruntime's DequantizeLinear does not take
+            E8M0 directly). Float (non power-of-two) scales are always float32.
         dynamic_batch: make dim 0 of every input and output symbolic (``'batch'``).
 
     Returns the checked ``onnx.ModelProto``. Raises :class:`ExportError` (a ValueError) naming the
@@ -174,6 +176,8 @@ def export_onnx(model: nn.Module, example_inputs: Union[torch.Tensor, Sequence[t
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     b = GraphBuilder(check_opset(opset))
     options = QuantLayerOptions(scale_format=scale_format)
+    if scale_format == "e8m0" and opset < E8M0_MIN_OPSET:
+        raise ValueError(f"scale_format='e8m0' needs opset >= {E8M0_MIN_OPSET} (FLOAT8E8M0), got opset={opset}")
     inputs = _example_tuple(example_inputs)
     _check_float32(model)
     was_training = model.training
