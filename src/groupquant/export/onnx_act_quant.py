@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
-
 from ..formats import ElementFormat
 from ..ops.shared_scale import SCALE_MODES
 from .onnx_builder import GraphBuilder
@@ -42,11 +40,6 @@ class DynamicGroupQuant:
             raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {self.scale_mode!r}")
 
 
-def _ints(b: GraphBuilder, values: list) -> str:
-    """An int64 1-D constant (shapes, axes, pads)."""
-    return b.const(np.asarray(values, dtype=np.int64), hint="ints")
-
-
 def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spec: DynamicGroupQuant) -> str:
     """Append the subgraph quantizing float32 ``x`` (``rank`` dims, ``dim_size`` along ``spec.dim``); returns its output."""
     if not -rank <= spec.dim < rank:
@@ -58,11 +51,11 @@ def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spe
     if pad:
         pads = [0] * (2 * rank)
         pads[rank + d] = pad
-        x = b.node("Pad", [x, _ints(b, pads)], hint="padded")
+        x = b.node("Pad", [x, b.ints(pads)], hint="padded")
     padded_shape = b.node("Shape", [x])
     target = [0] * d + [k, block] + ([-1] if d < rank - 1 else [])
-    xg = b.node("Reshape", [x, _ints(b, target)], hint="grouped")
-    axes = _ints(b, [d + 1])
+    xg = b.node("Reshape", [x, b.ints(target)], hint="grouped")
+    axes = b.ints([d + 1])
     amax = b.node("ReduceMax", [b.node("Abs", [xg]), axes], hint="amax", keepdims=1)
     probe = b.node("ReduceSum", [b.node("Mul", [xg, b.const(0.0)]), axes], hint="finite_probe", keepdims=1)
     amax = b.node("Where", [b.node("IsNaN", [probe]), b.const(0.0), amax], hint="amax_finite")
@@ -70,5 +63,5 @@ def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spe
     elements = round_elements_of(b, b.node("Div", [xg, scale], hint="scaled"), spec.fmt)
     out = b.node("Reshape", [b.node("Mul", [elements, scale]), padded_shape], hint="fq")
     if pad:
-        out = b.node("Slice", [out, _ints(b, [0]), _ints(b, [dim_size]), _ints(b, [d])], hint="fq")
+        out = b.node("Slice", [out, b.ints([0]), b.ints([dim_size]), b.ints([d])], hint="fq")
     return out

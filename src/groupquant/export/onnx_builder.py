@@ -67,6 +67,10 @@ class GraphBuilder:
             self._constants[key] = self.initializer(tensor, hint)
         return self._constants[key]
 
+    def ints(self, values: Sequence[int]) -> str:
+        """An int64 1-D constant (shapes, axes, pads), shared when equal."""
+        return self.const(np.asarray(list(values), dtype=np.int64), hint="ints")
+
     def node(self, op_type: str, inputs: Sequence[str], hint: Optional[str] = None, **attrs: object) -> str:
         """Append a single-output node; returns the output name."""
         out = self.fresh(hint or op_type.lower())

@@ -64,8 +64,6 @@ def _act_quant(b: GraphBuilder, proxy: QuantProxy, x: str, shape: Optional[torch
         raise ExportError(info.name, what, "the shape of the quantized tensor is unknown")
     g = tq.granularity
     spec = DynamicGroupQuant(tq.fmt, g.group_size, g.dim, tq.scale_mode)
-    if not -len(shape) <= g.dim < len(shape):
-        raise ExportError(info.name, what, f"group dim {g.dim} is out of range for a {len(shape)}-d tensor")
     try:
         return dynamic_fake_quant_of(b, x, len(shape), int(shape[g.dim]), spec)
     except ValueError as e:

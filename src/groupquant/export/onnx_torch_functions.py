@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from .export_error import ExportError
 from .onnx_builder import GraphBuilder
-from .onnx_torch_modules import NodeInfo, flatten_of, ints_const
+from .onnx_torch_modules import NodeInfo, flatten_of
 
 __all__ = ["Value", "FUNCTION_CONVERTERS", "METHOD_CONVERTERS"]
 
@@ -71,7 +71,7 @@ def _reshape(b: GraphBuilder, info: NodeInfo, args: Sequence[object], kwargs: Di
     if not all(isinstance(d, int) for d in dims):
         raise ExportError(info.name, "reshape/view", f"shape {dims!r} is not all integers (x.size() does not export; "
                           "use -1 or nn.Flatten)")
-    return b.node("Reshape", [_operand(b, args[0], info), ints_const(b, dims)], hint="reshape")
+    return b.node("Reshape", [_operand(b, args[0], info), b.ints(dims)], hint="reshape")
 
 
 def _identity(b: GraphBuilder, info: NodeInfo, args: Sequence[object], kwargs: Dict[str, object]) -> str:

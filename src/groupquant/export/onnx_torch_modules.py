@@ -16,7 +16,7 @@ from torch import nn
 from .export_error import ExportError
 from .onnx_builder import GraphBuilder
 
-__all__ = ["NodeInfo", "MODULE_CONVERTERS", "float_array", "linear_of", "conv_of", "ints_const", "flatten_of"]
+__all__ = ["NodeInfo", "MODULE_CONVERTERS", "float_array", "linear_of", "conv_of", "flatten_of"]
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,6 @@ def float_array(t: torch.Tensor, where: str) -> np.ndarray:
     if t.dtype != torch.float32:
         raise ExportError(where, "parameter", f"has dtype {t.dtype}; export a float32 model (model.float())")
     return t.detach().cpu().numpy()
-
-
-def ints_const(b: GraphBuilder, values: Sequence[int]) -> str:
-    """An int64 1-D constant (shapes, axes, pads)."""
-    return b.const(np.asarray(list(values), dtype=np.int64), hint="ints")
 
 
 def linear_of(b: GraphBuilder, x: str, weight: str, bias: Optional[str], hint: str) -> str:
@@ -110,7 +105,7 @@ def flatten_of(b: GraphBuilder, x: str, rank: int, start: int, end: int, shape: 
     """torch.flatten(x, start, end) by Reshape: dims before ``start`` are copied (batch may vary)."""
     start, end = start % rank, end % rank
     target = [0] * start + [-1] + [int(s) for s in shape[end + 1:]]
-    return b.node("Reshape", [x, ints_const(b, target)], hint="flatten")
+    return b.node("Reshape", [x, b.ints(target)], hint="flatten")
 
 
 def _flatten(b: GraphBuilder, m: nn.Flatten, info: NodeInfo, inputs: List[str]) -> str:
