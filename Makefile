@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
-EXTRAS ?= test
+EXTRAS ?= test,export
 
 .PHONY: demo test bench clean
 

@@ -134,6 +134,8 @@ struct FormatParams {
   int32_t special;                // Special
   int32_t nan_code;               // -1: the format has no NaN code
   int32_t even_bits;              // mantissa width that scale_mode='even' rounds amax to
+  bool negative_zero;             // the format encodes -0 (signed floats other than FNUZ)
+  int32_t exp_max;                // cap of the shared exponent for this input dtype (<= 127)
   // derived
   int32_t qemin, qmant;    // the quantum of s is 2^(max(floor_log2 s, qemin) - qmant)
   float low, high;         // saturation bounds of element values
@@ -169,8 +171,9 @@ GQ_HD Log2Split log2_split(uint32_t bits) {
 }
 
 // Scale of a block from the bits of its amax (|x| as uint32; NaN/Inf have bits >= 0x7F800000),
-// for the power-of-two modes: the shared exponent, clamped to E8M0's [-127, 127] (an all-zero
-// block gets -127); floor: floor(log2 amax) - emax; ceil: one more unless amax is a power of two;
+// for the power-of-two modes: the shared exponent, clamped to [-127, exp_max] (E8M0's range, capped
+// at the input dtype's largest binade minus emax, so no finite block overflows; an all-zero block
+// gets -127); floor: floor(log2 amax) - emax; ceil: one more unless amax is a power of two;
 // even: one more when amax rounded to even_bits mantissa bits carries into the next binade; rceil:
 // ceil(log2(amax / max_normal)). NaN/Inf in the block: NaN scale, code 0xFF. Branch-free (the mode
 // enters through integer arithmetic), so a loop over blocks vectorizes.
@@ -185,7 +188,7 @@ GQ_HD BlockScale pow2_block_scale(uint32_t amax_bits, const FormatParams& f, int
   const int32_t shift = f.emax + is_rceil * (f.rceil_shift - f.emax);
   int32_t e = a.exp - shift + is_ceil * up_ceil + is_even * up_even + is_rceil * up_rceil;
   e = bits == 0 ? kE8M0MinExp : e;
-  e = imin(imax(e, kE8M0MinExp), kE8M0MaxExp);
+  e = imin(imax(e, kE8M0MinExp), f.exp_max);
   BlockScale s;
   s.scale = nonfinite ? quiet_nan() : exp2i(e);
   s.inv = nonfinite ? quiet_nan() : exp2i(-e);
@@ -273,7 +276,7 @@ GQ_HD float quantize_element(float s, const FormatParams& f, const RoundRule& ru
   float v = n * exp2i(quantum);
   v = v < f.low ? f.low : v;  // comparisons keep NaN and -0, like torch.clamp
   v = v > f.high ? f.high : v;
-  return v;
+  return (f.negative_zero || v != 0.0f) ? v : 0.0f;  // no -0 in formats that cannot encode it
 }
 
 // ---- element codes (codes.py encode) ----------------------------------------------------
@@ -286,12 +289,15 @@ GQ_HD int32_t encode_element(float v, const FormatParams& f) {
   }
   const int32_t m = f.mantissa_bits;
   const float a = nan ? 0.0f : fabsf(v);
-  const bool normal = a >= f.min_normal;
-  const int32_t e = imax(exponent_field_log2(a), f.emin);
-  const int32_t units = static_cast<int32_t>(a * exp2i(m - e));  // exact integer < 2^(m+1)
+  const bool inf = f2u(a) == 0x7F800000u;
+  const float af = inf ? 0.0f : a;  // keeps the integer conversion below in range
+  const bool normal = af >= f.min_normal;
+  const int32_t e = imax(exponent_field_log2(af), f.emin);
+  const int32_t units = static_cast<int32_t>(af * exp2i(m - e));  // exact integer < 2^(m+1)
   const int32_t field_e = normal ? e + f.bias : 0;
   const int32_t field_m = normal ? units - (1 << m) : units;
   int32_t code = (field_e << m) | field_m;
+  if (f.special == kSpecialIeee && inf) code = ((1 << f.exponent_bits) - 1) << m;  // +-Inf (IEEE formats)
   if (f.is_signed) {
     bool neg = (f2u(v) >> 31) != 0 && !nan;
     if (f.special == kSpecialFnuz) neg = neg && a > 0.0f;
