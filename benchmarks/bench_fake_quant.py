@@ -140,6 +140,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     print(f"groupquant backend: {gq.ops.backend()}; torch {torch.__version__}; threads {torch.get_num_threads()}; "
           f"{args.size}x{args.size}, blocks of 32 along the last dim, median of {args.reps}")
+    if args.peers:
+        found = sorted({name for fmt in args.formats for name in peer_functions(fmt)})
+        print("peers importable: " + (", ".join(found) if found else "none (brevitas, torchao, microxcaling)"))
     run_table(args.size, args.reps, args.formats, not args.no_compile, args.peers)
 
 

@@ -8,8 +8,9 @@ Compares, in one run, plain nn.Linear with groupquant.nn.QuantLinear (MX weight 
 32 along in-features, with and without MX input quant, groups of 32 along the last dim): median
 time of forward + backward (timed round-robin), and peak memory of one step (every tensor alive
 during it: parameters, input, activations, gradients, temporaries) from torch.profiler's memory
-timeline. A last row is an experiment, not a library layer: a linear whose backward recomputes
-the quantized weight instead of keeping it, trading one more fake-quant pass for memory.
+timeline. Two more rows are not library layers: the bare F.linear(fake_quant(x), fake_quant(W))
+(the kernels' own share), and an experiment whose backward recomputes the quantized weight
+instead of keeping it, trading one more fake-quant pass for memory.
 """
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ QUANTIZERS = {  # format -> (weight quantizer, activation quantizer)
     "fp8_e5m2": (MXFloat8e5m2Weight, MXFloat8e5m2Act), "fp6_e3m2": (MXFloat6e3m2Weight, MXFloat6e3m2Act),
     "fp6_e2m3": (MXFloat6e2m3Weight, MXFloat6e2m3Act), "fp4_e2m1": (MXFloat4e2m1Weight, MXFloat4e2m1Act),
 }
+
+
+class FakeQuantLinear(torch.nn.Linear):
+    """The bare composition: F.linear(fake_quant(x), fake_quant(W), b): the kernels' share of a QAT step."""
+
+    def __init__(self, in_features: int, out_features: int, fmt: str) -> None:
+        super().__init__(in_features, out_features)
+        self.fmt = fmt
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(gq.fake_quant(x, self.fmt), gq.fake_quant(self.weight, self.fmt), self.bias)
 
 
 class _RecomputeQuantLinear(torch.autograd.Function):
@@ -133,6 +145,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         "nn.Linear (float)": torch.nn.Linear(n, n),
         f"QuantLinear MX {fmt} weight + input": QuantLinear(n, n, weight_quant=wq, input_quant=aq),
         f"QuantLinear MX {fmt} weight only": QuantLinear(n, n, weight_quant=wq),
+        "fake_quant W + A, F.linear": FakeQuantLinear(n, n, fmt),
         f"(experiment) {fmt} W + A, recompute": RecomputeQuantLinear(n, n, fmt),
     }
     steps = {name: step_fn(layer, x) for name, layer in layers.items()}
