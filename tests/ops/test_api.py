@@ -239,7 +239,7 @@ def test_unsigned_formats_clamp_negatives_to_zero():
 
 # ---- bad input: each a ValueError or TypeError naming the argument ----
 
-ENTRY_POINTS = [gq.fake_quant, gq.quantize]
+ENTRY_POINTS = [gq.fake_quant, gq.quantize, gq.ops.fake_quant_with_scale]
 X = torch.randn(2, 64)
 
 
@@ -273,6 +273,8 @@ def test_block_size_none_or_zero_means_whole_dim(fn, block):
     whole = fn(X, "fp8_e4m3", 64)
     if fn is gq.quantize:
         assert out.block_size == 64 and torch.equal(out.codes, whole.codes)
+    elif fn is gq.ops.fake_quant_with_scale:
+        assert torch.equal(out.value, whole.value) and torch.equal(out.scale, whole.scale)
     else:
         assert torch.equal(out, whole)
 
@@ -323,6 +325,8 @@ def test_zero_dim_tensor(fn):
 def test_bad_ste():
     with pytest.raises(ValueError, match="ste"):
         gq.fake_quant(X, "fp8_e4m3", ste="straight")
+    with pytest.raises(ValueError, match="ste"):
+        gq.ops.fake_quant_with_scale(X, "fp8_e4m3", ste="straight")
 
 
 @pytest.mark.parametrize("fn", ENTRY_POINTS)

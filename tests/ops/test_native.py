@@ -103,6 +103,11 @@ def check_against_reference(x: torch.Tensor, fmt, block_size, dim, rounding, sca
     assert torch.equal(mask, ref_mask), f"clipped-STE mask differs: {what}"
     assert_same(native_fake_quant(x, spec), ref_out, what)
     ref_q, q = reference_quantize(x, spec), native_quantize(x, spec)
+    for want_mask in (False, True):  # values, mask and scales from one pass
+        out, mask, scale = torch.ops.groupquant.group_fake_quant_scale(x, *op_args(spec, x.dtype), want_mask)
+        assert_same(out, ref_out, f"with scale: {what}")
+        assert torch.equal(mask, ref_mask) if want_mask else mask.numel() == 0, f"mask with scale: {what}"
+        assert_same(scale, ref_q.scale, f"scale beside the values: {what}")
     assert q.codes.dtype == ref_q.codes.dtype and torch.equal(q.codes, ref_q.codes), f"codes differ: {what}"
     assert_same(q.scale, ref_q.scale, f"scale: {what}")
     if ref_q.scale_codes is None:
@@ -198,6 +203,8 @@ def test_opcheck_passes_on_every_op() -> None:
         torch.library.opcheck(torch.ops.groupquant.group_fake_quant.default, (x, *args))
         torch.library.opcheck(torch.ops.groupquant.group_fake_quant_masked.default, (x, *args))
         torch.library.opcheck(torch.ops.groupquant.group_quantize.default, (x.detach(), *args, torch.uint8))
+        for want_mask in (False, True):
+            torch.library.opcheck(torch.ops.groupquant.group_fake_quant_scale.default, (x, *args, want_mask))
 
 
 class _QuantMLP(torch.nn.Module):
@@ -241,6 +248,43 @@ def test_fullgraph_traces_fake_quant_for_every_mx_format() -> None:
         torch._dynamo.reset()
         f = torch.compile(lambda t: gq.fake_quant(t, name, rounding="nearest"), fullgraph=True, backend="eager")
         assert torch.equal(f(x), gq.fake_quant(x, name, rounding="nearest")), name
+
+
+def test_fake_quant_with_scale_equals_fake_quant_and_quantize_with_gradients() -> None:
+    x = make_input((5, 3, 70), 1, torch.float32, seed=13).nan_to_num(0.0, 0.0, 0.0) * 50
+    for fmt, dim, ste in [("fp8_e4m3", -1, "identity"), ("fp6_e2m3", 1, "clipped"), ("int8", 0, "clipped")]:
+        leaf = x.clone().requires_grad_()
+        result = gq.ops.fake_quant_with_scale(leaf, fmt, 32, dim, ste=ste)
+        assert isinstance(result, gq.ops.FakeQuantResult) and not result.scale.requires_grad
+        assert_same(result.value, gq.fake_quant(x, fmt, 32, dim), f"{fmt} value")
+        assert_same(result.scale, gq.quantize(x, fmt, 32, dim).scale, f"{fmt} scale")
+        grad = torch.randn(x.shape)
+        result.value.backward(grad)
+        plain_leaf = x.clone().requires_grad_()
+        gq.fake_quant(plain_leaf, fmt, 32, dim, ste=ste).backward(grad)
+        assert torch.equal(leaf.grad, plain_leaf.grad), f"{fmt} {ste} gradient"
+
+
+def test_fullgraph_compiles_fake_quant_with_scale_and_quant_linear() -> None:
+    from groupquant.nn import QuantLinear
+    from groupquant.quantizers import MXFloat8e4m3Act, MXFloat8e4m3Weight
+
+    x = torch.randn(6, 64)
+    torch._dynamo.reset()
+    f = torch.compile(lambda t: gq.ops.fake_quant_with_scale(t, "fp8_e4m3").scale, fullgraph=True, backend="eager")
+    assert torch.equal(f(x), gq.quantize(x, "fp8_e4m3").scale)
+    torch.manual_seed(0)
+    layer = QuantLinear(64, 24, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act)
+    eager = layer(x)
+    eager.sum().backward()
+    grads = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    torch._dynamo.reset()
+    out = torch.compile(layer, fullgraph=True, backend="aot_eager")(x)
+    out.sum().backward()
+    assert torch.equal(out, eager)
+    for p, g in zip(layer.parameters(), grads):
+        assert torch.equal(p.grad, g)
 
 
 def test_torch_compile_inductor_gives_bit_identical_fake_quant() -> None:

@@ -2,9 +2,10 @@
 
 This is the MX path (OCP MX v1.0: per-group E8M0 scales from the group's abs-max) and the
 statistics path of per-tensor and per-channel quantizers. Every granularity is expressed as a
-call of :func:`groupquant.fake_quant` (groups along one dim; channel and tensor granularity
-as a reshape into one group per channel / one group in all), so the native kernel behind that
-function runs here, and the output equals ``fake_quant`` bit for bit.
+call of :func:`groupquant.ops.fake_quant_with_scale` (groups along one dim; channel and tensor
+granularity as a reshape into one group per channel / one group in all), so the native kernel
+behind that function runs here, the output equals ``fake_quant`` bit for bit, and the scales come
+from the same pass (no second abs-max reduction).
 """
 from __future__ import annotations
 
@@ -14,17 +15,13 @@ import torch
 from torch import nn
 
 from ..formats import ElementFormat
-from ..ops import fake_quant, group_scale
+from ..ops import fake_quant_with_scale
 from .granularity import ScaleGranularity
 from .quant_output import QuantOutput
 from .restrict import scale_mode
-from .stats import ScalingStats
 from .ste import STE_MODES
 
 __all__ = ["DynamicQuant"]
-
-_ABS_MAX = ScalingStats("abs_max")
-
 
 def _as_groups(x: torch.Tensor, granularity: ScaleGranularity) -> Tuple[torch.Tensor, int, int]:
     """``x`` reshaped so that one group along a dim is one scale: (tensor, block_size, dim).
@@ -85,9 +82,9 @@ class DynamicQuant(nn.Module):
         """Quantize-dequantize ``x``; values in the granularity's view, scales beside them."""
         g = self.granularity
         grouped, block, dim = _as_groups(x, g)
-        y = fake_quant(grouped, self.fmt, block, dim, self.rounding, self.scale_mode, ste=self.ste)
-        y = _from_groups(y, x, g)
-        scale, _ = group_scale(_ABS_MAX(x, g), self.fmt, self.scale_mode, x.dtype)
+        result = fake_quant_with_scale(grouped, self.fmt, block, dim, self.rounding, self.scale_mode, ste=self.ste)
+        y = _from_groups(result.value, x, g)
+        scale = result.scale.reshape(g.scale_shape(x.shape))  # the same pass's abs-max scales
         layout = g.layout(x.shape) if g.is_group else None
         value = layout.contract(y) if layout is not None else y
         return QuantOutput(value, scale, g, layout)

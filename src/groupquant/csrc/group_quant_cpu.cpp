@@ -151,9 +151,11 @@ struct Driver {
       int64_t b = b0;
       while (b < b1) {
         const int64_t start = o * dim + kb * bs;
+        const int64_t b_first = b;  // index of the first block of this run (its scale's index)
         int64_t len = std::min(bs, dim - kb * bs);
         if (len > kTile) {  // one large block, in chunks
           const BlockScale sc = block_scale(amax_span<S>(x + start, len), job.fmt, job.scale_mode);
+          if (job.scale != nullptr) job.scale[b_first] = sc.scale;
           fill(scale_buf, kTile, sc.scale);
           fill(inv_buf, kTile, sc.inv);
           for (int64_t off = 0; off < len; off += kTile) {
@@ -187,6 +189,7 @@ struct Driver {
 #pragma omp simd
           for (int64_t t = 0; t < nb; ++t) scale_blk[t] = float_block_scale(amax_blk[t], f).scale;
         }
+        if (job.scale != nullptr) std::copy(scale_blk, scale_blk + nb, job.scale + b_first);
         for (int64_t t = 0, off = 0; t < nb; off += len_blk[t], ++t) {
           fill(scale_buf + off, len_blk[t], scale_blk[t]);
           if (Pow2) fill(inv_buf + off, len_blk[t], inv_blk[t]);

@@ -102,10 +102,8 @@ __global__ void rows_kernel(const Job job, int group) {
     for (int off = group >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off, group));
     if (!valid) continue;
     const BlockScale sc = block_scale(S::widen_abs(m), f, job.scale_mode);
-    if (sub == 0 && job.scale != nullptr) {
-      job.scale[b] = sc.scale;
-      job.scale_codes[b] = sc.code;
-    }
+    if (sub == 0 && job.scale != nullptr) job.scale[b] = sc.scale;
+    if (sub == 0 && job.scale_codes != nullptr) job.scale_codes[b] = sc.code;
     for (int64_t t = sub; t < len; t += group) quantize_one<S, Stochastic, Pow2>(job, f, rule, sc, start + t, b * bs + t);
     if (job.codes != nullptr && len < bs) {
       const int32_t code = padding_code<Pow2>(f, rule, sc);
@@ -130,10 +128,8 @@ __global__ void columns_kernel(const Job job) {
     uint32_t m = 0;
     for (int64_t j = 0; j < len; ++j) m = max(m, S::abs_bits(x[base + j * inner]));
     const BlockScale sc = block_scale(S::widen_abs(m), f, job.scale_mode);
-    if (job.scale != nullptr) {
-      job.scale[ob * inner + c] = sc.scale;
-      job.scale_codes[ob * inner + c] = sc.code;
-    }
+    if (job.scale != nullptr) job.scale[ob * inner + c] = sc.scale;
+    if (job.scale_codes != nullptr) job.scale_codes[ob * inner + c] = sc.code;
     const int64_t code_base = ob * bs * inner + c;
     for (int64_t j = 0; j < len; ++j) {
       quantize_one<S, Stochastic, Pow2>(job, f, rule, sc, base + j * inner, code_base + j * inner);

@@ -24,6 +24,11 @@ std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cuda(GQ_OP_PARAMS) {
   return fake_quant_impl(GQ_OP_ARGS, true, run_on_cuda);
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_cuda(GQ_OP_PARAMS, bool want_mask) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  return fake_quant_scale_impl(GQ_OP_ARGS, want_mask, run_on_cuda);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cuda(GQ_OP_PARAMS, at::ScalarType code_dtype) {
   const c10::cuda::CUDAGuard guard(x.device());
   return quantize_impl(GQ_OP_ARGS, code_dtype, run_on_cuda);
@@ -35,5 +40,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cuda(GQ_OP_PARAMS, at::S
 TORCH_LIBRARY_IMPL(groupquant, CUDA, m) {
   m.impl("group_fake_quant", &groupquant::fake_quant_cuda);
   m.impl("group_fake_quant_masked", &groupquant::fake_quant_masked_cuda);
+  m.impl("group_fake_quant_scale", &groupquant::fake_quant_scale_cuda);
   m.impl("group_quantize", &groupquant::quantize_cuda);
 }

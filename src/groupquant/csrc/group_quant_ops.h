@@ -30,6 +30,10 @@ using Runner = void (*)(const Job& job, const at::Tensor& x);
 // (|x / scale| <= max_normal); the mask is an empty tensor otherwise.
 std::tuple<at::Tensor, at::Tensor> fake_quant_impl(GQ_OP_PARAMS, bool want_mask, Runner runner);
 
+// Fake-quant plus the float32 scale of every block, contracted scale shape sizes[:d] + (k, 1) + sizes[d+1:]:
+// (out, mask, scale); the mask is an empty tensor unless want_mask.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_impl(GQ_OP_PARAMS, bool want_mask, Runner runner);
+
 // Quantize: codes (contracted layout, code_dtype), float32 scales and uint8 E8M0 codes (scale shape).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_impl(GQ_OP_PARAMS, at::ScalarType code_dtype,
                                                              Runner runner);

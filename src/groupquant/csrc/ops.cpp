@@ -2,6 +2,7 @@
 //
 //   groupquant::group_fake_quant(x, <args>) -> Tensor
 //   groupquant::group_fake_quant_masked(x, <args>) -> (Tensor out, Tensor mask)
+//   groupquant::group_fake_quant_scale(x, <args>, bool want_mask) -> (Tensor out, Tensor mask, Tensor scale)
 //   groupquant::group_quantize(x, <args>, ScalarType code_dtype) -> (Tensor codes, Tensor scale, Tensor scale_codes)
 //
 // Fake (meta) kernels and autograd are registered from Python (ops/native_ops.py).
@@ -173,6 +174,27 @@ std::vector<int64_t> grouped_shape(const at::Tensor& x, int64_t dim, int64_t k, 
   return shape;
 }
 
+// Dequantized values, the mask (empty unless want_mask) and, if want_scale, the float32 scale of
+// every block in the contracted scale shape sizes[:d] + (k, 1) + sizes[d+1:] (else empty).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_outputs(GQ_OP_PARAMS, bool want_mask, bool want_scale,
+                                                                  Runner runner) {
+  dtype_code(x.scalar_type());
+  const at::Tensor xc = x.contiguous();
+  Job job = make_job(xc, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin, emax,
+                     max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero, exp_max, scale_mode,
+                     rounding, seed);
+  const auto bool_opts = xc.options().dtype(at::kBool);
+  at::Tensor out = at::empty(xc.sizes(), xc.options());
+  at::Tensor mask = want_mask ? at::empty(xc.sizes(), bool_opts) : at::empty({0}, bool_opts);
+  at::Tensor scale = want_scale ? at::empty(grouped_shape(xc, dim, job.num_blocks, 1), xc.options().dtype(at::kFloat))
+                                : at::empty({0}, xc.options().dtype(at::kFloat));
+  job.out = out.data_ptr();
+  job.mask = want_mask ? reinterpret_cast<uint8_t*>(mask.data_ptr<bool>()) : nullptr;
+  job.scale = want_scale ? scale.data_ptr<float>() : nullptr;
+  if (xc.numel() > 0) runner(job, xc);
+  return {out, mask, scale};
+}
+
 void run_on_cpu(const Job& job, const at::Tensor&) { run_cpu(job); }
 
 at::Tensor fake_quant_cpu(GQ_OP_PARAMS) { return std::get<0>(fake_quant_impl(GQ_OP_ARGS, false, run_on_cpu)); }
@@ -181,24 +203,23 @@ std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cpu(GQ_OP_PARAMS) {
   return fake_quant_impl(GQ_OP_ARGS, true, run_on_cpu);
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_cpu(GQ_OP_PARAMS, bool want_mask) {
+  return fake_quant_scale_impl(GQ_OP_ARGS, want_mask, run_on_cpu);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cpu(GQ_OP_PARAMS, at::ScalarType code_dtype) {
   return quantize_impl(GQ_OP_ARGS, code_dtype, run_on_cpu);
 }
 
 }  // namespace
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_impl(GQ_OP_PARAMS, bool want_mask, Runner runner) {
+  return fake_quant_outputs(GQ_OP_ARGS, want_mask, true, runner);
+}
+
 std::tuple<at::Tensor, at::Tensor> fake_quant_impl(GQ_OP_PARAMS, bool want_mask, Runner runner) {
-  dtype_code(x.scalar_type());
-  const at::Tensor xc = x.contiguous();
-  Job job = make_job(xc, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin, emax,
-                     max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero, exp_max, scale_mode,
-                     rounding, seed);
-  at::Tensor out = at::empty(xc.sizes(), xc.options());
-  at::Tensor mask = want_mask ? at::empty(xc.sizes(), xc.options().dtype(at::kBool)) : at::empty({0}, xc.options().dtype(at::kBool));
-  job.out = out.data_ptr();
-  job.mask = want_mask ? reinterpret_cast<uint8_t*>(mask.data_ptr<bool>()) : nullptr;
-  if (xc.numel() > 0) runner(job, xc);
-  return {out, mask};
+  auto outs = fake_quant_outputs(GQ_OP_ARGS, want_mask, false, runner);
+  return {std::get<0>(outs), std::get<1>(outs)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_impl(GQ_OP_PARAMS, at::ScalarType code_dtype, Runner runner) {
@@ -224,11 +245,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_impl(GQ_OP_PARAMS, at::S
 TORCH_LIBRARY(groupquant, m) {
   m.def("group_fake_quant(" GQ_SCHEMA_ARGS ") -> Tensor");
   m.def("group_fake_quant_masked(" GQ_SCHEMA_ARGS ") -> (Tensor, Tensor)");
+  m.def("group_fake_quant_scale(" GQ_SCHEMA_ARGS ", bool want_mask) -> (Tensor, Tensor, Tensor)");
   m.def("group_quantize(" GQ_SCHEMA_ARGS ", ScalarType code_dtype) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(groupquant, CPU, m) {
   m.impl("group_fake_quant", &groupquant::fake_quant_cpu);
   m.impl("group_fake_quant_masked", &groupquant::fake_quant_masked_cpu);
+  m.impl("group_fake_quant_scale", &groupquant::fake_quant_scale_cpu);
   m.impl("group_quantize", &groupquant::quantize_cpu);
 }

@@ -2,17 +2,18 @@
 
 The PyTorch reference here defines the numerics; native kernels must match it bit for bit.
 """
-from .api import SUPPORTED_DTYPES, backend, fake_quant, make_spec, quantize
+from .api import SUPPORTED_DTYPES, backend, fake_quant, fake_quant_with_scale, make_spec, quantize
 from .codes import code_dtype, decode, encode
+from .fake_quant_result import FakeQuantResult
 from .element_round import ROUNDING_MODES, round_to_format
 from .group_layout import GroupLayout
 from .quantized import GroupQuantized
-from .reference import GroupSpec, reference_fake_quant, reference_quantize
+from .reference import GroupSpec, reference_fake_quant, reference_fake_quant_with_scale, reference_quantize
 from .shared_scale import SCALE_MODES, e8m0_decode, e8m0_encode, group_scale, shared_exponent
 
 __all__ = [
-    "SUPPORTED_DTYPES", "backend", "fake_quant", "make_spec", "quantize", "code_dtype", "decode", "encode",
-    "ROUNDING_MODES", "round_to_format", "GroupLayout", "GroupQuantized", "GroupSpec",
-    "reference_fake_quant", "reference_quantize", "SCALE_MODES", "e8m0_decode", "e8m0_encode",
-    "group_scale", "shared_exponent",
+    "SUPPORTED_DTYPES", "backend", "fake_quant", "fake_quant_with_scale", "FakeQuantResult", "make_spec", "quantize",
+    "code_dtype", "decode", "encode", "ROUNDING_MODES", "round_to_format", "GroupLayout", "GroupQuantized",
+    "GroupSpec", "reference_fake_quant", "reference_fake_quant_with_scale", "reference_quantize", "SCALE_MODES",
+    "e8m0_decode", "e8m0_encode", "group_scale", "shared_exponent",
 ]

@@ -13,29 +13,33 @@ from ..formats import ElementFormat, get_format
 from . import native
 from .element_round import ROUNDING_MODES
 from .group_layout import GroupLayout
-from .native_ops import native_fake_quant, native_quantize
+from .fake_quant_result import FakeQuantResult
+from .native_ops import native_fake_quant, native_fake_quant_with_scale, native_quantize
 from .quantized import GroupQuantized
-from .reference import GroupSpec, reference_fake_quant, reference_quantize
+from .reference import GroupSpec, reference_fake_quant, reference_fake_quant_parts, reference_quantize
 from .shared_scale import SCALE_MODES
 
-__all__ = ["fake_quant", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
+__all__ = ["fake_quant", "fake_quant_with_scale", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 STE_MODES = ("identity", "clipped")
 
 
 class _ReferenceFakeQuant(torch.autograd.Function):
-    """Reference fake-quant with a straight-through gradient (identity, or zero where saturated)."""
+    """Reference fake-quant with a straight-through gradient (identity, or zero where saturated).
+
+    Returns the values and the float32 scales (no gradient)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, spec: GroupSpec, ste: str) -> torch.Tensor:  # type: ignore[override]
-        out, inside = reference_fake_quant(x, spec, want_mask=(ste == "clipped"))
-        ctx.save_for_backward(inside if inside is not None else torch.empty(0))
-        ctx.clipped = inside is not None
-        return out
+    def forward(ctx, x: torch.Tensor, spec: GroupSpec, ste: str):  # type: ignore[override]
+        parts = reference_fake_quant_parts(x, spec, want_mask=(ste == "clipped"))
+        ctx.save_for_backward(parts.mask if parts.mask is not None else torch.empty(0))
+        ctx.clipped = parts.mask is not None
+        ctx.mark_non_differentiable(parts.scale)
+        return parts.value, parts.scale
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor, _grad_scale: torch.Tensor):  # type: ignore[override]
         (inside,) = ctx.saved_tensors
         if ctx.clipped:
             grad = grad * inside.to(grad.dtype)
@@ -135,8 +139,30 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
     if _use_native(x):
         return native_fake_quant(x, spec, ste)
     if torch.is_grad_enabled() and x.requires_grad:
-        return _ReferenceFakeQuant.apply(x, spec, ste)
+        return _ReferenceFakeQuant.apply(x, spec, ste)[0]
     return reference_fake_quant(x, spec)[0]
+
+
+def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32,
+                          dim: int = -1, rounding: str = "even", scale_mode: str = "floor", *,
+                          generator: Optional[torch.Generator] = None, seed: Optional[int] = None,
+                          ste: str = "identity") -> FakeQuantResult:
+    """:func:`fake_quant` and the shared scales it used, from one pass over ``x``.
+
+    Arguments as :func:`fake_quant`. ``result.value`` equals ``fake_quant(x, ...)`` bit for bit
+    (same gradient); ``result.scale`` (float32, contracted scale shape ``S[:d] + (k, 1) + S[d+1:]``,
+    no gradient) equals ``quantize(x, ...).scale``.
+    """
+    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
+    if ste not in STE_MODES:
+        raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
+    if _use_native(x):
+        return native_fake_quant_with_scale(x, spec, ste)
+    if torch.is_grad_enabled() and x.requires_grad:
+        value, scale = _ReferenceFakeQuant.apply(x, spec, ste)
+        return FakeQuantResult(value, scale)
+    parts = reference_fake_quant_parts(x, spec)
+    return FakeQuantResult(parts.value, parts.scale)
 
 
 def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,

@@ -6,23 +6,27 @@ The schemas and the CPU/CUDA kernels are registered by the C++ extension (csrc/o
 - fake kernels, so ``torch.compile(fullgraph=True)`` traces through the ops;
 - autograd: ``group_fake_quant`` passes the gradient straight through; ``group_fake_quant_masked``
   (the clipped straight-through estimator) multiplies it by the bool mask it returned, zero where
-  the element saturated. Nothing else is saved for backward (1 byte per element at most).
+  the element saturated; ``group_fake_quant_scale`` (values, optional mask and the per-group
+  float32 scales from the same pass) does either, by its ``want_mask`` flag. Nothing else is saved
+  for backward (1 byte per element at most).
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
 from .codes import code_dtype
+from .fake_quant_result import FakeQuantResult
 from .kernel_format import kernel_format
 from .quantized import GroupQuantized
 from .reference import GroupSpec
 from .shared_scale import exponent_cap
 
-__all__ = ["register", "op_args", "native_fake_quant", "native_quantize", "OP_NAMES"]
+__all__ = ["register", "op_args", "native_fake_quant", "native_fake_quant_with_scale", "native_quantize", "OP_NAMES"]
 
-OP_NAMES = ("groupquant::group_fake_quant", "groupquant::group_fake_quant_masked", "groupquant::group_quantize")
+OP_NAMES = ("groupquant::group_fake_quant", "groupquant::group_fake_quant_masked", "groupquant::group_quantize",
+            "groupquant::group_fake_quant_scale")
 _N_ARGS = 22  # inputs of the fake-quant ops (x + 21 settings)
 _registered = {"done": False}
 
@@ -48,6 +52,15 @@ def _fake_fake_quant_masked(x, dim, block_size, is_float, is_signed, exponent_bi
                             exp_max, scale_mode, rounding, seed):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return out, torch.empty(x.shape, dtype=torch.bool, device=x.device)
+
+
+def _fake_fake_quant_scale(x, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin,
+                           emax, max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero,
+                           exp_max, scale_mode, rounding, seed, want_mask):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    mask = torch.empty(x.shape if want_mask else (0,), dtype=torch.bool, device=x.device)
+    scale = torch.empty(_grouped_shape(x, dim, block_size, 1), dtype=torch.float32, device=x.device)
+    return out, mask, scale
 
 
 def _grouped_shape(x: torch.Tensor, dim: int, block_size: int, middle: int) -> list:
@@ -80,6 +93,19 @@ def _backward_masked(ctx, grad, _grad_mask):
     return (grad * inside.to(grad.dtype),) + (None,) * (_N_ARGS - 1)
 
 
+def _setup_scale(ctx, inputs, output):
+    ctx.mark_non_differentiable(output[2])  # the scales carry no gradient
+    ctx.masked = bool(inputs[-1])
+    ctx.save_for_backward(output[1] if ctx.masked else None)
+
+
+def _backward_scale(ctx, grad, _grad_mask, _grad_scale):
+    if ctx.masked:
+        (inside,) = ctx.saved_tensors
+        grad = grad * inside.to(grad.dtype)
+    return (grad,) + (None,) * _N_ARGS
+
+
 def register() -> None:
     """Add fake kernels and autograd to the ops the extension defined (once per process)."""
     if _registered["done"]:
@@ -89,6 +115,8 @@ def register() -> None:
     torch.library.register_fake(OP_NAMES[2])(_fake_quantize)
     torch.library.register_autograd(OP_NAMES[0], _backward_identity)
     torch.library.register_autograd(OP_NAMES[1], _backward_masked, setup_context=_setup_masked)
+    torch.library.register_fake(OP_NAMES[3])(_fake_fake_quant_scale)
+    torch.library.register_autograd(OP_NAMES[3], _backward_scale, setup_context=_setup_scale)
     _registered["done"] = True
 
 
@@ -100,6 +128,13 @@ def native_fake_quant(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -
     if ste == "clipped" and torch.is_grad_enabled() and x.requires_grad:
         return torch.ops.groupquant.group_fake_quant_masked(x, *args)[0]
     return torch.ops.groupquant.group_fake_quant(x, *args)
+
+
+def native_fake_quant_with_scale(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> FakeQuantResult:
+    """:func:`native_fake_quant` plus the float32 scales (``spec.layout.scale_shape``) from the same pass."""
+    want_mask = ste == "clipped" and torch.is_grad_enabled() and x.requires_grad
+    out, _mask, scale = torch.ops.groupquant.group_fake_quant_scale(x, *op_args(spec, x.dtype), want_mask)
+    return FakeQuantResult(out, scale)
 
 
 def native_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:

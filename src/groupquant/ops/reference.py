@@ -13,12 +13,14 @@ import torch
 
 from ..formats import ElementFormat
 from .codes import encode
+from .fake_quant_result import FakeQuantResult
 from .element_round import round_to_format, uniform_from_hash
 from .group_layout import GroupLayout
 from .quantized import GroupQuantized
 from .shared_scale import group_scale
 
-__all__ = ["GroupSpec", "reference_fake_quant", "reference_quantize", "stochastic_noise"]
+__all__ = ["GroupSpec", "reference_fake_quant", "reference_fake_quant_with_scale", "reference_quantize",
+           "stochastic_noise", "ReferenceFakeQuantParts"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,24 @@ def _quantize_values(x: torch.Tensor, spec: GroupSpec) -> _Quantized:
     return _Quantized(elements, scale, scale_codes, scaled)
 
 
+@dataclass(frozen=True)
+class ReferenceFakeQuantParts:
+    """Everything one reference fake-quant pass gives: values (x's shape and dtype), the
+    clipped-STE mask (or None) and the float32 scales (contracted scale shape)."""
+
+    value: torch.Tensor
+    mask: Optional[torch.Tensor]
+    scale: torch.Tensor
+
+
+def reference_fake_quant_parts(x: torch.Tensor, spec: GroupSpec, want_mask: bool = False) -> ReferenceFakeQuantParts:
+    """Quantize-dequantize ``x`` by ``spec``, keeping the mask (if ``want_mask``) and the scales."""
+    q = _quantize_values(x, spec)
+    out = spec.layout.expand(q.elements * q.scale).to(x.dtype)
+    mask = spec.layout.expand(q.scaled.abs() <= spec.fmt.max_normal) if want_mask else None
+    return ReferenceFakeQuantParts(out, mask, q.scale)
+
+
 def reference_fake_quant(x: torch.Tensor, spec: GroupSpec,
                          want_mask: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Quantize-dequantize ``x`` by ``spec`` (same shape and dtype as ``x``).
@@ -69,10 +89,14 @@ def reference_fake_quant(x: torch.Tensor, spec: GroupSpec,
     With ``want_mask`` also returns a bool tensor of x's shape, True where ``|x / scale|`` did
     not exceed max normal (the elements that did not saturate; the clipped-STE gradient mask).
     """
-    q = _quantize_values(x, spec)
-    out = spec.layout.expand(q.elements * q.scale).to(x.dtype)
-    mask = spec.layout.expand(q.scaled.abs() <= spec.fmt.max_normal) if want_mask else None
-    return out, mask
+    parts = reference_fake_quant_parts(x, spec, want_mask)
+    return parts.value, parts.mask
+
+
+def reference_fake_quant_with_scale(x: torch.Tensor, spec: GroupSpec) -> FakeQuantResult:
+    """Quantize-dequantize ``x`` by ``spec`` and the float32 scales (``spec.layout.scale_shape``)."""
+    parts = reference_fake_quant_parts(x, spec)
+    return FakeQuantResult(parts.value, parts.scale)
 
 
 def reference_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
