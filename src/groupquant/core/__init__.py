@@ -4,7 +4,7 @@ scale sources (statistics, running statistics, learned) and the quantize-dequant
 Everything here takes explicit arguments (formats, strings, ints); the declarative settings of
 :mod:`groupquant.quantizers` are translated into these by its solvers.
 """
-from .dynamic_quant import DynamicQuant
+from .dynamic_quant import DynamicQuant, DynamicQuantSettings, dynamic_fake_quant
 from .granularity import GRANULARITIES, ScaleGranularity
 from .learned_scale import LearnedScale
 from .quant_output import QuantOutput
@@ -17,7 +17,7 @@ from .stats_scale import StatsScale
 from .ste import STE_MODES, round_ste, round_to_format_ste
 
 __all__ = [
-    "DynamicQuant", "GRANULARITIES", "ScaleGranularity", "LearnedScale", "QuantOutput",
+    "DynamicQuant", "DynamicQuantSettings", "dynamic_fake_quant", "GRANULARITIES", "ScaleGranularity", "LearnedScale", "QuantOutput",
     "RESTRICTIONS", "scale_from_stat", "RunningStatsScale", "ScaledQuant", "scaled_round", "STATS_OPS",
     "ScalingStats", "StatsScale", "STE_MODES", "round_ste", "round_to_format_ste",
 ]

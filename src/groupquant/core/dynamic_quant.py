@@ -9,19 +9,20 @@ from the same pass (no second abs-max reduction).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Tuple
 
 import torch
 from torch import nn
 
 from ..formats import ElementFormat
-from ..ops import fake_quant_with_scale
+from ..ops import FakeQuantResult, fake_quant_with_scale
 from .granularity import ScaleGranularity
 from .quant_output import QuantOutput
 from .restrict import scale_mode
 from .ste import STE_MODES
 
-__all__ = ["DynamicQuant"]
+__all__ = ["DynamicQuant", "DynamicQuantSettings", "dynamic_fake_quant"]
 
 def _as_groups(x: torch.Tensor, granularity: ScaleGranularity) -> Tuple[torch.Tensor, int, int]:
     """``x`` reshaped so that one group along a dim is one scale: (tensor, block_size, dim).
@@ -50,6 +51,28 @@ def _from_groups(y: torch.Tensor, x: torch.Tensor, granularity: ScaleGranularity
     return y.reshape(x.shape)
 
 
+@dataclass(frozen=True)
+class DynamicQuantSettings:
+    """Everything that fixes a dynamic quantize-dequantize: element format, scale sharing, the
+    scale rule (a :data:`groupquant.ops.SCALE_MODES` name), element rounding and gradient rule."""
+
+    fmt: ElementFormat
+    granularity: ScaleGranularity
+    scale_mode: str
+    rounding: str
+    ste: str
+
+
+def dynamic_fake_quant(x: torch.Tensor, settings: DynamicQuantSettings) -> FakeQuantResult:
+    """Quantize-dequantize ``x`` with abs-max scales: values in x's shape (with the STE gradient)
+    and the scales in ``settings.granularity.scale_shape(x.shape)`` (float32), from one pass."""
+    g = settings.granularity
+    grouped, block, dim = _as_groups(x, g)
+    result = fake_quant_with_scale(grouped, settings.fmt, block, dim, settings.rounding, settings.scale_mode,
+                                   ste=settings.ste)
+    return FakeQuantResult(_from_groups(result.value, x, g), result.scale.reshape(g.scale_shape(x.shape)))
+
+
 class DynamicQuant(nn.Module):
     """Abs-max scaled quantize-dequantize through :func:`groupquant.fake_quant`.
 
@@ -67,11 +90,34 @@ class DynamicQuant(nn.Module):
         super().__init__()
         if ste not in STE_MODES:
             raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
-        self.fmt = fmt
-        self.granularity = granularity
-        self.scale_mode = scale_mode(restrict, mode)
-        self.rounding = rounding
-        self.ste = ste
+        self.settings = DynamicQuantSettings(fmt, granularity, scale_mode(restrict, mode), rounding, ste)
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle, also modules pickled before the settings were bundled (separate attributes)."""
+        if "settings" not in state:
+            keys = ("fmt", "granularity", "scale_mode", "rounding", "ste")
+            state["settings"] = DynamicQuantSettings(*(state.pop(k) for k in keys))
+        super().__setstate__(state)
+
+    @property
+    def fmt(self) -> ElementFormat:
+        return self.settings.fmt
+
+    @property
+    def granularity(self) -> ScaleGranularity:
+        return self.settings.granularity
+
+    @property
+    def scale_mode(self) -> str:
+        return self.settings.scale_mode
+
+    @property
+    def rounding(self) -> str:
+        return self.settings.rounding
+
+    @property
+    def ste(self) -> str:
+        return self.settings.ste
 
     def extra_repr(self) -> str:
         return (f"fmt={self.fmt.name}, granularity={self.granularity.kind}, dim={self.granularity.dim}, "
@@ -81,10 +127,7 @@ class DynamicQuant(nn.Module):
     def forward(self, x: torch.Tensor) -> QuantOutput:
         """Quantize-dequantize ``x``; values in the granularity's view, scales beside them."""
         g = self.granularity
-        grouped, block, dim = _as_groups(x, g)
-        result = fake_quant_with_scale(grouped, self.fmt, block, dim, self.rounding, self.scale_mode, ste=self.ste)
-        y = _from_groups(result.value, x, g)
-        scale = result.scale.reshape(g.scale_shape(x.shape))  # the same pass's abs-max scales
+        result = dynamic_fake_quant(x, self.settings)
         layout = g.layout(x.shape) if g.is_group else None
-        value = layout.contract(y) if layout is not None else y
-        return QuantOutput(value, scale, g, layout)
+        value = layout.contract(result.value) if layout is not None else result.value
+        return QuantOutput(value, result.scale, g, layout)

@@ -1,0 +1,95 @@
+"""The memory-lean QuantLinear path: same outputs and gradients as plain autograd, bit for bit,
+and the fake-quantized weight freed before the weight gradient is allocated."""
+import copy
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import groupquant as gq
+from groupquant.nn import QuantLinear
+from groupquant.nn.lean_linear import _LeanQuantLinear, lean_applies
+from groupquant.quantizers import (Int16BiasPerTensor, LearnedScaling, MXFloat4e2m1Weight, MXFloat8e4m3Act,
+                                   MXFloat8e4m3Weight, MXInt8Weight)
+
+
+class LearnedMXFP4(LearnedScaling, MXFloat4e2m1Weight):
+    pass
+
+
+class ClippedMXFP8(MXFloat8e4m3Weight):
+    ste = "clipped"
+
+
+def run(layer: QuantLinear, x: torch.Tensor, lean: bool):
+    """Output and the gradients of input, weight and bias for one backward of a fixed upstream gradient."""
+    layer = copy.deepcopy(layer)
+    layer.memory_lean_backward = lean
+    x = x.detach().clone().requires_grad_(x.requires_grad)
+    y = layer(x)
+    y.backward(torch.linspace(-2, 3, y.numel()).reshape(y.shape))
+    return y.detach(), x.grad, layer.weight.grad, None if layer.bias is None else layer.bias.grad
+
+
+@pytest.mark.parametrize("shape, input_grad", [((5, 96), True), ((2, 3, 96), True), ((7, 96), False)])
+@pytest.mark.parametrize("weight_q, input_q, bias, bias_q", [
+    (MXFloat8e4m3Weight, MXFloat8e4m3Act, True, None),
+    (MXInt8Weight, None, False, None),
+    (MXFloat4e2m1Weight, MXFloat8e4m3Act, True, Int16BiasPerTensor),
+])
+def test_lean_path_equals_plain_autograd_bit_for_bit(shape, input_grad, weight_q, input_q, bias, bias_q):
+    torch.manual_seed(0)
+    layer = QuantLinear(96, 40, bias=bias, weight_quant=weight_q, input_quant=input_q, bias_quant=bias_q)
+    x = (torch.randn(shape) * 3).requires_grad_(input_grad)
+    lean, plain = run(layer, x, True), run(layer, x, False)
+    assert (lean[1] is not None) == input_grad and lean[2] is not None
+    for a, b in zip(lean, plain):
+        assert (a is None and b is None) or torch.equal(a, b)
+    fmt = layer.weight_quant.fmt
+    assert torch.equal(lean[0], plain[0])
+    if input_q is None and bias_q is None:  # and both equal the bare composition
+        expected = F.linear(x.detach(), gq.fake_quant(layer.weight.detach(), fmt), layer.bias)
+        assert torch.equal(lean[0], expected)
+
+
+def test_lean_path_is_taken_only_where_it_applies():
+    assert lean_applies(QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight).weight_quant.tensor_quant)
+    for quant in (LearnedMXFP4, ClippedMXFP8):
+        layer = QuantLinear(64, 8, weight_quant=quant)
+        assert not lean_applies(layer.weight_quant.tensor_quant)
+        x = torch.randn(3, 64)
+        lean, plain = run(layer, x, True), run(layer, x, False)  # the plain path either way
+        assert all(torch.equal(a, b) for a, b in zip(lean, plain) if a is not None)
+    assert not lean_applies(None)
+
+
+def test_no_grad_and_the_opt_out_take_the_plain_path():
+    layer = QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        y = layer(x)
+    assert y.grad_fn is None
+    assert "Lean" in type(layer(x).grad_fn).__name__  # training: the weight wants a gradient
+    layer.memory_lean_backward = False
+    assert "Lean" not in type(layer(x).grad_fn).__name__
+
+
+def test_quantized_weight_is_freed_before_the_weight_gradient_exists(monkeypatch):
+    seen = {}
+    original = _LeanQuantLinear.backward
+
+    def spy(ctx, grad):
+        seen["wq"] = weakref.ref(ctx.wq)
+        seen["alive_after"] = None
+        grads = original(ctx, grad)
+        seen["alive_after"] = seen["wq"]() is not None
+        return grads
+
+    monkeypatch.setattr(_LeanQuantLinear, "backward", staticmethod(spy))
+    layer = QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight)
+    x = torch.randn(3, 64, requires_grad=True)
+    y = layer(x)
+    assert "Lean" in type(y.grad_fn).__name__
+    y.sum().backward()
+    assert seen["alive_after"] is False and layer.weight.grad is not None
