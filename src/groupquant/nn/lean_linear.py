@@ -4,9 +4,11 @@
 second weight-sized float tensor) alive until the whole backward of the layer has run, so it
 coexists with the weight gradient: peak memory ~ ``W + Wq + dW``, against ``W + dW`` for a float
 layer. :func:`lean_quant_linear` computes the same forward, and in backward uses ``Wq`` for the
-input gradient first, drops it, and only then allocates the weight gradient: peak ~ ``W + max(Wq, dW)``.
-The arithmetic is the same (same GEMMs, same order of operands), so outputs and gradients are
-equal to the plain path bit for bit.
+input gradient first, then writes the weight gradient into ``Wq``'s buffer: peak ~ ``W + Wq``,
+and the weight gradient needs no fresh allocation (whose first touch of new pages costs about as
+much as the fake-quant kernel itself on a CPU). The arithmetic is the same (same GEMMs, same
+operands), so outputs and gradients are equal to the plain path bit for bit. The backward runs
+once (no ``retain_graph``) and is not itself differentiable.
 
 It applies where the weight's gradient is the straight-through identity: a
 :class:`groupquant.core.DynamicQuant` weight quantizer (abs-max scales, MX) with ``ste='identity'``.
@@ -18,6 +20,7 @@ from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from ..core import DynamicQuant, dynamic_fake_quant
 from ..core.dynamic_quant import DynamicQuantSettings
@@ -42,19 +45,28 @@ class _LeanQuantLinear(torch.autograd.Function):
                 settings: DynamicQuantSettings) -> torch.Tensor:
         wq = dynamic_fake_quant(weight, settings).value
         ctx.save_for_backward(xq)
-        ctx.wq = wq  # an intermediate without grad history: dropped in backward once used
+        ctx.wq = wq  # an intermediate without grad history: reused in backward for the weight gradient
         ctx.has_bias = bias is not None
         return F.linear(xq, wq, bias)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         (xq,) = ctx.saved_tensors
         wq = ctx.wq
+        if wq is None:
+            raise RuntimeError("QuantLinear's memory-lean backward frees the quantized weight and cannot run twice "
+                               "(retain_graph=True); set layer.memory_lean_backward = False for that")
         ctx.wq = None
         grad_x = grad.matmul(wq) if ctx.needs_input_grad[0] else None
-        del wq  # the quantized weight is freed here, before the weight gradient exists
         grad2d = grad.reshape(-1, grad.shape[-1])
-        grad_w = grad2d.t().mm(xq.reshape(-1, xq.shape[-1])) if ctx.needs_input_grad[1] else None
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            # the weight gradient is written over the quantized weight, no longer needed: no second
+            # weight-sized buffer, and no fresh pages to fault in
+            reuse = wq.dtype == grad.dtype and wq.is_contiguous() and not torch.compiler.is_compiling()
+            grad_w = torch.mm(grad2d.t(), xq.reshape(-1, xq.shape[-1]), out=wq if reuse else None)
+        del wq
         grad_b = grad2d.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b, None
 
