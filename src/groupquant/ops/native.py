@@ -11,6 +11,7 @@ build, always the PyTorch reference).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import threading
@@ -68,10 +69,20 @@ def _cuda_build() -> bool:
     return CUDA_HOME is not None
 
 
+def _source_digest() -> str:
+    """Short hash of the kernel sources, so that checkouts with different kernels (two versions
+    installed side by side, several worktrees) never load or overwrite each other's build."""
+    digest = hashlib.sha1()
+    for path in sorted(CSRC.iterdir()):
+        if path.suffix in (".h", ".cpp", ".cu"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
 def extension_name(cuda: bool) -> str:
-    """Cache name of the extension: one per CPU capability and CUDA choice."""
+    """Cache name of the extension: one per CPU capability, CUDA choice and kernel sources."""
     cap = torch.backends.cpu.get_cpu_capability().lower()
-    return f"groupquant_ops_{cap}" + ("_cuda" if cuda else "")
+    return f"groupquant_ops_{cap}_{_source_digest()}" + ("_cuda" if cuda else "")
 
 
 def _build_dir(name: str) -> Optional[str]:
