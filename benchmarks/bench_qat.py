@@ -8,9 +8,11 @@ Compares, in one run, plain nn.Linear with groupquant.nn.QuantLinear (MX weight 
 32 along in-features, with and without MX input quant, groups of 32 along the last dim): median
 time of forward + backward (timed round-robin), and peak memory of one step (every tensor alive
 during it: parameters, input, activations, gradients, temporaries) from torch.profiler's memory
-timeline. Two more rows are not library layers: the bare F.linear(fake_quant(x), fake_quant(W))
-(the kernels' own share), and an experiment whose backward recomputes the quantized weight
-instead of keeping it, trading one more fake-quant pass for memory.
+timeline. QuantLinear takes its memory-lean backward (groupquant.nn.lean_linear: the quantized
+weight is used for the input gradient, then overwritten by the weight gradient); one row shows
+the same layer on plain autograd (memory_lean_backward = False). Two more rows are not library
+layers: the bare F.linear(fake_quant(x), fake_quant(W)) (the kernels' own share), and an
+experiment whose backward recomputes the quantized weight instead of keeping it.
 """
 from __future__ import annotations
 
@@ -82,6 +84,12 @@ class RecomputeQuantLinear(torch.nn.Linear):
         return _RecomputeQuantLinear.apply(x, self.weight, self.bias, self.weight_fmt, self.input_fmt)
 
 
+def plain_autograd(layer: QuantLinear) -> QuantLinear:
+    """The layer with its memory-lean backward switched off (F.linear on the fake-quant weight)."""
+    layer.memory_lean_backward = False
+    return layer
+
+
 def step_fn(layer: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
     grad = torch.ones(x.shape[0], layer.out_features)
 
@@ -145,17 +153,19 @@ def main(argv: Optional[List[str]] = None) -> None:
         "nn.Linear (float)": torch.nn.Linear(n, n),
         f"QuantLinear MX {fmt} weight + input": QuantLinear(n, n, weight_quant=wq, input_quant=aq),
         f"QuantLinear MX {fmt} weight only": QuantLinear(n, n, weight_quant=wq),
+        f"QuantLinear MX {fmt} W + A, plain autograd":
+            plain_autograd(QuantLinear(n, n, weight_quant=wq, input_quant=aq)),
         "fake_quant W + A, F.linear": FakeQuantLinear(n, n, fmt),
         f"(experiment) {fmt} W + A, recompute": RecomputeQuantLinear(n, n, fmt),
     }
     steps = {name: step_fn(layer, x) for name, layer in layers.items()}
     times = median_ms_interleaved(steps, args.reps)
     base_ms = base_mem = None
-    print(f"{'layer':42} {'ms':>8} {'x float':>8} {'peak MiB':>9} {'x float':>8}")
+    print(f"{'layer':46} {'ms':>8} {'x float':>8} {'peak MiB':>9} {'x float':>8}")
     for name, step in steps.items():
         ms, mem = times[name], peak_mib(step)
         base_ms, base_mem = base_ms or ms, base_mem or mem
-        print(f"{name:42} {ms:8.1f} {ms / base_ms:8.2f} {mem:9.1f} {mem / base_mem:8.2f}", flush=True)
+        print(f"{name:46} {ms:8.1f} {ms / base_ms:8.2f} {mem:9.1f} {mem / base_mem:8.2f}", flush=True)
 
 
 if __name__ == "__main__":
