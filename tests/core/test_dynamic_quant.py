@@ -36,6 +36,26 @@ def test_channel_and_tensor_granularity(restrict, mode):
     tt = DynamicQuant(fmt, ScaleGranularity("tensor"), restrict, mode if restrict != "fp" else "floor")(a)
     assert tt.scale.shape == ()
     assert torch.equal(tt.value, _reference_per_row(a.reshape(1, -1), fmt, mode).reshape(a.shape))
+    # the scales (taken from the kernel's pass) equal the abs-max rule applied in plain PyTorch
+    for out, amax in [(pc, w.abs().amax(dim=(1, 2, 3), keepdim=True)), (pt, a.abs().amax(dim=(0, 2), keepdim=True)),
+                      (tt, a.abs().amax())]:
+        expected, _ = gq.ops.group_scale(amax, fmt, mode, torch.float32)
+        assert torch.equal(out.scale, expected)
+
+
+def test_nan_group_gets_a_nan_scale_and_old_pickles_load():
+    x = torch.randn(3, 64)
+    x[1, 40] = float("nan")
+    dq = DynamicQuant(get_format("fp8_e4m3"), ScaleGranularity("group", 1, 32))
+    scale = dq(x).scale
+    assert scale.shape == (3, 2, 1) and torch.isnan(scale).flatten().tolist() == [False] * 3 + [True] + [False] * 2
+    state = dq.__dict__.copy()  # as pickled before the settings were bundled: one attribute each
+    settings = state.pop("settings")
+    state.update(fmt=settings.fmt, granularity=settings.granularity, scale_mode=settings.scale_mode,
+                 rounding=settings.rounding, ste=settings.ste)
+    old = DynamicQuant.__new__(DynamicQuant)
+    old.__setstate__(state)
+    assert old.settings == settings and torch.equal(old(x).scale.nan_to_num(), scale.nan_to_num())
 
 
 def test_per_tensor_int8_float_scale_against_plain_pytorch():

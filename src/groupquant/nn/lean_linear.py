@@ -22,8 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from ..core import DynamicQuant, dynamic_fake_quant
-from ..core.dynamic_quant import DynamicQuantSettings
+from ..core import DynamicQuant, DynamicQuantSettings, dynamic_fake_quant
 
 __all__ = ["lean_quant_linear", "lean_applies"]
 
