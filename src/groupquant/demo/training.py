@@ -56,7 +56,7 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config:
     """Train ``model`` in place on ``(x, y)`` with cross-entropy; returns the loss of each epoch."""
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]} labels")
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     gen = torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
