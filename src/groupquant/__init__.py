@@ -9,10 +9,14 @@ Quick use::
 from .formats import (E8M0, MX_FORMATS, FloatFormat, IntFormat, SpecialValues, get_format,
                       known_formats)
 from .ops import GroupQuantized, fake_quant, quantize
+from . import nn, proxy, quant_tensor, quantizers  # declarative quantizers, quant tensors, layers
+from .nn import quantize_model
+from .quantizers import describe
 
 __version__ = "0.1.0"
 
 __all__ = [
     "E8M0", "MX_FORMATS", "FloatFormat", "IntFormat", "SpecialValues", "get_format", "known_formats",
-    "GroupQuantized", "fake_quant", "quantize", "__version__",
+    "GroupQuantized", "fake_quant", "quantize", "__version__", "describe", "quantize_model", "nn",
+    "proxy", "quantizers", "quant_tensor",
 ]

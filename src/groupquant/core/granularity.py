@@ -1,0 +1,89 @@
+"""Which elements share one scale: the whole tensor, one channel, or one group along a dim.
+
+``tensor``  one scale (a 0-d tensor).
+``channel`` one scale per index of ``dim`` (keepdim shape: 1 everywhere except ``dim``).
+``group``   one scale per group of ``group_size`` consecutive elements along ``dim``, kept in the
+            contracted layout of :class:`groupquant.ops.GroupLayout` (a weight ``[O, I]`` grouped
+            along dim 1 has scales ``[O, k, 1]``): the expanded ``[O, I]`` scale is never built.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from ..ops import GroupLayout
+
+__all__ = ["GRANULARITIES", "ScaleGranularity"]
+
+GRANULARITIES = ("tensor", "channel", "group")
+
+
+def _normalize_dim(dim: int, ndim: int, what: str) -> int:
+    """``dim`` made non-negative for a tensor of ``ndim`` dims; ValueError naming ``what``."""
+    if not -ndim <= dim < ndim:
+        raise ValueError(f"{what}={dim} is out of range for a tensor with {ndim} dimensions")
+    return dim % ndim
+
+
+@dataclass(frozen=True)
+class ScaleGranularity:
+    """Scale sharing: ``kind`` in :data:`GRANULARITIES`, ``dim`` (channel or group dim) and
+    ``group_size`` (elements per group, ``kind='group'`` only)."""
+
+    kind: str
+    dim: Optional[int] = None
+    group_size: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in GRANULARITIES:
+            raise ValueError(f"kind must be one of {GRANULARITIES}, got {self.kind!r}")
+        if self.kind != "tensor" and (isinstance(self.dim, bool) or not isinstance(self.dim, int)):
+            raise ValueError(f"kind={self.kind!r} needs an integer dim, got {self.dim!r}")
+        if self.kind == "group":
+            size = self.group_size
+            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+                raise ValueError(f"kind='group' needs a positive integer group_size, got {size!r}")
+
+    @property
+    def is_group(self) -> bool:
+        return self.kind == "group"
+
+    def layout(self, shape: Sequence[int]) -> GroupLayout:
+        """The group layout of a tensor of ``shape`` (``kind='group'`` only)."""
+        if not self.is_group:
+            raise ValueError(f"a {self.kind!r} granularity has no group layout")
+        return GroupLayout.build(torch.Size(shape), _normalize_dim(self.dim, len(shape), "group_dim"),
+                                 self.group_size)
+
+    def channel_dim(self, ndim: int) -> int:
+        """The non-negative channel dim for a tensor of ``ndim`` dims (``kind='channel'``)."""
+        return _normalize_dim(self.dim, ndim, "channel_dim")
+
+    def scale_shape(self, shape: Sequence[int]) -> Tuple[int, ...]:
+        """Shape of the scale of a tensor of ``shape``: ``()``, keepdim, or the contracted ``[.., k, 1, ..]``."""
+        shape = tuple(int(s) for s in shape)
+        if self.kind == "tensor":
+            return ()
+        if self.kind == "channel":
+            d = self.channel_dim(len(shape))
+            return tuple(s if i == d else 1 for i, s in enumerate(shape))
+        return self.layout(shape).scale_shape
+
+    def view(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` as the scale broadcasts against it: contracted for groups, unchanged otherwise."""
+        return self.layout(x.shape).contract(x) if self.is_group else x
+
+    def unview(self, v: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """Inverse of :meth:`view` for a tensor of original ``shape``."""
+        return self.layout(shape).expand(v) if self.is_group else v
+
+    def reduce_dims(self, viewed_ndim: int, shape: Sequence[int]) -> Tuple[int, ...]:
+        """Dims of the viewed tensor that one scale reduces over."""
+        if self.kind == "tensor":
+            return tuple(range(viewed_ndim))
+        if self.kind == "channel":
+            d = self.channel_dim(len(shape))
+            return tuple(i for i in range(viewed_ndim) if i != d)
+        return (self.layout(shape).reduce_dim,)

@@ -1,0 +1,63 @@
+"""A per-tensor scale from running statistics (for activations), like BatchNorm's running mean.
+
+Training: the scale comes from the current batch's statistic, and the running statistic is
+updated, ``running = (1 - momentum) * running + momentum * stat`` (the first batch sets it).
+Evaluation: the running statistic is used (the current one until a training batch was seen).
+The running statistic and the ``initialized`` flag are buffers, saved in the state dict.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..formats import ElementFormat
+from .granularity import ScaleGranularity
+from .restrict import scale_from_stat, scale_mode
+from .stats import ScalingStats
+
+__all__ = ["RunningStatsScale"]
+
+
+class RunningStatsScale(nn.Module):
+    """``forward(x)`` -> 0-d float32 scale (per-tensor granularity only), no gradient."""
+
+    def __init__(self, stats: ScalingStats, fmt: ElementFormat, restrict: str = "fp", mode: str = "floor",
+                 momentum: float = 0.1) -> None:
+        super().__init__()
+        scale_mode(restrict, mode)  # validates
+        if not isinstance(momentum, (int, float)) or isinstance(momentum, bool) or not 0.0 < momentum <= 1.0:
+            raise ValueError(f"momentum must be a number in (0, 1], got {momentum!r}")
+        self.stats, self.fmt = stats, fmt
+        self.granularity = ScaleGranularity("tensor")
+        self.restrict, self.mode, self.momentum = restrict, mode, float(momentum)
+        self.register_buffer("running_stat", torch.zeros(()))
+        self.register_buffer("initialized", torch.zeros((), dtype=torch.bool))
+        self._seen = False  # Python mirror of `initialized`: no device sync per call
+
+    def extra_repr(self) -> str:
+        return f"stats={self.stats.op}, restrict={self.restrict}, mode={self.mode}, momentum={self.momentum}"
+
+    @torch.no_grad()
+    def _update(self, stat: torch.Tensor) -> None:
+        """Fold a finite batch statistic into the running one (a NaN/Inf statistic is skipped),
+        without synchronising with the device."""
+        stat = stat.to(self.running_stat)
+        finite = torch.isfinite(stat)
+        ema = self.running_stat * (1.0 - self.momentum) + stat * self.momentum
+        new = torch.where(self.initialized, ema, stat)
+        self.running_stat.copy_(torch.where(finite, new, self.running_stat))
+        self.initialized.copy_(self.initialized | finite)
+        self._seen = True
+
+    def _load_from_state_dict(self, *args, **kwargs):  # type: ignore[override]
+        super()._load_from_state_dict(*args, **kwargs)
+        self._seen = bool(self.initialized)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training or not self._seen:
+            stat = self.stats(x, self.granularity)
+            if self.training:
+                self._update(stat)
+        else:
+            stat = self.running_stat
+        return scale_from_stat(stat, self.fmt, self.restrict, self.mode)

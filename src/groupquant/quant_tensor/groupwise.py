@@ -1,0 +1,95 @@
+"""What group-wise quant tensors share: the contracted layout, expanded only when read.
+
+Fields ending in ``_`` are contracted (see :class:`groupquant.ops.GroupLayout`): for a weight
+``[O, I]`` grouped along dim 1 in ``k`` groups, ``value_`` is ``[O, k, I/k]`` and ``scale_``,
+``zero_point_`` are ``[O, k, 1]``. ``value``, ``scale``, ``zero_point`` are the expanded
+``[O, I]`` tensors (padding removed), computed on access.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+from ..formats import ElementFormat
+from ..ops import GroupLayout, GroupQuantized, e8m0_encode
+
+__all__ = ["GroupwiseFields"]
+
+
+@dataclass(frozen=True, eq=False)
+class GroupwiseFields:
+    """Contracted tensors and the layout they came from.
+
+    Fields:
+        value_: dequantized values, contracted (the input's dtype; carries the gradient).
+        scale_: float32 scales ``[.., k, 1, ..]``.
+        zero_point_: like ``scale_`` (0 for groupquant's quantizers).
+        group_size: elements per group.
+        group_dim: the grouped dim of the original tensor (non-negative).
+        shape_: the original shape (before padding).
+    """
+
+    value_: torch.Tensor
+    scale_: torch.Tensor
+    zero_point_: torch.Tensor
+    group_size: int
+    group_dim: int
+    shape_: Tuple[int, ...]
+
+    @property
+    def layout(self) -> GroupLayout:
+        """The group layout (contract / expand)."""
+        return GroupLayout.build(torch.Size(self.shape_), self.group_dim, self.group_size)
+
+    @property
+    def num_groups(self) -> int:
+        return self.layout.num_groups
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size(self.shape_)
+
+    @property
+    def value(self) -> torch.Tensor:
+        """Dequantized values in the original shape (a view of ``value_`` unless padded)."""
+        return self.layout.expand(self.value_)
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """The scale of every element, original shape (materialized on access)."""
+        return self.layout.expand_scale(self.scale_)
+
+    @property
+    def zero_point(self) -> torch.Tensor:
+        """The zero point of every element, original shape (materialized on access)."""
+        return self.layout.expand_scale(self.zero_point_)
+
+    @property
+    def fmt(self) -> ElementFormat:
+        raise NotImplementedError
+
+    def shared_scale_(self) -> torch.Tensor:
+        """The per-group scale ``X`` that multiplies element values on the format's grid."""
+        raise NotImplementedError
+
+    def codes_(self) -> torch.Tensor:
+        """Element codes, contracted."""
+        raise NotImplementedError
+
+    def codes(self) -> torch.Tensor:
+        """Element codes in the original shape."""
+        return self.layout.expand(self.codes_())
+
+    def to_group_quantized(self) -> GroupQuantized:
+        """Element codes and shared scales as :class:`groupquant.ops.GroupQuantized` (what
+        ``groupquant.quantize`` returns): codes ``[O, k, I/k]``, float32 scales ``X``
+        ``[O, k, 1]``, and their E8M0 codes where every scale is a power of two (else None).
+        ``result.dequantize()`` equals :attr:`value`."""
+        shared = self.shared_scale_().detach().float()
+        try:
+            scale_codes: Optional[torch.Tensor] = e8m0_encode(shared)
+        except ValueError:
+            scale_codes = None
+        return GroupQuantized(self.codes_(), shared, scale_codes, self.fmt, self.layout, self.value_.dtype)
