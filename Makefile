@@ -6,7 +6,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 comma := ,
-EXTRAS ?= test,demo,notebooks
+EXTRAS ?= test,export,demo,notebooks
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: demo test bench clean

@@ -1,0 +1,28 @@
+"""Export: packed state dicts (weights in their storage bits) and ONNX graphs that onnxruntime runs.
+
+- :func:`packed_state_dict` / :func:`load_packed_state_dict` / :func:`unpacked_state_dict`
+  (torch only).
+- :func:`export_onnx` and :class:`ExportError` need the ``export`` extra (``pip install
+  'groupquant[export]'``: onnx, onnxruntime); they are loaded on first use, so this package
+  imports without onnx.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .export_error import ExportError
+from .packed_state_dict import load_packed_state_dict, packed_state_dict, unpacked_state_dict
+
+__all__ = ["ExportError", "export_onnx", "load_packed_state_dict", "packed_state_dict", "unpacked_state_dict"]
+
+
+def __getattr__(name: str) -> Any:
+    """Load :func:`export_onnx` lazily, with a clear message where onnx is missing."""
+    if name != "export_onnx":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from .onnx_model import export_onnx
+    except ImportError as e:
+        raise ImportError(f"groupquant.export.export_onnx needs onnx and onnxruntime ({e}); "
+                          "install them with: pip install 'groupquant[export]'") from e
+    return export_onnx

@@ -1,0 +1,128 @@
+"""ONNX subgraphs for groupquant's quantized layers.
+
+- Weights with a group-wise quantizer (MX and int/float per group): element codes and scales as
+  initializers and a blocked ``DequantizeLinear`` (:mod:`.onnx_weight`), then ``MatMul`` /
+  ``Conv``. A layer without ``weight_quant`` keeps its float weight.
+- Input and output quantizers that compute scales per group on the fly (the MX activation
+  quantizers): the dynamic subgraph of :mod:`.onnx_act_quant`.
+- A quantized bias is static: its fake-quant values are a float32 initializer.
+
+Per-tensor / per-channel weight quantizers, static or learned activation scales and rounding
+other than nearest-even for activations raise :class:`ExportError` naming the layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+import torch
+from torch import nn
+
+from ..core import DynamicQuant
+from ..nn import QuantConv1d, QuantConv2d, QuantIdentity, QuantLinear, QuantReLU
+from ..proxy import QuantProxy
+from ..quant_tensor import plain
+from .export_error import ExportError
+from .onnx_act_quant import DynamicGroupQuant, dynamic_fake_quant_of
+from .onnx_builder import GraphBuilder
+from .onnx_torch_modules import NodeInfo, conv_of, float_array, linear_of
+from .onnx_weight import SCALE_FORMATS, weight_dequant_of
+
+__all__ = ["QuantLayerOptions", "find_quant_converter"]
+
+
+@dataclass(frozen=True)
+class QuantLayerOptions:
+    """Export choices for quantized layers: ``scale_format`` of power-of-two weight scales
+    ('float32' or 'e8m0'; float scales are always float32)."""
+
+    scale_format: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.scale_format not in SCALE_FORMATS:
+            raise ValueError(f"scale_format must be one of {SCALE_FORMATS}, got {self.scale_format!r}")
+
+
+def _hint(info: NodeInfo) -> str:
+    return info.name.replace(".", "_") or "layer"
+
+
+def _act_quant(b: GraphBuilder, proxy: QuantProxy, x: str, shape: Optional[torch.Size], info: NodeInfo,
+               which: str) -> str:
+    """The dynamic activation quantizer of ``proxy`` applied to ``x`` (identity when disabled)."""
+    if not proxy.is_quant_enabled:
+        return x
+    tq = proxy.tensor_quant
+    what = f"{type(proxy).__name__} {which}"
+    if not isinstance(tq, DynamicQuant) or not tq.granularity.is_group:
+        kind = tq.granularity.kind if isinstance(tq, DynamicQuant) else type(tq).__name__
+        raise ExportError(info.name, what, f"{which} uses {kind} scaling; only dynamic group-wise (MX) activation "
+                          "quantizers export")
+    if tq.rounding != "even":
+        raise ExportError(info.name, what, f"{which} rounding={tq.rounding!r}; only 'even' exports")
+    if shape is None:
+        raise ExportError(info.name, what, "the shape of the quantized tensor is unknown")
+    g = tq.granularity
+    spec = DynamicGroupQuant(tq.fmt, g.group_size, g.dim, tq.scale_mode)
+    try:
+        return dynamic_fake_quant_of(b, x, len(shape), int(shape[g.dim]), spec)
+    except ValueError as e:
+        raise ExportError(info.name, what, str(e)) from e
+
+
+def _weight(b: GraphBuilder, layer: nn.Module, info: NodeInfo, options: QuantLayerOptions) -> str:
+    """The layer's weight as a graph value: codes + DequantizeLinear, or the float weight."""
+    if not layer.weight_quant.is_quant_enabled:
+        return b.const(float_array(layer.weight, info.name), hint=f"{_hint(info)}_weight")
+    with torch.no_grad():
+        qt = layer.quant_weight()
+    if not callable(getattr(qt, "to_group_quantized", None)):
+        raise ExportError(info.name, type(layer).__name__, f"weight quantizer gives {type(qt).__name__}; only "
+                          "group-wise (MX / per-group) weight quantizers export")
+    q = qt.to_group_quantized()
+    scale_format = options.scale_format if q.scale_codes is not None else "float32"  # float scales stay float32
+    try:
+        return weight_dequant_of(b, q, f"{_hint(info)}_weight", scale_format)
+    except ValueError as e:
+        raise ExportError(info.name, type(layer).__name__, str(e)) from e
+
+
+def _bias(b: GraphBuilder, layer: nn.Module, info: NodeInfo) -> Optional[str]:
+    with torch.no_grad():
+        bias = plain(layer.quant_bias())
+    return None if bias is None else b.const(float_array(bias, info.name), hint=f"{_hint(info)}_bias")
+
+
+def _linear(b: GraphBuilder, layer: QuantLinear, info: NodeInfo, inputs: List[str], options: QuantLayerOptions) -> str:
+    x = _act_quant(b, layer.input_quant, inputs[0], info.in_shapes[0], info, "input_quant")
+    y = linear_of(b, x, _weight(b, layer, info, options), _bias(b, layer, info), hint=_hint(info))
+    return _act_quant(b, layer.output_quant, y, info.out_shape, info, "output_quant")
+
+
+def _conv(b: GraphBuilder, layer: nn.Module, info: NodeInfo, inputs: List[str], options: QuantLayerOptions) -> str:
+    x = _act_quant(b, layer.input_quant, inputs[0], info.in_shapes[0], info, "input_quant")
+    y = conv_of(b, x, _weight(b, layer, info, options), _bias(b, layer, info), layer, info)
+    return _act_quant(b, layer.output_quant, y, info.out_shape, info, "output_quant")
+
+
+def _identity(b: GraphBuilder, layer: QuantIdentity, info: NodeInfo, inputs: List[str],
+              options: QuantLayerOptions) -> str:
+    x = _act_quant(b, layer.input_quant, inputs[0], info.in_shapes[0], info, "input_quant")
+    return _act_quant(b, layer.output_quant, x, info.out_shape, info, "output_quant")
+
+
+def _relu(b: GraphBuilder, layer: QuantReLU, info: NodeInfo, inputs: List[str], options: QuantLayerOptions) -> str:
+    x = _act_quant(b, layer.input_quant, inputs[0], info.in_shapes[0], info, "input_quant")
+    return _act_quant(b, layer.output_quant, b.node("Relu", [x]), info.out_shape, info, "output_quant")
+
+
+_CONVERTERS = ((QuantLinear, _linear), (QuantConv1d, _conv), (QuantConv2d, _conv), (QuantIdentity, _identity),
+               (QuantReLU, _relu))
+
+
+def find_quant_converter(m: nn.Module) -> Optional[Callable]:
+    """The converter for a groupquant quantized layer, or None for any other module."""
+    for cls, convert in _CONVERTERS:
+        if isinstance(m, cls):
+            return convert
+    return None

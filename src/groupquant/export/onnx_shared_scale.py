@@ -1,0 +1,100 @@
+"""The MX shared scale computed inside an ONNX graph, equal bit for bit to :mod:`groupquant.ops.shared_scale`.
+
+ONNX has no frexp, and a float ``Log`` rounds near powers of two, so ``floor(log2(amax))`` is
+taken in two steps: a first guess ``Floor(Log(amax) / ln 2)`` (off by at most one), then an
+exact correction by comparing ``amax`` with the guessed power of two and the next one. Powers
+of two come from a constant table ``2**k`` for ``k`` in [-150, 128] (``Gather``), exact by
+construction, subnormals included (``2**-150`` rounds to 0 and ``2**128`` to Inf in float32,
+which the comparisons need). All values are float32 holding exact integers; every comparison,
+``Div`` by a power of two and ``Round`` (half to even, as torch.round) is exact.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from onnx import TensorProto
+
+from ..formats import E8M0, ElementFormat
+from ..ops.shared_scale import SCALE_MODES
+from .onnx_builder import GraphBuilder
+
+__all__ = ["pow2_table", "exp2_of", "floor_log2_of", "shared_scale_of"]
+
+_TABLE_LOW = -150
+_TABLE_HIGH = 128
+
+
+def pow2_table(b: GraphBuilder) -> str:
+    """The float32 constant ``[2**k for k in -150..128]`` (index ``k + 150``), shared per graph."""
+    with np.errstate(over="ignore"):  # 2**128 -> inf on purpose
+        table = np.ldexp(1.0, np.arange(_TABLE_LOW, _TABLE_HIGH + 1)).astype(np.float32)
+    return b.const(table, hint="pow2_table")
+
+
+def exp2_of(b: GraphBuilder, k: str) -> str:
+    """``2**k`` (float32) of a float32 tensor of integers ``k`` in [-150, 128], by table lookup."""
+    index = b.node("Cast", [b.node("Sub", [k, b.const(float(_TABLE_LOW))])], to=TensorProto.INT64)
+    return b.node("Gather", [pow2_table(b), index], hint="pow2")
+
+
+def floor_log2_of(b: GraphBuilder, a: str) -> str:
+    """``floor(log2(a))`` as exact float32 integers for finite ``a >= 0``, floored at -150 (zero gives -150).
+
+    Subnormal ``a`` may get any value <= -127 in place of its true exponent (<= -127); callers
+    clamp the shared exponent to E8M0's -127 afterwards, so that does not change a result.
+    """
+    guess = b.node("Floor", [b.node("Mul", [b.node("Log", [a]), b.const(float(1.0 / math.log(2.0)))])])
+    guess = b.node("Clip", [guess, b.const(float(_TABLE_LOW)), b.const(float(_TABLE_HIGH - 1))])
+    low = exp2_of(b, guess)
+    high = exp2_of(b, b.node("Add", [guess, b.const(1.0)]))
+    too_high = b.node("Cast", [b.node("Greater", [low, a])], to=TensorProto.FLOAT)
+    too_low = b.node("Cast", [b.node("LessOrEqual", [high, a])], to=TensorProto.FLOAT)
+    return b.node("Add", [b.node("Sub", [guess, too_high]), too_low], hint="floor_log2")
+
+
+def _significand(b: GraphBuilder, a: str, e_a: str) -> str:
+    """``a / 2**e_a`` in [1, 2) (exact division by a power of two)."""
+    return b.node("Div", [a, exp2_of(b, e_a)], hint="significand")
+
+
+def _is_greater(b: GraphBuilder, x: str, threshold: float) -> str:
+    """1.0 where ``x > threshold``, else 0.0."""
+    return b.node("Cast", [b.node("Greater", [x, b.const(float(threshold))])], to=TensorProto.FLOAT)
+
+
+def _exponent(b: GraphBuilder, a: str, fmt: ElementFormat, mode: str) -> str:
+    """The unclamped shared exponent (float32 integers) of the power-of-two ``mode``."""
+    e_a = floor_log2_of(b, a)
+    if mode == "floor":
+        bump = None
+    elif mode == "ceil":
+        bump = _is_greater(b, _significand(b, a, e_a), 1.0)
+    elif mode == "even":
+        steps = b.node("Round", [b.node("Mul", [_significand(b, a, e_a), b.const(float(2 ** fmt.mantissa_bit_width))])])
+        bump = b.node("Cast", [b.node("GreaterOrEqual", [steps, b.const(float(2 ** (fmt.mantissa_bit_width + 1)))])],
+                      to=TensorProto.FLOAT)
+    elif mode == "rceil":
+        m_max, e_max = math.frexp(fmt.max_normal)
+        bump = _is_greater(b, _significand(b, a, e_a), 2.0 * m_max)
+        return b.node("Add", [b.node("Sub", [e_a, b.const(float(e_max - 1))]), bump])
+    else:
+        raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {mode!r}")
+    e = e_a if bump is None else b.node("Add", [e_a, bump])
+    return b.node("Sub", [e, b.const(float(fmt.emax))])
+
+
+def shared_scale_of(b: GraphBuilder, amax: str, fmt: ElementFormat, mode: str) -> str:
+    """The float32 shared scale of per-group ``amax`` (finite, >= 0) by ``mode``, as ``group_scale`` computes it.
+
+    Power-of-two modes: ``2**clamp(e, -127, 127)``, an all-zero group 2**-127. ``float``:
+    ``amax / max_normal`` (1 where that is 0).
+    """
+    if mode == "float":
+        scale = b.node("Div", [amax, b.const(float(fmt.max_normal))])
+        positive = b.node("Greater", [scale, b.const(0.0)])
+        return b.node("Where", [positive, scale, b.const(1.0)], hint="scale")
+    e = _exponent(b, amax, fmt, mode)
+    e = b.node("Where", [b.node("Greater", [amax, b.const(0.0)]), e, b.const(float(E8M0.min_exponent))])
+    e = b.node("Clip", [e, b.const(float(E8M0.min_exponent)), b.const(float(E8M0.max_exponent))])
+    return exp2_of(b, e)

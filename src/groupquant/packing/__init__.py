@@ -1,0 +1,15 @@
+"""Storage form of group-quantized tensors: packed element bits and E8M0 scale bytes.
+
+``pack(groupquant.quantize(x, "fp4_e2m1"))`` gives a :class:`PackedTensor` of 4.25 bits per
+element (two FP4 codes per byte, low nibble first, plus one E8M0 byte per 32 elements);
+``.unpack()`` returns the codes and scales bit for bit, ``.dequantize()`` the fake-quant values.
+"""
+from .bitstream import pack_bits, packed_nbytes, unpack_bits
+from .format_record import format_from_record, format_record
+from .packed_tensor import PackedTensor, pack
+from .storage_dtypes import E8M0_DTYPE, element_storage_dtype, is_byte_format
+
+__all__ = [
+    "pack_bits", "packed_nbytes", "unpack_bits", "format_from_record", "format_record", "PackedTensor", "pack",
+    "E8M0_DTYPE", "element_storage_dtype", "is_byte_format",
+]

@@ -1,0 +1,93 @@
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import groupquant.quantizers as Q
+from groupquant.export.packed_state_dict import load_packed_state_dict, packed_state_dict, unpacked_state_dict
+from groupquant.nn import QuantConv2d, QuantIdentity, QuantLinear
+from groupquant.quant_tensor import plain
+
+WEIGHTS = [Q.MXInt8Weight, Q.MXFloat8e4m3Weight, Q.MXFloat8e5m2Weight, Q.MXFloat6e3m2Weight,
+           Q.MXFloat6e2m3Weight, Q.MXFloat4e2m1Weight, Q.Int4WeightPerGroupFloat]
+
+
+def quant_model(wq):
+    torch.manual_seed(0)
+    return nn.Sequential(QuantConv2d(3, 6, 3, weight_quant=wq, input_quant=Q.MXFloat8e4m3Act), nn.ReLU(),
+                         nn.Flatten(), QuantLinear(6 * 16, 37, weight_quant=wq), nn.Linear(37, 3))
+
+
+def float_twin():
+    return nn.Sequential(nn.Conv2d(3, 6, 3), nn.ReLU(), nn.Flatten(), nn.Linear(6 * 16, 37), nn.Linear(37, 3))
+
+
+def saved(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def loaded(data):
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+@pytest.mark.parametrize("wq", WEIGHTS, ids=lambda q: q.__name__)
+def test_round_trip_into_quantized_and_float_models(wq):
+    model = quant_model(wq).eval()
+    sd = loaded(saved(packed_state_dict(model)))
+    assert set(sd["packed"]) == {"0.weight", "3.weight"}
+    x = torch.randn(2, 3, 6, 6)
+    fresh = quant_model(wq)
+    for p in fresh.parameters():
+        p.data.zero_()
+    load_packed_state_dict(fresh, sd)
+    fresh.eval()
+    with torch.no_grad():
+        for a, b in ((model[0], fresh[0]), (model[3], fresh[3])):
+            qa, qb = a.quant_weight().to_group_quantized(), b.quant_weight().to_group_quantized()
+            assert torch.equal(qa.codes, qb.codes) and torch.equal(qa.scale, qb.scale)
+        assert torch.equal(fresh(x), model(x))
+        twin = float_twin()
+        load_packed_state_dict(twin, sd)
+        assert torch.equal(twin[0].weight, plain(model[0].quant_weight()))
+        assert torch.equal(twin[3].weight, plain(model[3].quant_weight()))
+        assert torch.equal(twin[4].weight, model[4].weight)
+
+
+def test_mxfp4_file_is_about_4_25_over_32_of_float32():
+    torch.manual_seed(0)
+    model = nn.Sequential(QuantLinear(1024, 1024, weight_quant=Q.MXFloat4e2m1Weight),
+                          QuantLinear(1024, 512, weight_quant=Q.MXFloat4e2m1Weight))
+    ratio = len(saved(packed_state_dict(model))) / len(saved(model.state_dict()))
+    assert 4.25 / 32 <= ratio < 4.25 / 32 * 1.02  # biases (float32) and file overhead on top
+
+
+def test_quantizer_state_is_kept_for_quantized_models_and_skipped_for_float_twins():
+    torch.manual_seed(0)
+    model = nn.Sequential(QuantIdentity(input_quant=Q.Int8ActPerTensor), QuantLinear(8, 4, weight_quant=Q.MXInt8Weight))
+    model.train()
+    model(torch.randn(16, 8) * 5)  # running statistics move
+    sd = packed_state_dict(model)
+    assert sd["quantizer_keys"] and all(k.startswith("0.input_quant.") for k in sd["quantizer_keys"])
+    fresh = nn.Sequential(QuantIdentity(input_quant=Q.Int8ActPerTensor), QuantLinear(8, 4, weight_quant=Q.MXInt8Weight))
+    load_packed_state_dict(fresh, sd)
+    for k in sd["quantizer_keys"]:
+        assert torch.equal(fresh.state_dict()[k], model.state_dict()[k])
+    load_packed_state_dict(nn.Sequential(nn.Identity(), nn.Linear(8, 4)), sd)
+
+
+def test_unpacked_state_dict_and_errors():
+    model = quant_model(Q.MXFloat6e2m3Weight)
+    sd = packed_state_dict(model)
+    plain_sd = unpacked_state_dict(sd)
+    assert set(plain_sd) == set(model.state_dict())
+    with pytest.raises(ValueError, match="not a packed state dict"):
+        unpacked_state_dict(model.state_dict())
+    with pytest.raises(ValueError, match="version"):
+        unpacked_state_dict({**sd, "version": 99})
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        load_packed_state_dict(nn.Sequential(nn.Linear(2, 2)), sd)
+    with pytest.raises(TypeError, match="nn.Module"):
+        packed_state_dict(sd)
