@@ -2,7 +2,7 @@
 
 The PyTorch reference here defines the numerics; native kernels must match it bit for bit.
 """
-from .api import SUPPORTED_DTYPES, fake_quant, make_spec, quantize
+from .api import SUPPORTED_DTYPES, backend, fake_quant, make_spec, quantize
 from .codes import code_dtype, decode, encode
 from .element_round import ROUNDING_MODES, round_to_format
 from .group_layout import GroupLayout
@@ -11,7 +11,7 @@ from .reference import GroupSpec, reference_fake_quant, reference_quantize
 from .shared_scale import SCALE_MODES, e8m0_decode, e8m0_encode, group_scale, shared_exponent
 
 __all__ = [
-    "SUPPORTED_DTYPES", "fake_quant", "make_spec", "quantize", "code_dtype", "decode", "encode",
+    "SUPPORTED_DTYPES", "backend", "fake_quant", "make_spec", "quantize", "code_dtype", "decode", "encode",
     "ROUNDING_MODES", "round_to_format", "GroupLayout", "GroupQuantized", "GroupSpec",
     "reference_fake_quant", "reference_quantize", "SCALE_MODES", "e8m0_decode", "e8m0_encode",
     "group_scale", "shared_exponent",

@@ -1,4 +1,8 @@
-"""Public entry points: :func:`fake_quant` and :func:`quantize` (argument checks + dispatch)."""
+"""Public entry points: :func:`fake_quant` and :func:`quantize` (argument checks + dispatch).
+
+Both run the native C++/CUDA op (:mod:`.native_ops`) when the extension is available for the
+tensor's device, else the PyTorch reference; the results are the same bit for bit.
+"""
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -6,13 +10,15 @@ from typing import Optional, Union
 import torch
 
 from ..formats import ElementFormat, get_format
+from . import native
 from .element_round import ROUNDING_MODES
 from .group_layout import GroupLayout
+from .native_ops import native_fake_quant, native_quantize
 from .quantized import GroupQuantized
 from .reference import GroupSpec, reference_fake_quant, reference_quantize
 from .shared_scale import SCALE_MODES
 
-__all__ = ["fake_quant", "quantize", "make_spec", "SUPPORTED_DTYPES", "STE_MODES"]
+__all__ = ["fake_quant", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 STE_MODES = ("identity", "clipped")
@@ -34,6 +40,31 @@ class _ReferenceFakeQuant(torch.autograd.Function):
         if ctx.clipped:
             grad = grad * inside.to(grad.dtype)
         return grad, None, None
+
+
+@torch.compiler.assume_constant_result
+def _native_cpu() -> bool:
+    """Whether the native op serves CPU tensors; a constant to torch.compile (builds on first call)."""
+    return native.native_available(torch.device("cpu"))
+
+
+@torch.compiler.assume_constant_result
+def _native_cuda() -> bool:
+    """Whether the native op serves CUDA tensors; a constant to torch.compile."""
+    return native.native_available(torch.device("cuda"))
+
+
+def _use_native(x: torch.Tensor) -> bool:
+    if x.device.type == "cpu":
+        return _native_cpu()
+    if x.device.type == "cuda":
+        return _native_cuda()
+    return False
+
+
+def backend() -> str:
+    """``'native'`` when the C++ kernels serve CPU tensors (building them on first call), else ``'reference'``."""
+    return native.backend()
 
 
 def _check_tensor(x: object) -> torch.Tensor:
@@ -101,6 +132,8 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
     if ste not in STE_MODES:
         raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
+    if _use_native(x):
+        return native_fake_quant(x, spec, ste)
     if torch.is_grad_enabled() and x.requires_grad:
         return _ReferenceFakeQuant.apply(x, spec, ste)
     return reference_fake_quant(x, spec)[0]
@@ -115,4 +148,6 @@ def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Option
     ``result.codes`` holds the format's bit encodings, ``result.scale_codes`` the E8M0 bytes.
     """
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
+    if _use_native(x):
+        return native_quantize(x, spec)
     return reference_quantize(x, spec)

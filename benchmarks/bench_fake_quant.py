@@ -1,0 +1,129 @@
+"""Speed of group-wise fake-quant on a 4096x4096 tensor: native op vs PyTorch reference vs x.clone().
+
+Run by hand (from the repository root):
+
+    PYTHONPATH=src python benchmarks/bench_fake_quant.py            # native, reference, compiled reference
+    PYTHONPATH=src python benchmarks/bench_fake_quant.py --no-compile --peers
+
+For fp32 and bf16 and every MX format it prints the median time (ms) and the memory traffic
+rate (GB/s: one read of x and one write of the result) of the native op, the PyTorch reference
+and torch.compile of the reference, with x.clone() (the same traffic, no arithmetic) as the
+memory floor measured in the same run; the ratio "x clone" is the figure to read. The table is
+measured with torch.set_flush_denormal(True), then the native op alone again without it.
+With --peers also Brevitas / torchao / microxcaling, where importable (not dependencies).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+import groupquant as gq
+from groupquant.ops import make_spec, reference_fake_quant
+from groupquant.ops.native_ops import native_fake_quant
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def median_ms(fn: Callable[[], object], reps: int) -> float:
+    """Median wall time of fn() in milliseconds, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def gbps(x: torch.Tensor, ms: float) -> float:
+    """GB/s of one read and one write of x."""
+    return 2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
+
+
+def peer_functions(fmt: str) -> Dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """Fake-quant functions of other libraries for an MX format, where importable (best effort)."""
+    peers: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
+    try:  # microxcaling
+        from mx.mx_ops import quantize_mx_op
+        specs = {"scale_bits": 8, "block_size": 32, "custom_cuda": False, "round": "even"}
+        peers["microxcaling"] = lambda x: quantize_mx_op(x, specs, elem_format=fmt, axes=[-1])
+    except Exception:
+        pass
+    try:  # torchao
+        from torchao.prototype.mx_formats.mx_tensor import MXTensor
+        elem = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(fmt)
+        if elem is not None:
+            peers["torchao"] = lambda x: MXTensor.to_mx(x, elem, 32).to_dtype(x.dtype)
+    except Exception:
+        pass
+    try:  # Brevitas
+        import brevitas.nn as qnn
+        from brevitas.quant.experimental.mx_quant_ocp import MXFloat8e4m3Act, MXInt8Act
+        quant = {"fp8_e4m3": MXFloat8e4m3Act, "int8": MXInt8Act}.get(fmt)
+        if quant is not None:
+            ident = qnn.QuantIdentity(act_quant=quant, group_dim=-1, return_quant_tensor=False)
+            ident.eval()
+            peers["brevitas"] = lambda x: ident(x)
+    except Exception:
+        pass
+    return peers
+
+
+def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers: bool) -> None:
+    print("torch.set_flush_denormal(True)")
+    torch.set_flush_denormal(True)
+    header = (f"{'dtype':5} {'format':9} {'native ms':>9} {'GB/s':>6} {'x clone':>7} {'ref ms':>8} {'x native':>8}"
+              + (f" {'compiled ms':>11} {'x native':>8}" if compile_ref else ""))
+    for dname, dtype in DTYPES.items():
+        x = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
+        clone_ms = median_ms(lambda: x.clone(), reps)
+        print(f"\n{header}\n{dname:5} {'x.clone()':9} {clone_ms:9.1f} {gbps(x, clone_ms):6.2f} {1.0:7.2f}")
+        for fmt in formats:
+            spec = make_spec(x, fmt)
+            nat = median_ms(lambda: native_fake_quant(x, spec), reps)
+            ref = median_ms(lambda: reference_fake_quant(x, spec), max(1, reps // 3))
+            line = (f"{dname:5} {fmt:9} {nat:9.1f} {gbps(x, nat):6.2f} {nat / clone_ms:7.2f} {ref:8.1f} "
+                    f"{ref / nat:8.1f}")
+            if compile_ref:
+                compiled = torch.compile(lambda t, s=spec: reference_fake_quant(t, s)[0], fullgraph=True)
+                comp = median_ms(lambda: compiled(x), max(1, reps // 3))
+                line += f" {comp:11.1f} {comp / nat:8.1f}"
+            print(line, flush=True)
+            if peers:
+                for name, fn in peer_functions(fmt).items():
+                    try:
+                        ms = median_ms(lambda: fn(x), max(1, reps // 3))
+                        print(f"{'':5} {'':9} {name}: {ms:.1f} ms ({ms / nat:.1f}x native)")
+                    except Exception as exc:  # peers' APIs move; report, do not fail
+                        print(f"{'':5} {'':9} {name}: failed ({type(exc).__name__}: {exc})")
+    print("\ntorch.set_flush_denormal(False): native op and clone only")
+    torch.set_flush_denormal(False)
+    for dname, dtype in DTYPES.items():
+        x = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
+        clone_ms = median_ms(lambda: x.clone(), reps)
+        cells = []
+        for fmt in formats:
+            nat = median_ms(lambda: native_fake_quant(x, make_spec(x, fmt)), reps)
+            cells.append(f"{fmt} {nat:.1f} ms ({nat / clone_ms:.2f}x)")
+        print(f"{dname}: clone {clone_ms:.1f} ms; " + "; ".join(cells))
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=4096, help="the tensor is size x size")
+    parser.add_argument("--reps", type=int, default=9, help="timed calls per native measurement (reference: a third)")
+    parser.add_argument("--formats", nargs="+", default=list(gq.MX_FORMATS))
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile of the reference")
+    parser.add_argument("--peers", action="store_true", help="also time Brevitas / torchao / microxcaling if importable")
+    args = parser.parse_args(argv)
+    print(f"groupquant backend: {gq.ops.backend()}; torch {torch.__version__}; threads {torch.get_num_threads()}; "
+          f"{args.size}x{args.size}, blocks of 32 along the last dim, median of {args.reps}")
+    run_table(args.size, args.reps, args.formats, not args.no_compile, args.peers)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""QAT cost of group-wise fake-quant: a 4096x4096 linear layer, forward + backward at batch 256.
+
+Run by hand (from the repository root):
+
+    PYTHONPATH=src python benchmarks/bench_qat.py
+
+Compares, in one run, plain nn.Linear with layers that fake-quantize their weight (groups of 32
+along in-features) and input (groups of 32 along the last dim) with groupquant.fake_quant:
+median time of forward + backward, and peak memory of one step (every tensor alive during it:
+parameters, input, activations, gradients, temporaries), from torch.profiler's memory timeline.
+
+The layer here is a small stand-in; switch it to groupquant.nn.QuantLinear once that lands.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+import groupquant as gq
+
+
+class FakeQuantLinear(torch.nn.Linear):
+    """nn.Linear whose weight (and optionally input) is fake-quantized group-wise in forward."""
+
+    def __init__(self, in_features: int, out_features: int, weight_fmt: str, input_fmt: Optional[str]) -> None:
+        super().__init__(in_features, out_features)
+        self.weight_fmt, self.input_fmt = weight_fmt, input_fmt
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = gq.fake_quant(self.weight, self.weight_fmt)  # groups along in-features
+        if self.input_fmt is not None:
+            x = gq.fake_quant(x, self.input_fmt)
+        return F.linear(x, w, self.bias)
+
+
+class _RecomputeQuantLinear(torch.autograd.Function):
+    """Linear on fake-quantized weight and input that saves the float weight, not its fake-quant copy.
+
+    Backward recomputes the quantized weight (one more fake-quant pass) instead of keeping a
+    second weight-sized tensor alive from forward to backward: less memory, a little more time.
+    Straight-through gradients for weight and input.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, weight_fmt, input_fmt):  # type: ignore[override]
+        xq = gq.fake_quant(x, input_fmt)
+        y = F.linear(xq, gq.fake_quant(weight, weight_fmt), bias)
+        ctx.save_for_backward(xq, weight)
+        ctx.weight_fmt = weight_fmt
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        xq, weight = ctx.saved_tensors
+        grad_x = grad @ gq.fake_quant(weight, ctx.weight_fmt) if ctx.needs_input_grad[0] else None
+        grad_w = grad.t() @ xq
+        return grad_x, grad_w, grad.sum(0), None, None
+
+
+class RecomputeQuantLinear(FakeQuantLinear):
+    """FakeQuantLinear (weight + input) with the memory-lean backward of _RecomputeQuantLinear."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _RecomputeQuantLinear.apply(x, self.weight, self.bias, self.weight_fmt, self.input_fmt)
+
+
+def step_fn(layer: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
+    grad = torch.ones(x.shape[0], layer.out_features)
+
+    def step() -> None:
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+        layer(x).backward(grad)
+    return step
+
+
+def median_ms_interleaved(fns: Dict[str, Callable[[], None]], reps: int) -> Dict[str, float]:
+    """Median ms of each fn, timed round-robin so that load from other processes hits all alike."""
+    for fn in fns.values():
+        fn()
+    times: Dict[str, List[float]] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
+def peak_mib(fn: Callable[[], None]) -> float:
+    """Peak bytes (MiB) of live CPU tensors during fn(), those alive before it included."""
+    from torch.profiler._memory_profiler import Action
+
+    fn()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        fn()
+    current = peak = 0
+    for _, action, _, size in prof._memory_profile().timeline:
+        if action in (Action.PREEXISTING, Action.CREATE):
+            current += size
+        elif action == Action.DESTROY:
+            current -= size
+        peak = max(peak, current)
+    return peak / 2 ** 20
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--features", type=int, default=4096)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--format", default="fp8_e4m3", help="MX element format of weight and input")
+    parser.add_argument("--no-input-grad", action="store_true",
+                        help="input without requires_grad (a first layer: no input-gradient GEMM, and autograd "
+                             "then keeps no copy of the quantized weight)")
+    args = parser.parse_args(argv)
+    torch.set_flush_denormal(True)
+    n, fmt = args.features, args.format
+    print(f"groupquant backend: {gq.ops.backend()}; torch {torch.__version__}; threads {torch.get_num_threads()}; "
+          f"Linear({n}, {n}), batch {args.batch}, {fmt}, forward + backward, median of {args.reps}; "
+          f"input requires grad: {not args.no_input_grad}; torch.set_flush_denormal(True)")
+    torch.manual_seed(0)
+    x = torch.randn(args.batch, n, requires_grad=not args.no_input_grad)  # a hidden activation by default
+    layers = {
+        "nn.Linear (float)": torch.nn.Linear(n, n),
+        f"MX {fmt} weight + input": FakeQuantLinear(n, n, fmt, fmt),
+        f"MX {fmt} weight only": FakeQuantLinear(n, n, fmt, None),
+        f"MX {fmt} weight + input, recompute": RecomputeQuantLinear(n, n, fmt, fmt),
+    }
+    steps = {name: step_fn(layer, x) for name, layer in layers.items()}
+    times = median_ms_interleaved(steps, args.reps)
+    base_ms = base_mem = None
+    print(f"{'layer':40} {'ms':>8} {'x float':>8} {'peak MiB':>9} {'x float':>8}")
+    for name, step in steps.items():
+        ms, mem = times[name], peak_mib(step)
+        base_ms, base_mem = base_ms or ms, base_mem or mem
+        print(f"{name:40} {ms:8.1f} {ms / base_ms:8.2f} {mem:9.1f} {mem / base_mem:8.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,308 @@
+// Per-element and per-block math of group-wise (MX) quantization, shared by the CPU and CUDA kernels.
+//
+// Every function here mirrors one step of the PyTorch reference (src/groupquant/ops/reference.py,
+// shared_scale.py, element_round.py, codes.py, bits.py) and computes in float32 exactly as it does,
+// so the kernels agree with it bit for bit:
+//   - exponents come from the float32 bits (never from log2f, which rounds up just below 2^k);
+//   - 2^k is built from bits, subnormal results included;
+//   - x / scale is a true IEEE division for float scales, a product with the exact reciprocal
+//     power of two for E8M0 scales (the same correctly rounded result);
+//   - no fused multiply-add: build with -ffp-contract=off (g++) / --fmad=false (nvcc).
+// The header has no torch dependency: it is plain C++17 / CUDA.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define GQ_HD __host__ __device__ __forceinline__
+#else
+#define GQ_HD inline __attribute__((always_inline))
+#endif
+
+namespace groupquant {
+
+// ---- enums shared with the Python side (values are part of the op interface) ----------------
+
+// How a minifloat spends codes on NaN / Inf (formats.SpecialValues, OCP already resolved).
+enum Special : int32_t { kSpecialNone = 0, kSpecialIeee = 1, kSpecialNanOnly = 2, kSpecialFnuz = 3 };
+// Shared-scale rule (shared_scale.SCALE_MODES).
+enum ScaleMode : int32_t { kScaleFloor = 0, kScaleCeil = 1, kScaleEven = 2, kScaleRceil = 3, kScaleFloat = 4 };
+// Element rounding (element_round.ROUNDING_MODES).
+enum Rounding : int32_t { kRoundEven = 0, kRoundNearest = 1, kRoundFloor = 2, kRoundStochastic = 3 };
+
+// E8M0 (the MX shared-scale format): exponent range and codes.
+constexpr int32_t kE8M0Bias = 127;
+constexpr int32_t kE8M0MinExp = -127;
+constexpr int32_t kE8M0MaxExp = 127;
+constexpr uint8_t kE8M0NanCode = 0xFF;
+
+// ---- bit casts -------------------------------------------------------------------------------
+
+GQ_HD uint32_t f2u(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+GQ_HD float u2f(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+GQ_HD int32_t count_leading_zeros(uint32_t u) {  // u != 0
+#if defined(__CUDA_ARCH__)
+  return __clz(static_cast<int>(u));
+#else
+  return __builtin_clz(u);
+#endif
+}
+
+GQ_HD int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
+GQ_HD int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
+
+GQ_HD float quiet_nan() { return u2f(0x7FC00000u); }
+
+// ---- exact exponent arithmetic (bits.py) ----------------------------------------------------
+
+// 2^k as float32 for integer k in [-149, 127], from the bits (subnormal powers included).
+GQ_HD float exp2i(int32_t k) {
+  const uint32_t normal = static_cast<uint32_t>(imax(k + 127, 1)) << 23;
+  const uint32_t sub = 1u << imin(imax(k + 149, 0), 22);
+  return u2f(k >= -126 ? normal : sub);
+}
+
+// floor(log2|x|) for finite non-zero x, subnormals included (frexp's exponent - 1); 0 -> -1.
+GQ_HD int32_t floor_log2_exact(float x) {
+  const uint32_t b = f2u(x) & 0x7FFFFFFFu;
+  const int32_t field = static_cast<int32_t>(b >> 23);
+  if (field != 0) return field - 127;
+  if (b == 0) return -1;
+  return (31 - count_leading_zeros(b)) - 149;
+}
+
+// |x| / 2^floor_log2(x) in [1, 2) for finite non-zero x (0 for zero); exact.
+GQ_HD float significand(float x) {
+  uint32_t b = f2u(x) & 0x7FFFFFFFu;
+  if (b == 0) return 0.0f;
+  if ((b >> 23) == 0) b <<= (count_leading_zeros(b) - 8);  // normalise a subnormal
+  return u2f((b & 0x007FFFFFu) | 0x3F800000u);
+}
+
+// floor(log2|x|) read off the exponent field: exact for normal x; float32 zero and subnormals give
+// -127, which callers clamp to a format's emin (>= -120), so they never need the exact value.
+GQ_HD int32_t exponent_field_log2(float x) {
+  return static_cast<int32_t>((f2u(x) >> 23) & 0xFFu) - 127;
+}
+
+// ---- storage types: bfloat16 / float16 bits <-> float32 (round to nearest even) -----------
+
+GQ_HD float bf16_bits_to_float(uint16_t h) { return u2f(static_cast<uint32_t>(h) << 16); }
+
+GQ_HD uint16_t float_to_bf16_bits(float f) {
+  const uint32_t u = f2u(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN
+  const uint32_t rounded = u + 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(rounded >> 16);
+}
+
+GQ_HD float fp16_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t field = (h >> 10) & 0x1Fu;
+  const uint32_t mant = h & 0x3FFu;
+  const uint32_t normal = sign | ((field + 112u) << 23) | (mant << 13);
+  const uint32_t special = sign | 0x7F800000u | (mant << 13);
+  const uint32_t small = sign | f2u(static_cast<float>(mant) * 5.9604644775390625e-08f);  // mant * 2^-24
+  return u2f(field == 0x1Fu ? special : (field == 0 ? small : normal));
+}
+
+GQ_HD uint16_t float_to_fp16_bits(float f) {
+  const uint32_t u = f2u(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7FFFFFFFu;
+  // normal half: drop 13 mantissa bits with round-to-nearest-even, rebias the exponent (127 -> 15)
+  uint32_t r = a - 0x38000000u;
+  r = (r + 0x0FFFu + ((r >> 13) & 1u)) >> 13;
+  // subnormal half (|f| < 2^-14): an integer count of 2^-24, rounded to nearest even
+  const uint32_t a_sub = a < 0x38800000u ? a : 0x38800000u;  // keep the unused lane in range
+  const uint32_t sub = static_cast<uint32_t>(rintf(u2f(a_sub) * 16777216.0f));
+  uint32_t out = a >= 0x38800000u ? r : sub;
+  out = a >= 0x477FF000u ? 0x7C00u : out;  // >= 65520 rounds to Inf
+  out = a > 0x7F800000u ? 0x7E00u : out;   // NaN
+  return static_cast<uint16_t>(sign | out);
+}
+
+// ---- the element format, as the op receives it ---------------------------------------------
+
+// All fields come from groupquant.formats (see ops/kernel_format.py); derived ones are filled by
+// make_format_params (csrc/ops.cpp).
+struct FormatParams {
+  bool is_float;
+  bool is_signed;
+  int32_t exponent_bits;  // float formats
+  int32_t mantissa_bits;  // float formats
+  int32_t bias;           // float formats
+  int32_t emin;           // float formats: 1 - bias
+  int32_t emax;           // the binade the shared scale aligns to (OCP emax_elem)
+  float max_normal;
+  int32_t qmin, qmax, frac_bits;  // integer formats
+  int32_t special;                // Special
+  int32_t nan_code;               // -1: the format has no NaN code
+  int32_t even_bits;              // mantissa width that scale_mode='even' rounds amax to
+  // derived
+  int32_t qemin, qmant;    // the quantum of s is 2^(max(floor_log2 s, qemin) - qmant)
+  float low, high;         // saturation bounds of element values
+  float min_normal;        // 2^emin (float formats)
+  float int_up;            // 2^frac_bits (integer formats)
+  float rceil_sig;         // 2 * frexp(max_normal).mantissa, in [1, 2)
+  int32_t rceil_shift;     // frexp(max_normal).exponent - 1
+};
+
+// ---- shared scale of one block (shared_scale.py) -----------------------------------------
+
+struct BlockScale {
+  float scale;   // float32 scale (NaN for a block with NaN/Inf)
+  float inv;     // 1 / scale for power-of-two scales (exact), unused for the float mode
+  uint8_t code;  // E8M0 code (0 for the float mode, 0xFF for NaN)
+};
+
+// The shared exponent for finite, positive amax (before the [-127, 127] clamp).
+GQ_HD int32_t shared_exponent_unclamped(float amax, const FormatParams& f, int32_t mode) {
+  const int32_t ea = floor_log2_exact(amax);
+  switch (mode) {
+    case kScaleCeil:
+      return ea + (significand(amax) > 1.0f ? 1 : 0) - f.emax;
+    case kScaleEven: {
+      const float steps = rintf(significand(amax) * exp2i(f.even_bits));
+      return ea + (steps >= exp2i(f.even_bits + 1) ? 1 : 0) - f.emax;
+    }
+    case kScaleRceil:
+      return ea - f.rceil_shift + (significand(amax) > f.rceil_sig ? 1 : 0);
+    default:  // kScaleFloor (OCP)
+      return ea - f.emax;
+  }
+}
+
+// Scale of a block from the bits of its amax (|x| as uint32; NaN/Inf have bits >= 0x7F800000).
+GQ_HD BlockScale block_scale(uint32_t amax_bits, const FormatParams& f, int32_t mode) {
+  BlockScale s;
+  if (amax_bits >= 0x7F800000u) {  // NaN or Inf in the block: the whole block is NaN
+    s.scale = quiet_nan();
+    s.inv = quiet_nan();
+    s.code = mode == kScaleFloat ? 0 : kE8M0NanCode;  // float scales have no E8M0 code
+    return s;
+  }
+  const float amax = u2f(amax_bits);
+  if (mode == kScaleFloat) {
+    float sc = amax / f.max_normal;  // true division, as the reference
+    sc = sc > 0.0f ? sc : 1.0f;
+    s.scale = sc;
+    s.inv = 1.0f / sc;  // not used: float scales divide
+    s.code = 0;
+    return s;
+  }
+  int32_t e = amax_bits == 0 ? kE8M0MinExp : shared_exponent_unclamped(amax, f, mode);
+  e = imin(imax(e, kE8M0MinExp), kE8M0MaxExp);
+  s.scale = exp2i(e);
+  s.inv = exp2i(-e);
+  s.code = static_cast<uint8_t>(e + kE8M0Bias);
+  return s;
+}
+
+// ---- element rounding (element_round.py) -------------------------------------------------
+
+// Uniform float in [0, 1) on the grid k * 2^-24 from (linear element index, seed): the 32-bit
+// murmur3 finalizer of index * 0x9E3779B9 + seed (mod 2^32), top 24 bits.
+GQ_HD float uniform_from_hash(uint64_t index, uint32_t seed) {
+  uint32_t h = static_cast<uint32_t>(index) * 0x9E3779B9u + seed;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return static_cast<float>(h >> 8) * 5.9604644775390625e-08f;  // * 2^-24
+}
+
+// How a rounding mode decides to round a magnitude up, written so that one branch-free function
+// serves all modes: up when frac > threshold, or on a tie (frac == threshold) by the tie rule.
+//   even:       threshold 0.5, ties to the even integer (IEEE nearest-even, torch.round)
+//   nearest:    threshold 0.5, ties away from zero
+//   floor:      threshold 2 (never up): toward zero
+//   stochastic: threshold = uniform noise in [0, 1), no tie rule (up iff noise < frac)
+struct RoundRule {
+  float threshold;
+  bool ties_away;
+  bool ties_even;
+};
+
+GQ_HD RoundRule round_rule(int32_t rounding) {
+  RoundRule r;
+  r.threshold = rounding == kRoundFloor ? 2.0f : 0.5f;
+  r.ties_away = rounding == kRoundNearest;
+  r.ties_even = rounding == kRoundEven;
+  return r;
+}
+
+// Round y (float32) to an integer by the rule (threshold overrides rule.threshold, for the
+// stochastic noise); keeps the sign, exact (equals rintf / truncf for even / floor).
+GQ_HD float round_integer(float y, const RoundRule& rule, float threshold) {
+  const float a = fabsf(y);
+  const float whole = floorf(a);
+  const float frac = a - whole;  // exact
+  const float half = whole * 0.5f;
+  const bool odd = half != floorf(half);
+  const bool tie_up = rule.ties_away || (rule.ties_even && odd);
+  const bool up = frac > threshold || (frac == threshold && tie_up);
+  return copysignf(whole + (up ? 1.0f : 0.0f), y);
+}
+
+// Round a scaled value s = x / scale onto the format's grid and saturate (round_to_format).
+// Integer formats take the same path: their quantum is the constant 2^-frac_bits (qemin = 127
+// pins the exponent, qmant = 127 + frac_bits) and their saturation bounds are qmin/qmax * 2^-frac,
+// which scale exactly, so the result equals clamp(round(s * 2^frac), qmin, qmax) * 2^-frac.
+GQ_HD float quantize_element(float s, const FormatParams& f, const RoundRule& rule, float threshold) {
+  const int32_t e = imax(exponent_field_log2(s), f.qemin);
+  const int32_t quantum = e - f.qmant;
+  const float y = s * exp2i(-quantum);  // exact: a power-of-two rescale
+  float v = round_integer(y, rule, threshold) * exp2i(quantum);
+  v = v < f.low ? f.low : v;  // comparisons keep NaN and -0, like torch.clamp
+  v = v > f.high ? f.high : v;
+  return v;
+}
+
+// ---- element codes (codes.py encode) ----------------------------------------------------
+
+// Bit encoding of an element value v already on the format's grid (NaN allowed), as int32.
+GQ_HD int32_t encode_element(float v, const FormatParams& f) {
+  const bool nan = v != v;
+  if (!f.is_float) {
+    return nan ? 0 : static_cast<int32_t>(v * f.int_up);
+  }
+  const int32_t m = f.mantissa_bits;
+  const float a = nan ? 0.0f : fabsf(v);
+  const bool normal = a >= f.min_normal;
+  const int32_t e = imax(exponent_field_log2(a), f.emin);
+  const int32_t units = static_cast<int32_t>(a * exp2i(m - e));  // exact integer < 2^(m+1)
+  const int32_t field_e = normal ? e + f.bias : 0;
+  const int32_t field_m = normal ? units - (1 << m) : units;
+  int32_t code = (field_e << m) | field_m;
+  if (f.is_signed) {
+    bool neg = (f2u(v) >> 31) != 0 && !nan;
+    if (f.special == kSpecialFnuz) neg = neg && a > 0.0f;
+    code |= static_cast<int32_t>(neg) << (f.exponent_bits + m);
+  }
+  if (nan && f.nan_code >= 0) code = f.nan_code;
+  return code;
+}
+
+}  // namespace groupquant

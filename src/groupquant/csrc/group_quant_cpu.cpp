@@ -1,0 +1,286 @@
+// CPU kernels of group-wise fake-quant / quantize: ATen's OpenMP parallel_for over blocks, and
+// inner loops over contiguous spans that the compiler vectorizes (no per-element branches; dtype,
+// stochastic or not and power-of-two or float scale are template parameters).
+//
+// Work is cut into tiles of at most kTile elements that stay in L1: for the last-dim case
+// (inner == 1) a tile is a run of consecutive blocks (contiguous in memory, across rows too); for
+// inner > 1 a tile is one block of rows times a chunk of at most kTile columns, and the loops run
+// along the contiguous columns. Per tile: amax of each block from the bits (integer max), its
+// shared scale, then one pass over the elements that quantizes and stores.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "group_quant.h"
+#include "group_quant_job.h"
+
+namespace groupquant {
+namespace {
+
+constexpr int64_t kTile = 2048;          // elements per tile (three float buffers of it stay in L1)
+constexpr int64_t kGrainElements = 1 << 15;  // elements per parallel task, at least
+
+// ---- storage types: how to load, store and take |x| bits ---------------------------------------
+
+struct F32 {
+  using T = float;
+  static float load(T v) { return v; }
+  static T store(float v) { return v; }
+  static uint32_t abs_bits(T v) { return f2u(v) & 0x7FFFFFFFu; }
+  static uint32_t widen_abs(uint32_t a) { return a; }  // abs_bits -> float32 bits of |x|
+};
+
+struct BF16 {
+  using T = uint16_t;
+  static float load(T v) { return bf16_bits_to_float(v); }
+  static T store(float v) { return float_to_bf16_bits(v); }
+  static uint32_t abs_bits(T v) { return v & 0x7FFFu; }
+  static uint32_t widen_abs(uint32_t a) { return a << 16; }
+};
+
+struct F16 {
+  using T = uint16_t;
+  static float load(T v) { return fp16_bits_to_float(v); }
+  static T store(float v) { return float_to_fp16_bits(v); }
+  static uint32_t abs_bits(T v) { return v & 0x7FFFu; }  // ordered like |x| (NaN above Inf)
+  static uint32_t widen_abs(uint32_t a) { return f2u(fp16_bits_to_float(static_cast<uint16_t>(a))); }
+};
+
+// ---- span loops --------------------------------------------------------------------------------
+
+enum OutKind : int { kOutDequant = 0, kOutDequantMask = 1, kOutValues = 2 };
+
+// Largest |x| of n contiguous elements, as float32 bits (NaN/Inf give >= 0x7F800000).
+template <class S>
+uint32_t amax_span(const typename S::T* __restrict x, int64_t n) {
+  uint32_t m = 0;
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, S::abs_bits(x[i]));
+  return S::widen_abs(m);
+}
+
+// Quantize n contiguous elements, element i with scale[i] / inv[i]; writes by Out:
+// out (x's dtype, dequantized) [+ mask], or vals (float32 element values).
+template <class S, bool Stochastic, bool Pow2, int Out>
+void quant_span(const typename S::T* __restrict x, int64_t n, const float* __restrict scale,
+                const float* __restrict inv, const FormatParams& fmt, int32_t rounding, uint64_t idx0,
+                uint32_t seed, typename S::T* __restrict out, uint8_t* __restrict mask, float* __restrict vals) {
+  const FormatParams f = fmt;
+  const RoundRule rule = round_rule(rounding);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float xv = S::load(x[i]);
+    const float s = Pow2 ? xv * inv[i] : xv / scale[i];
+    const float threshold =
+        Stochastic ? uniform_from_hash(idx0 + static_cast<uint64_t>(i), seed) : rule.threshold;
+    const float v = quantize_element(s, f, rule, threshold);
+    if (Out == kOutValues) {
+      vals[i] = v;
+    } else {
+      out[i] = S::store(v * scale[i]);
+      if (Out == kOutDequantMask) mask[i] = fabsf(s) <= f.max_normal ? 1 : 0;
+    }
+  }
+}
+
+template <typename C>
+void encode_span(const float* __restrict vals, int64_t n, const FormatParams& fmt, C* __restrict codes) {
+  const FormatParams f = fmt;
+  for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<C>(encode_element(vals[i], f));
+}
+
+void encode_any(const float* vals, int64_t n, const Job& job, int64_t offset) {
+  switch (job.code_type) {
+    case kCodeInt8: encode_span(vals, n, job.fmt, static_cast<int8_t*>(job.codes) + offset); break;
+    case kCodeInt16: encode_span(vals, n, job.fmt, static_cast<int16_t*>(job.codes) + offset); break;
+    case kCodeInt32: encode_span(vals, n, job.fmt, static_cast<int32_t*>(job.codes) + offset); break;
+    default: encode_span(vals, n, job.fmt, static_cast<uint8_t*>(job.codes) + offset); break;
+  }
+}
+
+// The element value a padding position (input 0) gets in a block with this scale (its noise
+// does not matter: 0 has no fraction, and NaN stays NaN).
+float padding_value(const BlockScale& sc, const Job& job) {
+  const float s = job.pow2_scale() ? 0.0f * sc.inv : 0.0f / sc.scale;
+  const RoundRule rule = round_rule(job.rounding);
+  return quantize_element(s, job.fmt, rule, rule.threshold);
+}
+
+// ---- drivers -----------------------------------------------------------------------------------
+
+template <class S, bool Stochastic, bool Pow2>
+struct Driver {
+  using T = typename S::T;
+
+  static void span(const Job& job, int64_t offset, int64_t n, const float* scale, const float* inv, float* vals) {
+    const T* x = static_cast<const T*>(job.x) + offset;
+    const uint64_t idx = static_cast<uint64_t>(offset);
+    if (job.codes != nullptr) {
+      quant_span<S, Stochastic, Pow2, kOutValues>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed, nullptr,
+                                                 nullptr, vals);
+    } else if (job.mask != nullptr) {
+      quant_span<S, Stochastic, Pow2, kOutDequantMask>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed,
+                                                      static_cast<T*>(job.out) + offset, job.mask + offset, nullptr);
+    } else {
+      quant_span<S, Stochastic, Pow2, kOutDequant>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed,
+                                                  static_cast<T*>(job.out) + offset, nullptr, nullptr);
+    }
+  }
+
+  static void fill(float* buf, int64_t n, float v) {
+    for (int64_t i = 0; i < n; ++i) buf[i] = v;
+  }
+
+  // Fake-quant, grouping along the last dim (inner == 1): runs of consecutive blocks per tile.
+  static void fake_rows(const Job& job) {
+    const int64_t bs = job.block_size, k = job.num_blocks, dim = job.dim_size;
+    const int64_t total = job.outer * k;
+    const int64_t grain = std::max<int64_t>(1, kGrainElements / bs);
+    at::parallel_for(0, total, grain, [&](int64_t b0, int64_t b1) {
+      alignas(64) float scale_buf[kTile];
+      alignas(64) float inv_buf[kTile];
+      const T* x = static_cast<const T*>(job.x);
+      int64_t o = b0 / k, kb = b0 % k;
+      int64_t b = b0;
+      while (b < b1) {
+        const int64_t start = o * dim + kb * bs;
+        int64_t len = std::min(bs, dim - kb * bs);
+        if (len > kTile) {  // one large block, in chunks
+          const BlockScale sc = block_scale(amax_span<S>(x + start, len), job.fmt, job.scale_mode);
+          fill(scale_buf, kTile, sc.scale);
+          fill(inv_buf, kTile, sc.inv);
+          for (int64_t off = 0; off < len; off += kTile) {
+            span(job, start + off, std::min(kTile, len - off), scale_buf, inv_buf, nullptr);
+          }
+          ++b;
+          if (++kb == k) { kb = 0; ++o; }
+          continue;
+        }
+        int64_t filled = 0;
+        while (b < b1 && filled + len <= kTile) {
+          const BlockScale sc = block_scale(amax_span<S>(x + start + filled, len), job.fmt, job.scale_mode);
+          fill(scale_buf + filled, len, sc.scale);
+          fill(inv_buf + filled, len, sc.inv);
+          filled += len;
+          ++b;
+          if (++kb == k) { kb = 0; ++o; }
+          len = std::min(bs, dim - kb * bs);
+        }
+        span(job, start, filled, scale_buf, inv_buf, nullptr);
+      }
+    });
+  }
+
+  // Any job with inner > 1, and quantize with inner == 1: one block of rows x a chunk of columns
+  // per work item (for inner == 1 the "row" is the whole block, one column wide).
+  static void blocks(const Job& job) {
+    const int64_t bs = job.block_size, k = job.num_blocks, dim = job.dim_size, inner = job.inner;
+    const bool last_dim = inner == 1;
+    const int64_t chunk = last_dim ? 1 : std::min(inner, kTile);
+    const int64_t chunks = (inner + chunk - 1) / chunk;
+    const int64_t total = job.outer * k * chunks;
+    const int64_t grain = std::max<int64_t>(1, kGrainElements / (bs * chunk));
+    at::parallel_for(0, total, grain, [&](int64_t i0, int64_t i1) {
+      alignas(64) uint32_t amax_buf[kTile];
+      alignas(64) float scale_buf[kTile];
+      alignas(64) float inv_buf[kTile];
+      alignas(64) float vals[kTile];
+      BlockScale scales[1];
+      const T* x = static_cast<const T*>(job.x);
+      for (int64_t item = i0; item < i1; ++item) {
+        const int64_t cc = item % chunks, ob = item / chunks;
+        const int64_t o = ob / k, kb = ob % k;
+        const int64_t c0 = cc * chunk, cols = std::min(chunk, inner - c0);
+        const int64_t j0 = kb * bs, len = std::min(bs, dim - j0);
+        const int64_t base = (o * dim + j0) * inner + c0;          // first element in x
+        const int64_t scale_at = (o * k + kb) * inner + c0;        // first scale
+        const int64_t code_base = ((o * k + kb) * bs) * inner + c0;  // first code
+        if (last_dim) {
+          const BlockScale sc = block_scale(amax_span<S>(x + base, len), job.fmt, job.scale_mode);
+          scales[0] = sc;
+          if (job.scale != nullptr) job.scale[scale_at] = sc.scale;
+          if (job.scale_codes != nullptr) job.scale_codes[scale_at] = sc.code;
+          for (int64_t off = 0; off < len; off += kTile) {
+            const int64_t n = std::min(kTile, len - off);
+            fill(scale_buf, n, sc.scale);
+            fill(inv_buf, n, sc.inv);
+            span(job, base + off, n, scale_buf, inv_buf, vals);
+            if (job.codes != nullptr) {
+              encode_any(vals, n, job, code_base + off);
+            }
+          }
+          if (job.codes != nullptr && len < bs) {
+            fill(vals, std::min(bs - len, kTile), padding_value(sc, job));
+            for (int64_t off = len; off < bs; off += kTile) {
+              const int64_t n = std::min(kTile, bs - off);
+              encode_any(vals, n, job, code_base + off);
+            }
+          }
+          continue;
+        }
+        // inner > 1: per-column amax over the block's rows, then row by row along the columns
+        for (int64_t c = 0; c < cols; ++c) amax_buf[c] = 0;
+        for (int64_t j = 0; j < len; ++j) {
+          const T* row = x + base + j * inner;
+#pragma omp simd
+          for (int64_t c = 0; c < cols; ++c) amax_buf[c] = std::max(amax_buf[c], S::abs_bits(row[c]));
+        }
+        for (int64_t c = 0; c < cols; ++c) {
+          const BlockScale sc = block_scale(S::widen_abs(amax_buf[c]), job.fmt, job.scale_mode);
+          scale_buf[c] = sc.scale;
+          inv_buf[c] = sc.inv;
+          if (job.scale != nullptr) job.scale[scale_at + c] = sc.scale;
+          if (job.scale_codes != nullptr) job.scale_codes[scale_at + c] = sc.code;
+        }
+        for (int64_t j = 0; j < len; ++j) {
+          span(job, base + j * inner, cols, scale_buf, inv_buf, vals);
+          if (job.codes != nullptr) {
+            encode_any(vals, cols, job, code_base + j * inner);
+          }
+        }
+        if (job.codes != nullptr && len < bs) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const BlockScale sc{scale_buf[c], inv_buf[c], 0};
+            vals[c] = padding_value(sc, job);
+          }
+          for (int64_t j = len; j < bs; ++j) {
+            encode_any(vals, cols, job, code_base + j * inner);
+          }
+        }
+      }
+    });
+  }
+
+  static void run(const Job& job) {
+    if (job.inner == 1 && job.codes == nullptr) fake_rows(job);
+    else blocks(job);
+  }
+};
+
+// ---- run-time -> compile-time dispatch ----------------------------------------------------------
+
+template <class S, bool Stochastic>
+void dispatch_scale(const Job& job) {
+  if (job.pow2_scale()) Driver<S, Stochastic, true>::run(job);
+  else Driver<S, Stochastic, false>::run(job);
+}
+
+template <class S>
+void dispatch_rounding(const Job& job) {
+  if (job.rounding == kRoundStochastic) dispatch_scale<S, true>(job);
+  else dispatch_scale<S, false>(job);
+}
+
+}  // namespace
+
+void run_cpu(const Job& job) {
+  if (job.numel() == 0) return;
+  switch (job.dtype) {
+    case kBFloat16: dispatch_rounding<BF16>(job); break;
+    case kFloat16: dispatch_rounding<F16>(job); break;
+    default: dispatch_rounding<F32>(job); break;
+  }
+}
+
+}  // namespace groupquant

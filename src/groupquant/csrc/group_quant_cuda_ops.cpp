@@ -1,0 +1,39 @@
+// CUDA registration of the groupquant ops (compiled only in a CUDA build of the extension).
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
+#include <torch/library.h>
+
+#include "group_quant_ops.h"
+
+namespace groupquant {
+namespace {
+
+void run_on_cuda(const Job& job, const at::Tensor& x) {
+  const int err = run_cuda(job, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+  TORCH_CHECK(err == 0, "groupquant: CUDA kernel failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+}
+
+at::Tensor fake_quant_cuda(GQ_OP_PARAMS) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  return std::get<0>(fake_quant_impl(GQ_OP_ARGS, false, run_on_cuda));
+}
+
+std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cuda(GQ_OP_PARAMS) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  return fake_quant_impl(GQ_OP_ARGS, true, run_on_cuda);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cuda(GQ_OP_PARAMS, at::ScalarType code_dtype) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  return quantize_impl(GQ_OP_ARGS, code_dtype, run_on_cuda);
+}
+
+}  // namespace
+}  // namespace groupquant
+
+TORCH_LIBRARY_IMPL(groupquant, CUDA, m) {
+  m.impl("group_fake_quant", &groupquant::fake_quant_cuda);
+  m.impl("group_fake_quant_masked", &groupquant::fake_quant_masked_cuda);
+  m.impl("group_quantize", &groupquant::quantize_cuda);
+}

@@ -1,0 +1,48 @@
+// One group-wise quantization call, described with plain pointers and sizes (no torch types), so
+// the CPU source, the CUDA source and the torch op glue (ops.cpp) share it.
+//
+// Layout: the input is viewed as [outer, dim_size, inner] (row-major, contiguous); groups run along
+// the middle dim in num_blocks blocks of block_size elements, the last one short when dim_size is
+// not a multiple (padding is handled inside the kernels; the tensor is never padded).
+#pragma once
+
+#include <cstdint>
+
+#include "group_quant.h"
+
+namespace groupquant {
+
+enum DType : int32_t { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+enum CodeType : int32_t { kCodeUInt8 = 0, kCodeInt8 = 1, kCodeInt16 = 2, kCodeInt32 = 3 };
+
+struct Job {
+  // input, [outer, dim_size, inner]
+  const void* x = nullptr;
+  int32_t dtype = kFloat32;
+  int64_t outer = 0, dim_size = 0, inner = 0;
+  int64_t block_size = 0, num_blocks = 0;
+  // fake-quant outputs (x's shape): dequantized values in x's dtype, optional bool mask
+  // (|x / scale| <= max_normal, the clipped straight-through gradient).
+  void* out = nullptr;
+  uint8_t* mask = nullptr;
+  // quantize outputs: codes [outer, num_blocks, block_size, inner] (padding included),
+  // scale / scale_codes [outer, num_blocks, inner].
+  void* codes = nullptr;
+  int32_t code_type = kCodeUInt8;
+  float* scale = nullptr;
+  uint8_t* scale_codes = nullptr;
+  // numerics
+  FormatParams fmt{};
+  int32_t scale_mode = kScaleFloor;
+  int32_t rounding = kRoundEven;
+  uint32_t seed = 0;
+
+  int64_t numel() const { return outer * dim_size * inner; }
+  bool pow2_scale() const { return scale_mode != kScaleFloat; }
+};
+
+// Kernels, one per device. Each fills the non-null outputs of the job.
+void run_cpu(const Job& job);
+int run_cuda(const Job& job, void* stream);  // stream: a cudaStream_t; returns a cudaError_t (0: ok)
+
+}  // namespace groupquant
