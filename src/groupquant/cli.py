@@ -12,6 +12,8 @@ import json
 import sys
 from typing import Dict, List, Optional, Sequence
 
+import torch
+
 from .formats import MX_FORMATS, get_format, known_formats
 
 __all__ = ["main", "build_parser", "format_table", "format_aliases"]
@@ -108,7 +110,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 2
     options = DemoOptions(formats=tuple(args.formats), float_epochs=args.epochs, qat_epochs=args.qat_epochs,
                           seed=args.seed, progress=not (args.json or args.no_progress))
-    report = run_demo(options)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the model is tiny: more threads only add overhead (and stall on busy machines)
+    try:
+        report = run_demo(options)
+    finally:
+        torch.set_num_threads(threads)
     print(report_to_json(report) if args.json else format_report(report))
     return 0
 

@@ -6,13 +6,14 @@ test accuracy and packed size; fine-tune the MXFP4 model with quantization-aware
 Needs the ``demo`` extra (scikit-learn, tqdm).
 """
 from .data import DigitsSplit, load_digits_split, require_demo_packages
-from .model import MXLinear, build_mlp, packed_model_bytes, quantized_copy, weight_sqnr_db
+from .model import MX_QUANTIZERS, MXQuantizerPair, build_mlp, mx_quantizers, packed_model_bytes, quantized_copy, weight_sqnr_db
 from .pipeline import DemoOptions, DemoReport, FormatResult, bits_per_element, run_demo
 from .report import format_report, report_to_dict, report_to_json
 from .training import Evaluation, TrainConfig, TrainHistory, evaluate, train_classifier
 
 __all__ = [
-    "DigitsSplit", "load_digits_split", "require_demo_packages", "MXLinear", "build_mlp",
+    "DigitsSplit", "load_digits_split", "require_demo_packages", "MX_QUANTIZERS", "MXQuantizerPair",
+    "mx_quantizers", "build_mlp",
     "packed_model_bytes", "quantized_copy", "weight_sqnr_db", "DemoOptions", "DemoReport",
     "FormatResult", "bits_per_element", "run_demo", "format_report", "report_to_dict",
     "report_to_json", "Evaluation", "TrainConfig", "TrainHistory", "evaluate", "train_classifier",

@@ -1,22 +1,54 @@
-"""The demo's model: a small MLP on 8x8 digits, and its MX-quantized copies.
+"""The demo's model: a small MLP on 8x8 digits, and its MX-quantized copies built with groupquant.nn.
 
-``quantized_copy`` swaps every ``nn.Linear`` for a layer that fake-quantizes its weight and its
-input to one MX element format (blocks of 32 along the input features, E8M0 scales, OCP rules),
-so one call gives the post-training-quantized model, and training the copy is QAT.
+``quantized_copy`` converts a deep copy with :func:`groupquant.quantize_model`: every
+``nn.Linear`` becomes a ``QuantLinear`` whose weight and input are quantized to one MX element
+format (the default MX quantizers: blocks of 32 along the input features, E8M0 floor scales,
+round to nearest even). One call gives the post-training-quantized model; training the copy is QAT.
 """
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Dict, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from .. import quantizers as Q
+from ..export import packed_state_dict
 from ..formats import get_format
-from ..ops import fake_quant
+from ..nn import QuantLinear, quantize_model
+from ..packing import PackedTensor
+from ..quant_tensor import plain
 
-__all__ = ["build_mlp", "quantized_copy", "MXLinear", "weight_sqnr_db", "packed_model_bytes"]
+__all__ = ["MXQuantizerPair", "MX_QUANTIZERS", "mx_quantizers", "build_mlp", "quantized_copy", "weight_sqnr_db", "packed_model_bytes"]
+
+
+@dataclass(frozen=True)
+class MXQuantizerPair:
+    """The default MX quantizers of one element format: ``weight`` and ``act`` (input) quantizer classes."""
+
+    weight: type
+    act: type
+
+
+#: Canonical MX format name -> its default weight and activation quantizers.
+MX_QUANTIZERS: Dict[str, MXQuantizerPair] = {
+    "int8": MXQuantizerPair(Q.MXInt8Weight, Q.MXInt8Act),
+    "fp8_e4m3": MXQuantizerPair(Q.MXFloat8e4m3Weight, Q.MXFloat8e4m3Act),
+    "fp8_e5m2": MXQuantizerPair(Q.MXFloat8e5m2Weight, Q.MXFloat8e5m2Act),
+    "fp6_e3m2": MXQuantizerPair(Q.MXFloat6e3m2Weight, Q.MXFloat6e3m2Act),
+    "fp6_e2m3": MXQuantizerPair(Q.MXFloat6e2m3Weight, Q.MXFloat6e2m3Act),
+    "fp4_e2m1": MXQuantizerPair(Q.MXFloat4e2m1Weight, Q.MXFloat4e2m1Act),
+}
+
+
+def mx_quantizers(fmt: str) -> MXQuantizerPair:
+    """The default quantizers of MX format ``fmt`` (any name ``get_format`` knows, e.g. ``'mxfp4'``)."""
+    name = get_format(fmt).name
+    if name not in MX_QUANTIZERS:
+        raise ValueError(f"format {fmt!r} is not an MX element format; MX formats: {', '.join(MX_QUANTIZERS)}")
+    return MX_QUANTIZERS[name]
 
 
 def build_mlp(in_features: int = 64, hidden: Sequence[int] = (128, 128), classes: int = 10,
@@ -38,51 +70,20 @@ def build_mlp(in_features: int = 64, hidden: Sequence[int] = (128, 128), classes
     return nn.Sequential(*layers)
 
 
-class MXLinear(nn.Module):
-    """An ``nn.Linear`` whose weight and input are fake-quantized to ``fmt`` (MX, blocks of 32).
-
-    Groups run along the input features (the reduction dim) for both. Gradients pass straight through.
-    """
-
-    def __init__(self, linear: nn.Linear, fmt: str, block_size: int = 32):
-        super().__init__()
-        self.fmt = get_format(fmt).name
-        self.block_size = block_size
-        self.weight = nn.Parameter(linear.weight.detach().clone())
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone())
-
-    def quant_weight(self) -> torch.Tensor:
-        """The weight as the layer uses it (dequantized MX values)."""
-        return fake_quant(self.weight, self.fmt, self.block_size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = fake_quant(x, self.fmt, self.block_size)
-        return F.linear(x, self.quant_weight(), self.bias)
-
-    def extra_repr(self) -> str:
-        return f"in={self.weight.shape[1]}, out={self.weight.shape[0]}, fmt={self.fmt}, block_size={self.block_size}"
-
-
-def quantized_copy(model: nn.Module, fmt: str, block_size: int = 32) -> nn.Module:
-    """A deep copy of ``model`` with every ``nn.Linear`` replaced by an :class:`MXLinear` of ``fmt``."""
-    get_format(fmt)  # unknown names fail here, naming the format
-    out = copy.deepcopy(model)
-    for name, child in list(out.named_children()):
-        if isinstance(child, nn.Linear):
-            setattr(out, name, MXLinear(child, fmt, block_size))
-        else:
-            setattr(out, name, quantized_copy(child, fmt, block_size) if list(child.children()) else child)
-    return out
+def quantized_copy(model: nn.Module, fmt: str) -> nn.Module:
+    """A deep copy of ``model`` with every ``nn.Linear`` a ``QuantLinear`` quantizing weight and input to ``fmt``."""
+    pair = mx_quantizers(fmt)
+    return quantize_model(copy.deepcopy(model), weight_quant=pair.weight, input_quant=pair.act)
 
 
 @torch.no_grad()
 def weight_sqnr_db(float_model: nn.Module, quant_model: nn.Module) -> float:
     """SQNR in dB of all quantized weights together: ``10 log10(sum w^2 / sum (w - q(w))^2)``.
 
-    Pairs the float model's ``nn.Linear`` weights with the quantized copy's layers in order.
+    Pairs the float model's ``nn.Linear`` weights with the quantized copy's ``QuantLinear`` layers in order.
     """
-    floats = [m.weight for m in float_model.modules() if isinstance(m, nn.Linear)]
-    quants = [m.quant_weight() for m in quant_model.modules() if isinstance(m, MXLinear)]
+    floats = [m.weight for m in float_model.modules() if type(m) is nn.Linear]
+    quants = [plain(m.quant_weight()) for m in quant_model.modules() if isinstance(m, QuantLinear)]
     if len(floats) != len(quants) or not floats:
         raise ValueError("the quantized model's layers do not match the float model's")
     signal = sum(float(w.double().pow(2).sum()) for w in floats)
@@ -90,16 +91,11 @@ def weight_sqnr_db(float_model: nn.Module, quant_model: nn.Module) -> float:
     return float("inf") if noise == 0 else 10.0 * torch.log10(torch.tensor(signal / noise)).item()
 
 
-def packed_model_bytes(model: nn.Module, fmt: str, block_size: int = 32) -> int:
-    """Bytes of the model stored packed: each weight at the format's bits per element (rounded up to
-    whole bytes per tensor) plus one E8M0 byte per block; biases stay float32 (4 bytes each)."""
-    bits = get_format(fmt).bit_width
-    total = 0
-    for m in model.modules():
-        if isinstance(m, (nn.Linear, MXLinear)):
-            out_f, in_f = m.weight.shape
-            blocks = -(-in_f // block_size)
-            total += -(-out_f * in_f * bits // 8) + out_f * blocks
-            if m.bias is not None:
-                total += 4 * m.bias.numel()
-    return total
+def packed_model_bytes(model: nn.Module) -> int:
+    """Payload bytes of ``groupquant.export.packed_state_dict(model)``: packed weights (element codes
+    and E8M0 scales) plus every other tensor (biases in float32); quantizer state not counted."""
+    sd = packed_state_dict(model)
+    skip = set(sd["quantizer_keys"])  # type: ignore[arg-type]
+    packed = sum(PackedTensor.from_record(rec).nbytes for rec in sd["packed"].values())  # type: ignore[union-attr]
+    tensors = sum(t.numel() * t.element_size() for k, t in sd["tensors"].items() if k not in skip)  # type: ignore[union-attr]
+    return packed + tensors

@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..formats import MX_FORMATS, get_format
 from .data import load_digits_split
-from .model import build_mlp, packed_model_bytes, quantized_copy, weight_sqnr_db
+from .model import build_mlp, mx_quantizers, packed_model_bytes, quantized_copy, weight_sqnr_db
 from .training import Evaluation, TrainConfig, evaluate, train_classifier
 
 __all__ = ["DemoOptions", "FormatResult", "DemoReport", "run_demo", "SCALE_BITS", "BLOCK_SIZE"]
@@ -45,7 +45,7 @@ class DemoOptions:
         if not self.formats:
             raise ValueError("formats must name at least one format")
         for name in (*self.formats, self.qat_format):
-            get_format(name)
+            mx_quantizers(name)
 
 
 @dataclass(frozen=True)
@@ -102,13 +102,13 @@ def run_demo(options: DemoOptions = DemoOptions()) -> DemoReport:
         float_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
         float_loss_curve=history.epoch_loss)
     for fmt in options.formats:
-        qmodel = quantized_copy(model, fmt, BLOCK_SIZE)
+        qmodel = quantized_copy(model, fmt)
         report.ptq.append(FormatResult(
             fmt=get_format(fmt).name, bits_per_element=bits_per_element(fmt),
             weight_sqnr_db=weight_sqnr_db(model, qmodel), test=evaluate(qmodel, data.x_test, data.y_test),
-            packed_bytes=packed_model_bytes(qmodel, fmt, BLOCK_SIZE)))
+            packed_bytes=packed_model_bytes(qmodel)))
     if options.qat_epochs > 0:
-        qmodel = quantized_copy(model, options.qat_format, BLOCK_SIZE)
+        qmodel = quantized_copy(model, options.qat_format)
         report.qat_format = get_format(options.qat_format).name
         report.qat_before = evaluate(qmodel, data.x_test, data.y_test)
         qat = train_classifier(qmodel, data.x_train, data.y_train, TrainConfig(
