@@ -57,6 +57,19 @@ def _collapse_carriage_returns(text: str) -> str:
     return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
 
 
+def _merge_streams(outputs: List[nbformat.NotebookNode]) -> List[nbformat.NotebookNode]:
+    """Join consecutive stream outputs of the same stream (a progress bar writes one per update)."""
+    merged: List[nbformat.NotebookNode] = []
+    for out in outputs:
+        prev = merged[-1] if merged else None
+        if (out.get("output_type") == "stream" and prev is not None and prev.get("output_type") == "stream"
+                and prev.get("name") == out.get("name")):
+            prev["text"] += out["text"]
+        else:
+            merged.append(out)
+    return merged
+
+
 def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Drop volatile metadata; collapse progress-bar streams; check image sizes."""
     nb.metadata = {
@@ -66,6 +79,8 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for i, cell in enumerate(nb.cells):
         cell.metadata = {}
         cell.pop("id", None)
+        if "outputs" in cell:
+            cell.outputs = _merge_streams(cell.outputs)
         for out in cell.get("outputs", []):
             out.pop("metadata", None) if out.get("output_type") == "stream" else out.update(metadata={})
             if out.get("output_type") == "stream":
