@@ -131,7 +131,12 @@ class IntFormat:
 
     @property
     def special_values(self) -> SpecialValues:
+        """Integers spend no code on NaN or Inf."""
         return SpecialValues.NONE
+
+    has_inf = False
+    has_nan = False
+    nan_code = None
 
     def values(self) -> torch.Tensor:
         """Every representable element value, ascending, float64."""
@@ -185,6 +190,10 @@ class FloatFormat:
         object.__setattr__(self, "special_values", sv)
         if sv is SpecialValues.IEEE and m == 0:
             raise ValueError("special_values='ieee' needs mantissa_bit_width >= 1 to tell NaN from Inf")
+        if sv is SpecialValues.IEEE and e < 2:
+            raise ValueError(
+                "special_values='ieee' needs exponent_bit_width >= 2: with one exponent bit the only "
+                "non-zero exponent field is reserved for Inf/NaN, leaving no normal numbers")
         if sv is SpecialValues.FNUZ and not self.signed:
             raise ValueError("special_values='fnuz' puts NaN on the negative-zero code; it needs signed=True")
         if sv is SpecialValues.NAN_ONLY and e + m == 1:

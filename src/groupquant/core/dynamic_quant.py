@@ -87,7 +87,7 @@ class DynamicQuant(nn.Module):
         grouped, block, dim = _as_groups(x, g)
         y = fake_quant(grouped, self.fmt, block, dim, self.rounding, self.scale_mode, ste=self.ste)
         y = _from_groups(y, x, g)
-        scale, _ = group_scale(_ABS_MAX(x, g), self.fmt, self.scale_mode)
+        scale, _ = group_scale(_ABS_MAX(x, g), self.fmt, self.scale_mode, x.dtype)
         layout = g.layout(x.shape) if g.is_group else None
         value = layout.contract(y) if layout is not None else y
         return QuantOutput(value, scale, g, layout)

@@ -5,20 +5,22 @@
   (round to nearest even, subnormals kept, clamp to +-max normal), then ``DequantizeLinear``;
   scale 1, so no arithmetic happens besides the cast.
 - Integers (MXINT8 included): ``Round(y * 2**frac)`` clipped to ``[qmin, qmax]``, times
-  ``2**-frac``. Not an int8 QuantizeLinear/DequantizeLinear pair: its integer zero loses the
-  sign of a negative value that rounds to zero, which torch keeps (-0.0).
+  ``2**-frac``.
 - Every other minifloat (FP6, FP4, ..., which onnxruntime has no cast for; also the FNUZ FP8
-  forms, whose cast turns -0.0 into +0.0 where torch keeps -0.0): exact arithmetic.
+  forms): exact arithmetic.
   The quantum ``2**(max(floor(log2|y|), emin) - M)`` is picked by comparing ``|y|`` with
   each binade boundary ``2**j`` (``emin < j <= emax``), then ``Round(y / quantum) * quantum``
   clipped to +-max normal. ``Round`` is half to even.
+Formats with no negative zero (integers, unsigned and FNUZ minifloats) give +0 where a negative
+value rounds to zero, as the reference does: ``Where(v == 0, +0, v)`` (an ``Add(v, 0)`` would
+do in IEEE arithmetic, but graph optimizers may fold it away).
 """
 from __future__ import annotations
 
 import torch
 from onnx import TensorProto
 
-from ..formats import ElementFormat, FloatFormat, IntFormat
+from ..formats import ElementFormat, FloatFormat, IntFormat, SpecialValues
 from ..packing.storage_dtypes import element_storage_dtype
 from .onnx_builder import GraphBuilder
 
@@ -62,11 +64,21 @@ def _round_minifloat(b: GraphBuilder, y: str, fmt: FloatFormat) -> str:
     return b.node("Clip", [v, b.const(float(low)), b.const(float(fmt.max_normal))], hint="elements")
 
 
+def _has_negative_zero(fmt: ElementFormat) -> bool:
+    """Whether the format encodes -0 (signed minifloats other than FNUZ)."""
+    return isinstance(fmt, FloatFormat) and fmt.signed and fmt.special_values is not SpecialValues.FNUZ
+
+
 def round_elements_of(b: GraphBuilder, y: str, fmt: ElementFormat) -> str:
     """Element values (float32) of scaled values ``y`` (float32), rounded half to even and saturated."""
-    if isinstance(fmt, IntFormat):
-        return _round_int(b, y, fmt)
     f8 = onnx_float8_type(fmt)
-    if f8 in (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2):
-        return _round_float8(b, y, f8)
-    return _round_minifloat(b, y, fmt)
+    if isinstance(fmt, IntFormat):
+        v = _round_int(b, y, fmt)
+    elif f8 in (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2):
+        v = _round_float8(b, y, f8)
+    else:
+        v = _round_minifloat(b, y, fmt)
+    if _has_negative_zero(fmt):
+        return v
+    zero = b.const(0.0)
+    return b.node("Where", [b.node("Equal", [v, zero]), zero, v], hint="positive_zero")

@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 from onnx import TensorProto
 
 from ..formats import E8M0, ElementFormat
-from ..ops.shared_scale import SCALE_MODES
+from ..ops.shared_scale import SCALE_MODES, exponent_cap
 from .onnx_builder import GraphBuilder
 
 __all__ = ["pow2_table", "exp2_of", "floor_log2_of", "shared_scale_of"]
@@ -87,7 +88,8 @@ def _exponent(b: GraphBuilder, a: str, fmt: ElementFormat, mode: str) -> str:
 def shared_scale_of(b: GraphBuilder, amax: str, fmt: ElementFormat, mode: str) -> str:
     """The float32 shared scale of per-group ``amax`` (finite, >= 0) by ``mode``, as ``group_scale`` computes it.
 
-    Power-of-two modes: ``2**clamp(e, -127, 127)``, an all-zero group 2**-127. ``float``:
+    Power-of-two modes: ``2**clamp(e, -127, cap)`` with cap = 127 - emax (float32 activations,
+    see :func:`groupquant.ops.shared_scale.exponent_cap`), an all-zero group 2**-127. ``float``:
     ``amax / max_normal`` (1 where that is 0).
     """
     if mode == "float":
@@ -96,5 +98,5 @@ def shared_scale_of(b: GraphBuilder, amax: str, fmt: ElementFormat, mode: str) -
         return b.node("Where", [positive, scale, b.const(1.0)], hint="scale")
     e = _exponent(b, amax, fmt, mode)
     e = b.node("Where", [b.node("Greater", [amax, b.const(0.0)]), e, b.const(float(E8M0.min_exponent))])
-    e = b.node("Clip", [e, b.const(float(E8M0.min_exponent)), b.const(float(E8M0.max_exponent))])
+    e = b.node("Clip", [e, b.const(float(E8M0.min_exponent)), b.const(float(exponent_cap(torch.float32, fmt)))])
     return exp2_of(b, e)

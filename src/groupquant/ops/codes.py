@@ -27,7 +27,7 @@ def code_dtype(fmt: ElementFormat) -> torch.dtype:
 
 
 def encode(v: torch.Tensor, fmt: ElementFormat) -> torch.Tensor:
-    """Codes of element values ``v`` (float32, already on the grid of ``fmt``; NaN allowed)."""
+    """Codes of element values ``v`` (float32, on the grid of ``fmt``; NaN allowed, +-Inf for IEEE formats)."""
     v = v.float()
     if isinstance(fmt, IntFormat):
         n = torch.nan_to_num(v * float(2 ** fmt.frac_bits), nan=0.0)
@@ -42,6 +42,8 @@ def encode(v: torch.Tensor, fmt: ElementFormat) -> torch.Tensor:
     field_e = torch.where(normal, e + fmt.bias, torch.zeros_like(e))
     field_m = torch.where(normal, mant_units - (1 << m), mant_units)
     code = (field_e << m) | field_m
+    if fmt.has_inf:  # IEEE: +-Inf is the all-ones exponent with a zero mantissa (sign added below)
+        code = torch.where(torch.isinf(a), torch.full_like(code, ((1 << ebits) - 1) << m), code)
     if fmt.signed:
         neg = torch.signbit(v) & ~nan
         if fmt.special_values is SpecialValues.FNUZ:

@@ -10,7 +10,9 @@ Rounding modes (``rounding=``):
 - ``floor``: toward zero (truncation of the magnitude).
 - ``stochastic``: up with probability equal to the fraction, from a counter-based hash of
   (seed, element index), so any backend reproduces it from the same seed.
-Values beyond max normal saturate to +-max normal; NaN stays NaN.
+Values beyond max normal saturate to +-max normal; NaN stays NaN. Formats without a negative
+zero (integers, unsigned, FNUZ) give +0 where the rounding of a negative value reaches zero, so
+fake-quant output equals the decoded codes bit for bit.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from ..formats import ElementFormat, IntFormat
+from ..formats import ElementFormat, FloatFormat, IntFormat, SpecialValues
 from .bits import exp2i, floor_log2
 
 __all__ = ["ROUNDING_MODES", "round_to_format", "uniform_from_hash"]
@@ -73,10 +75,21 @@ def round_to_format(x: torch.Tensor, fmt: ElementFormat, rounding: str = "even",
     if isinstance(fmt, IntFormat):
         y = x * float(2 ** fmt.frac_bits)
         n = _round_magnitude(y, rounding, noise).clamp(fmt.qmin, fmt.qmax)
-        return n * (2.0 ** -fmt.frac_bits)
+        return _positive_zero(n * (2.0 ** -fmt.frac_bits))
     e = floor_log2(x).clamp(min=fmt.emin)
     quantum_exp = e - fmt.mantissa_bit_width
     y = x * exp2i(-quantum_exp)
     v = _round_magnitude(y, rounding, noise) * exp2i(quantum_exp)
     low = 0.0 if not fmt.signed else -fmt.max_normal
-    return v.clamp(low, fmt.max_normal)
+    v = v.clamp(low, fmt.max_normal)
+    return v if _has_negative_zero(fmt) else _positive_zero(v)
+
+
+def _has_negative_zero(fmt: FloatFormat) -> bool:
+    """Whether the format encodes -0 (signed, not FNUZ, whose -0 code is the NaN)."""
+    return fmt.signed and fmt.special_values is not SpecialValues.FNUZ
+
+
+def _positive_zero(v: torch.Tensor) -> torch.Tensor:
+    """-0 -> +0 (other values, NaN included, unchanged): for formats with no negative zero."""
+    return torch.where(v == 0, torch.zeros_like(v), v)

@@ -55,7 +55,7 @@ def _quantize_values(x: torch.Tensor, spec: GroupSpec) -> _Quantized:
     """Element values, scale and E8M0 codes of x, all contracted (float32, float32, uint8)."""
     xg = spec.layout.contract(x.detach().float())
     amax = xg.abs().amax(dim=spec.layout.reduce_dim, keepdim=True)
-    scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_mode)
+    scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_mode, x.dtype)
     noise = stochastic_noise(spec, x.device)
     scaled = xg / scale
     elements = round_to_format(scaled, spec.fmt, spec.rounding, noise)

@@ -8,7 +8,10 @@ For a group with largest magnitude ``amax`` and an element format whose largest 
 - ``even``: round amax to the element's mantissa width (nearest-even) first, then ``floor``.
 - ``rceil``: ``e = ceil(log2(amax / max_normal))``, the smallest scale that avoids saturation.
 
-All are computed exactly from exponent bits, clamped to E8M0's [-127, 127]. An all-zero group
+All are computed exactly from exponent bits, clamped to E8M0's [-127, 127] and capped at
+``dtype_emax - emax`` (127 - emax for float32/bfloat16 input, 15 - emax for float16): the largest
+exponent ``floor`` can reach for that dtype, so that ``ceil``/``even``/``rceil`` never turn a
+finite block near the dtype's maximum into Inf (such a block saturates instead). An all-zero group
 gets 2**-127 (code 0); a group with NaN or Inf gets a NaN scale (code 0xFF), which makes every
 element of the group NaN, as the spec's X = NaN does.
 
@@ -25,7 +28,8 @@ import torch
 from ..formats import E8M0, ElementFormat
 from .bits import exp2i, floor_log2, significand
 
-__all__ = ["SCALE_MODES", "POWER_OF_TWO_MODES", "shared_exponent", "group_scale", "e8m0_encode", "e8m0_decode"]
+__all__ = ["SCALE_MODES", "POWER_OF_TWO_MODES", "shared_exponent", "group_scale", "exponent_cap",
+           "e8m0_encode", "e8m0_decode"]
 
 POWER_OF_TWO_MODES = ("floor", "ceil", "even", "rceil")
 SCALE_MODES = POWER_OF_TWO_MODES + ("float",)
@@ -38,10 +42,17 @@ def _round_significand_carry(amax: torch.Tensor, mantissa_bits: int) -> torch.Te
     return (steps >= 2 ** (mantissa_bits + 1)).to(torch.int32)
 
 
-def shared_exponent(amax: torch.Tensor, fmt: ElementFormat, mode: str) -> torch.Tensor:
-    """The unclamped-then-clamped shared exponent (int32) for finite, non-negative ``amax``.
+def exponent_cap(dtype: torch.dtype, fmt: ElementFormat) -> int:
+    """Largest shared exponent for input of ``dtype``: floor(log2(dtype max)) - emax, within E8M0."""
+    dtype_emax = math.frexp(torch.finfo(dtype).max)[1] - 1
+    return min(E8M0.max_exponent, dtype_emax - fmt.emax)
 
-    Zero amax gives E8M0's minimum exponent (-127).
+
+def shared_exponent(amax: torch.Tensor, fmt: ElementFormat, mode: str,
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The shared exponent (int32) for finite, non-negative ``amax`` of input dtype ``dtype``.
+
+    Clamped to [-127, :func:`exponent_cap`]; zero amax gives E8M0's minimum exponent (-127).
     """
     amax = amax.float()
     e_a = floor_log2(amax)
@@ -58,12 +69,14 @@ def shared_exponent(amax: torch.Tensor, fmt: ElementFormat, mode: str) -> torch.
     else:
         raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {mode!r}")
     e = torch.where(amax > 0, e, torch.full_like(e, E8M0.min_exponent))
-    return e.clamp(E8M0.min_exponent, E8M0.max_exponent)
+    return e.clamp(E8M0.min_exponent, exponent_cap(dtype, fmt))
 
 
-def group_scale(amax: torch.Tensor, fmt: ElementFormat, mode: str) -> Tuple[torch.Tensor, torch.Tensor]:
+def group_scale(amax: torch.Tensor, fmt: ElementFormat, mode: str,
+                dtype: torch.dtype = torch.float32) -> Tuple[torch.Tensor, torch.Tensor]:
     """Scale (float32) and E8M0 code (uint8; all 0 for the ``float`` mode) from per-group amax.
 
+    ``dtype`` is the dtype of the data being quantized (it caps the exponent, see module doc).
     NaN or Inf amax gives a NaN scale and code 0xFF.
     """
     amax = amax.float()
@@ -74,7 +87,7 @@ def group_scale(amax: torch.Tensor, fmt: ElementFormat, mode: str) -> Tuple[torc
         scale = torch.where(scale > 0, scale, torch.ones_like(scale))
         codes = torch.zeros(amax.shape, dtype=torch.uint8, device=amax.device)
     else:
-        e = shared_exponent(safe, fmt, mode)
+        e = shared_exponent(safe, fmt, mode, dtype)
         scale = exp2i(e)
         codes = (e + E8M0.bias).to(torch.uint8)
         codes = torch.where(finite, codes, torch.full_like(codes, E8M0.nan_code))
