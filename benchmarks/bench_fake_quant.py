@@ -89,9 +89,13 @@ def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers
             line = (f"{dname:5} {fmt:9} {nat:9.1f} {gbps(x, nat):6.2f} {nat / clone_ms:7.2f} {ref:8.1f} "
                     f"{ref / nat:8.1f}")
             if compile_ref:
-                compiled = torch.compile(lambda t, s=spec: reference_fake_quant(t, s)[0], fullgraph=True)
-                comp = median_ms(lambda: compiled(x), max(1, reps // 3))
-                line += f" {comp:11.1f} {comp / nat:8.1f}"
+                try:
+                    torch._dynamo.reset()
+                    compiled = torch.compile(lambda t, s=spec: reference_fake_quant(t, s)[0], fullgraph=True)
+                    comp = median_ms(lambda: compiled(x), max(1, reps // 3))
+                    line += f" {comp:11.1f} {comp / nat:8.1f}"
+                except Exception as exc:  # dynamo may not trace every format's Python
+                    line += f" {'failed':>11}  ({type(exc).__name__})"
             print(line, flush=True)
             if peers:
                 for name, fn in peer_functions(fmt).items():

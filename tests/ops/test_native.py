@@ -235,6 +235,14 @@ def test_torch_compile_fullgraph_matches_eager_forward_and_backward() -> None:
         assert torch.equal(p.grad, g)
 
 
+def test_fullgraph_traces_fake_quant_for_every_mx_format() -> None:
+    x = torch.randn(4, 64)
+    for name in gq.MX_FORMATS:
+        torch._dynamo.reset()
+        f = torch.compile(lambda t: gq.fake_quant(t, name, rounding="nearest"), fullgraph=True, backend="eager")
+        assert torch.equal(f(x), gq.fake_quant(x, name, rounding="nearest")), name
+
+
 def test_torch_compile_inductor_gives_bit_identical_fake_quant() -> None:
     # the op alone: inductor calls it as an extern kernel (a fused neighbour would cost a C++ build)
     x = make_input((8, 96), -1, torch.float32, seed=5)

@@ -21,24 +21,26 @@ namespace {
   "int mantissa_bits, int bias, int emin, int emax, float max_normal, int qmin, int qmax, "   \
   "int frac_bits, int special, int nan_code, int even_bits, str scale_mode, str rounding, int seed"
 
-int32_t parse_scale_mode(c10::string_view s) {
+// (compared as std::string: c10::string_view differs across torch versions)
+int32_t parse_scale_mode(c10::string_view view) {
+  const std::string s(view.data(), view.size());
   if (s == "floor") return kScaleFloor;
   if (s == "ceil") return kScaleCeil;
   if (s == "even") return kScaleEven;
   if (s == "rceil") return kScaleRceil;
   if (s == "float") return kScaleFloat;
-  TORCH_CHECK_VALUE(false, "groupquant: scale_mode must be one of floor, ceil, even, rceil, float; got '",
-                    std::string(s.data(), s.size()), "'");
+  TORCH_CHECK_VALUE(false, "groupquant: scale_mode must be one of floor, ceil, even, rceil, float; got '", s, "'");
   return kScaleFloor;
 }
 
-int32_t parse_rounding(c10::string_view s) {
+int32_t parse_rounding(c10::string_view view) {
+  const std::string s(view.data(), view.size());
   if (s == "even") return kRoundEven;
   if (s == "nearest") return kRoundNearest;
   if (s == "floor") return kRoundFloor;
   if (s == "stochastic") return kRoundStochastic;
-  TORCH_CHECK_VALUE(false, "groupquant: rounding must be one of even, nearest, floor, stochastic; got '",
-                    std::string(s.data(), s.size()), "'");
+  TORCH_CHECK_VALUE(false, "groupquant: rounding must be one of even, nearest, floor, stochastic; got '", s,
+                    "'");
   return kRoundEven;
 }
 
