@@ -29,8 +29,16 @@ def test_describe_a_format(capsys):
     assert "max_normal           7.5" in out and "bias                 1" in out
 
 
+def test_describe_a_quantizer_shows_derived_values(capsys):
+    assert main(["describe", "MXFloat6e2m3Weight"]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[1:] if line.strip())
+    assert lines["max_normal"] == "7.5" and lines["group_size"] == "32" and lines["bias"] == "1"
+
+
 def test_describe_unknown_name_fails_clearly(capsys):
     assert main(["describe", "MXFloat5"]) == 2
+    assert "neither a format nor a quantizer" in capsys.readouterr().err
+    assert main(["describe", "ScaleRounding"]) == 2  # an enum, not a quantizer
     assert "neither a format nor a quantizer" in capsys.readouterr().err
 
 

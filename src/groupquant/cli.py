@@ -76,17 +76,18 @@ def _find_quantizer(name: str) -> Optional[type]:
     """A quantizer class exported by ``groupquant.quantizers`` under ``name``, or None."""
     from . import quantizers
 
-    obj = getattr(quantizers, name, None)
-    return obj if isinstance(obj, type) else None
+    obj = getattr(quantizers, name, None) if name in quantizers.__all__ else None
+    return obj if isinstance(obj, type) and issubclass(obj, quantizers.QuantizerBase) else None
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
     """Print a format's constants or a quantizer's resolved settings."""
     name = args.name
     quantizer = _find_quantizer(name)
-    if quantizer is not None and hasattr(quantizer, "format_settings"):
-        print(f"{name}:")
-        print(quantizer.format_settings())
+    if quantizer is not None:
+        from .quantizers import describe
+
+        print(describe(quantizer))
         return 0
     try:
         fmt = get_format(name)

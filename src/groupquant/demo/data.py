@@ -44,6 +44,7 @@ class DigitsSplit:
 
     @property
     def num_features(self) -> int:
+        """Pixels per image (64)."""
         return int(self.x_train.shape[1])
 
 
