@@ -70,7 +70,9 @@ def fit(model, epochs, lr, desc, batch_size=64, seed=0):
     gen = torch.Generator().manual_seed(seed)
     n = len(data.y_train)
     curve = {"train": [], "test": []}
-    for _ in (bar := tqdm(range(epochs), desc=desc, file=sys.stdout, ncols=80)):
+    bar = tqdm(range(epochs), desc=desc, file=sys.stdout, ncols=80,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} epochs{postfix}")
+    for _ in bar:
         model.train()
         order, total = torch.randperm(n, generator=gen), 0.0
         for start in range(0, n, batch_size):

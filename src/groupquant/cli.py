@@ -111,6 +111,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 2
     options = DemoOptions(formats=tuple(args.formats), float_epochs=args.epochs, qat_epochs=args.qat_epochs,
                           seed=args.seed, progress=not (args.json or args.no_progress))
+    from .ops import backend
+
+    backend()  # build the native kernels now (once per install, one printed line), not in the middle of a progress bar
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the model is tiny: more threads only add overhead (and stall on busy machines)
     try:
