@@ -71,3 +71,12 @@ def test_options_without_a_command_run_the_demo(capsys, monkeypatch):
     with pytest.raises(SystemExit):
         main(["--epochs", "-1"])
     assert "must be >= 0" in capsys.readouterr().err
+
+
+def test_demo_without_its_extra_says_how_to_install(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn now raises ImportError
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    assert main(["demo", "--no-progress"]) == 2
+    assert "pip install 'groupquant[demo]'" in capsys.readouterr().err
