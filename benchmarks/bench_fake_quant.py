@@ -9,7 +9,8 @@ For fp32 and bf16 and every MX format it prints the median time (ms) and the mem
 rate (GB/s: one read of x and one write of the result) of the native op, the PyTorch reference
 and torch.compile of the reference, with x.clone() (the same traffic, no arithmetic) as the
 memory floor measured in the same run; the ratio "x clone" is the figure to read. The table is
-measured with torch.set_flush_denormal(True), then the native op alone again without it.
+measured with torch.set_flush_denormal(True), then the native op alone again without it. The
+native op and clone are timed alternately (the machine may be shared: both see the same load).
 With --peers also Brevitas / torchao / microxcaling, where importable (not dependencies).
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -37,6 +38,19 @@ def median_ms(fn: Callable[[], object], reps: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3
+
+
+def paired_ms(fn: Callable[[], object], base: Callable[[], object], reps: int) -> Tuple[float, float]:
+    """Median ms of fn() and of base(), timed alternately so that load from other processes hits both alike."""
+    fn()
+    base()
+    t_fn, t_base = [], []
+    for _ in range(reps):
+        for f, acc in ((fn, t_fn), (base, t_base)):
+            t0 = time.perf_counter()
+            f()
+            acc.append(time.perf_counter() - t0)
+    return statistics.median(t_fn) * 1e3, statistics.median(t_base) * 1e3
 
 
 def gbps(x: torch.Tensor, ms: float) -> float:
@@ -76,18 +90,18 @@ def peer_functions(fmt: str) -> Dict[str, Callable[[torch.Tensor], torch.Tensor]
 def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers: bool) -> None:
     print("torch.set_flush_denormal(True)")
     torch.set_flush_denormal(True)
-    header = (f"{'dtype':5} {'format':9} {'native ms':>9} {'GB/s':>6} {'x clone':>7} {'ref ms':>8} {'x native':>8}"
+    header = (f"{'dtype':5} {'format':9} {'native ms':>9} {'GB/s':>6} {'clone ms':>8} {'x clone':>7} {'ref ms':>8} "
+              f"{'x native':>8}"
               + (f" {'compiled ms':>11} {'x native':>8}" if compile_ref else ""))
     for dname, dtype in DTYPES.items():
         x = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
-        clone_ms = median_ms(lambda: x.clone(), reps)
-        print(f"\n{header}\n{dname:5} {'x.clone()':9} {clone_ms:9.1f} {gbps(x, clone_ms):6.2f} {1.0:7.2f}")
+        print(f"\n{header}")
         for fmt in formats:
             spec = make_spec(x, fmt)
-            nat = median_ms(lambda: native_fake_quant(x, spec), reps)
+            nat, clone_ms = paired_ms(lambda: native_fake_quant(x, spec), lambda: x.clone(), reps)
             ref = median_ms(lambda: reference_fake_quant(x, spec), max(1, reps // 3))
-            line = (f"{dname:5} {fmt:9} {nat:9.1f} {gbps(x, nat):6.2f} {nat / clone_ms:7.2f} {ref:8.1f} "
-                    f"{ref / nat:8.1f}")
+            line = (f"{dname:5} {fmt:9} {nat:9.1f} {gbps(x, nat):6.2f} {clone_ms:8.1f} {nat / clone_ms:7.2f} "
+                    f"{ref:8.1f} {ref / nat:8.1f}")
             if compile_ref:
                 try:
                     torch._dynamo.reset()
@@ -108,12 +122,12 @@ def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers
     torch.set_flush_denormal(False)
     for dname, dtype in DTYPES.items():
         x = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
-        clone_ms = median_ms(lambda: x.clone(), reps)
         cells = []
         for fmt in formats:
-            nat = median_ms(lambda: native_fake_quant(x, make_spec(x, fmt)), reps)
-            cells.append(f"{fmt} {nat:.1f} ms ({nat / clone_ms:.2f}x)")
-        print(f"{dname}: clone {clone_ms:.1f} ms; " + "; ".join(cells))
+            spec = make_spec(x, fmt)
+            nat, clone_ms = paired_ms(lambda: native_fake_quant(x, spec), lambda: x.clone(), reps)
+            cells.append(f"{fmt} {nat:.1f} ms ({nat / clone_ms:.2f}x clone)")
+        print(f"{dname}: " + "; ".join(cells))
 
 
 def main(argv: Optional[List[str]] = None) -> None:

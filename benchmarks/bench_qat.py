@@ -4,12 +4,12 @@ Run by hand (from the repository root):
 
     PYTHONPATH=src python benchmarks/bench_qat.py
 
-Compares, in one run, plain nn.Linear with layers that fake-quantize their weight (groups of 32
-along in-features) and input (groups of 32 along the last dim) with groupquant.fake_quant:
-median time of forward + backward, and peak memory of one step (every tensor alive during it:
-parameters, input, activations, gradients, temporaries), from torch.profiler's memory timeline.
-
-The layer here is a small stand-in; switch it to groupquant.nn.QuantLinear once that lands.
+Compares, in one run, plain nn.Linear with groupquant.nn.QuantLinear (MX weight quant, groups of
+32 along in-features, with and without MX input quant, groups of 32 along the last dim): median
+time of forward + backward (timed round-robin), and peak memory of one step (every tensor alive
+during it: parameters, input, activations, gradients, temporaries) from torch.profiler's memory
+timeline. A last row is an experiment, not a library layer: a linear whose backward recomputes
+the quantized weight instead of keeping it, trading one more fake-quant pass for memory.
 """
 from __future__ import annotations
 
@@ -23,20 +23,16 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import groupquant as gq
+from groupquant.nn import QuantLinear
+from groupquant.quantizers import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight,
+                                   MXFloat6e3m2Act, MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight,
+                                   MXFloat8e5m2Act, MXFloat8e5m2Weight, MXInt8Act, MXInt8Weight)
 
-
-class FakeQuantLinear(torch.nn.Linear):
-    """nn.Linear whose weight (and optionally input) is fake-quantized group-wise in forward."""
-
-    def __init__(self, in_features: int, out_features: int, weight_fmt: str, input_fmt: Optional[str]) -> None:
-        super().__init__(in_features, out_features)
-        self.weight_fmt, self.input_fmt = weight_fmt, input_fmt
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = gq.fake_quant(self.weight, self.weight_fmt)  # groups along in-features
-        if self.input_fmt is not None:
-            x = gq.fake_quant(x, self.input_fmt)
-        return F.linear(x, w, self.bias)
+QUANTIZERS = {  # format -> (weight quantizer, activation quantizer)
+    "int8": (MXInt8Weight, MXInt8Act), "fp8_e4m3": (MXFloat8e4m3Weight, MXFloat8e4m3Act),
+    "fp8_e5m2": (MXFloat8e5m2Weight, MXFloat8e5m2Act), "fp6_e3m2": (MXFloat6e3m2Weight, MXFloat6e3m2Act),
+    "fp6_e2m3": (MXFloat6e2m3Weight, MXFloat6e2m3Act), "fp4_e2m1": (MXFloat4e2m1Weight, MXFloat4e2m1Act),
+}
 
 
 class _RecomputeQuantLinear(torch.autograd.Function):
@@ -63,8 +59,12 @@ class _RecomputeQuantLinear(torch.autograd.Function):
         return grad_x, grad_w, grad.sum(0), None, None
 
 
-class RecomputeQuantLinear(FakeQuantLinear):
-    """FakeQuantLinear (weight + input) with the memory-lean backward of _RecomputeQuantLinear."""
+class RecomputeQuantLinear(torch.nn.Linear):
+    """Linear with MX weight + input fake-quant and the memory-lean backward of _RecomputeQuantLinear."""
+
+    def __init__(self, in_features: int, out_features: int, fmt: str) -> None:
+        super().__init__(in_features, out_features)
+        self.weight_fmt = self.input_fmt = fmt
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _RecomputeQuantLinear.apply(x, self.weight, self.bias, self.weight_fmt, self.input_fmt)
@@ -115,7 +115,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--features", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--reps", type=int, default=9)
-    parser.add_argument("--format", default="fp8_e4m3", help="MX element format of weight and input")
+    parser.add_argument("--format", default="fp8_e4m3", choices=sorted(QUANTIZERS),
+                        help="MX element format of weight and input")
     parser.add_argument("--no-input-grad", action="store_true",
                         help="input without requires_grad (a first layer: no input-gradient GEMM, and autograd "
                              "then keeps no copy of the quantized weight)")
@@ -127,20 +128,21 @@ def main(argv: Optional[List[str]] = None) -> None:
           f"input requires grad: {not args.no_input_grad}; torch.set_flush_denormal(True)")
     torch.manual_seed(0)
     x = torch.randn(args.batch, n, requires_grad=not args.no_input_grad)  # a hidden activation by default
+    wq, aq = QUANTIZERS[fmt]
     layers = {
         "nn.Linear (float)": torch.nn.Linear(n, n),
-        f"MX {fmt} weight + input": FakeQuantLinear(n, n, fmt, fmt),
-        f"MX {fmt} weight only": FakeQuantLinear(n, n, fmt, None),
-        f"MX {fmt} weight + input, recompute": RecomputeQuantLinear(n, n, fmt, fmt),
+        f"QuantLinear MX {fmt} weight + input": QuantLinear(n, n, weight_quant=wq, input_quant=aq),
+        f"QuantLinear MX {fmt} weight only": QuantLinear(n, n, weight_quant=wq),
+        f"(experiment) {fmt} W + A, recompute": RecomputeQuantLinear(n, n, fmt),
     }
     steps = {name: step_fn(layer, x) for name, layer in layers.items()}
     times = median_ms_interleaved(steps, args.reps)
     base_ms = base_mem = None
-    print(f"{'layer':40} {'ms':>8} {'x float':>8} {'peak MiB':>9} {'x float':>8}")
+    print(f"{'layer':42} {'ms':>8} {'x float':>8} {'peak MiB':>9} {'x float':>8}")
     for name, step in steps.items():
         ms, mem = times[name], peak_mib(step)
         base_ms, base_mem = base_ms or ms, base_mem or mem
-        print(f"{name:40} {ms:8.1f} {ms / base_ms:8.2f} {mem:9.1f} {mem / base_mem:8.2f}", flush=True)
+        print(f"{name:42} {ms:8.1f} {ms / base_ms:8.2f} {mem:9.1f} {mem / base_mem:8.2f}", flush=True)
 
 
 if __name__ == "__main__":

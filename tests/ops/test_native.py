@@ -98,7 +98,7 @@ def check_against_reference(x: torch.Tensor, fmt, block_size, dim, rounding, sca
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, seed=1234)
     what = f"{fmt.name} {scale_mode} {rounding} {x.dtype} {tuple(x.shape)} dim={dim} block={block_size}"
     ref_out, ref_mask = reference_fake_quant(x, spec, want_mask=True)
-    out, mask = torch.ops.groupquant.group_fake_quant_masked(x, *op_args(spec))
+    out, mask = torch.ops.groupquant.group_fake_quant_masked(x, *op_args(spec, x.dtype))
     assert_same(out, ref_out, what)
     assert torch.equal(mask, ref_mask), f"clipped-STE mask differs: {what}"
     assert_same(native_fake_quant(x, spec), ref_out, what)
@@ -178,7 +178,7 @@ def test_stochastic_rounding_is_seeded_and_unbiased() -> None:
 
 def test_op_rejects_bad_arguments_by_name() -> None:
     x = torch.randn(4, 32)
-    args = list(op_args(make_spec(x, "fp8_e4m3")))
+    args = list(op_args(make_spec(x, "fp8_e4m3"), x.dtype))
     with pytest.raises(ValueError, match="rounding"):
         torch.ops.groupquant.group_fake_quant(x, *args[:-2], "banker", 0)
     with pytest.raises(ValueError, match="scale_mode"):
@@ -194,7 +194,7 @@ def test_op_rejects_bad_arguments_by_name() -> None:
 def test_opcheck_passes_on_every_op() -> None:
     x = torch.randn(3, 40, requires_grad=True)
     for rounding in ("even", "stochastic"):
-        args = op_args(make_spec(x, "fp8_e4m3", 16, -1, rounding, seed=3))
+        args = op_args(make_spec(x, "fp8_e4m3", 16, -1, rounding, seed=3), x.dtype)
         torch.library.opcheck(torch.ops.groupquant.group_fake_quant.default, (x, *args))
         torch.library.opcheck(torch.ops.groupquant.group_fake_quant_masked.default, (x, *args))
         torch.library.opcheck(torch.ops.groupquant.group_quantize.default, (x.detach(), *args, torch.uint8))
@@ -287,8 +287,11 @@ def test_backend_env_forces_the_reference() -> None:
 
 
 def test_failed_build_warns_once_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_build() -> None:
+        raise OSError("no compiler found")
+
     saved = dict(native._state)
-    monkeypatch.setattr(native, "_build", lambda: (_ for _ in ()).throw(OSError("no compiler found")))
+    monkeypatch.setattr(native, "_build", broken_build)
     native._state.update(tried=False, ok=False, error=None)
     try:
         with pytest.warns(RuntimeWarning, match="no compiler found"):

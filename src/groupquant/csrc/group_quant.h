@@ -60,14 +60,6 @@ GQ_HD float u2f(uint32_t u) {
 #endif
 }
 
-GQ_HD int32_t count_leading_zeros(uint32_t u) {  // u != 0
-#if defined(__CUDA_ARCH__)
-  return __clz(static_cast<int>(u));
-#else
-  return __builtin_clz(u);
-#endif
-}
-
 GQ_HD int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
 GQ_HD int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
 
@@ -80,23 +72,6 @@ GQ_HD float exp2i(int32_t k) {
   const uint32_t normal = static_cast<uint32_t>(imax(k + 127, 1)) << 23;
   const uint32_t sub = 1u << imin(imax(k + 149, 0), 22);
   return u2f(k >= -126 ? normal : sub);
-}
-
-// floor(log2|x|) for finite non-zero x, subnormals included (frexp's exponent - 1); 0 -> -1.
-GQ_HD int32_t floor_log2_exact(float x) {
-  const uint32_t b = f2u(x) & 0x7FFFFFFFu;
-  const int32_t field = static_cast<int32_t>(b >> 23);
-  if (field != 0) return field - 127;
-  if (b == 0) return -1;
-  return (31 - count_leading_zeros(b)) - 149;
-}
-
-// |x| / 2^floor_log2(x) in [1, 2) for finite non-zero x (0 for zero); exact.
-GQ_HD float significand(float x) {
-  uint32_t b = f2u(x) & 0x7FFFFFFFu;
-  if (b == 0) return 0.0f;
-  if ((b >> 23) == 0) b <<= (count_leading_zeros(b) - 8);  // normalise a subnormal
-  return u2f((b & 0x007FFFFFu) | 0x3F800000u);
 }
 
 // floor(log2|x|) read off the exponent field: exact for normal x; float32 zero and subnormals give
@@ -159,6 +134,8 @@ struct FormatParams {
   int32_t special;                // Special
   int32_t nan_code;               // -1: the format has no NaN code
   int32_t even_bits;              // mantissa width that scale_mode='even' rounds amax to
+  bool negative_zero;             // the format encodes -0 (signed floats other than FNUZ)
+  int32_t exp_max;                // cap of the shared exponent for this input dtype (<= 127)
   // derived
   int32_t qemin, qmant;    // the quantum of s is 2^(max(floor_log2 s, qemin) - qmant)
   float low, high;         // saturation bounds of element values
@@ -172,51 +149,69 @@ struct FormatParams {
 
 struct BlockScale {
   float scale;   // float32 scale (NaN for a block with NaN/Inf)
-  float inv;     // 1 / scale for power-of-two scales (exact), unused for the float mode
+  float inv;     // 1 / scale for power-of-two scales (exact); 1 (unused) for the float mode
   uint8_t code;  // E8M0 code (0 for the float mode, 0xFF for NaN)
 };
 
-// The shared exponent for finite, positive amax (before the [-127, 127] clamp).
-GQ_HD int32_t shared_exponent_unclamped(float amax, const FormatParams& f, int32_t mode) {
-  const int32_t ea = floor_log2_exact(amax);
-  switch (mode) {
-    case kScaleCeil:
-      return ea + (significand(amax) > 1.0f ? 1 : 0) - f.emax;
-    case kScaleEven: {
-      const float steps = rintf(significand(amax) * exp2i(f.even_bits));
-      return ea + (steps >= exp2i(f.even_bits + 1) ? 1 : 0) - f.emax;
-    }
-    case kScaleRceil:
-      return ea - f.rceil_shift + (significand(amax) > f.rceil_sig ? 1 : 0);
-    default:  // kScaleFloor (OCP)
-      return ea - f.emax;
-  }
+// floor(log2 x) and the significand x / 2^floor(log2 x) in [1, 2) of a finite positive float given
+// by its bits, exactly and without branches (a subnormal is normalised by the exact conversion of
+// its integer mantissa to float), so that loops over blocks vectorize.
+struct Log2Split {
+  int32_t exp;
+  float sig;
+};
+
+GQ_HD Log2Split log2_split(uint32_t bits) {
+  const bool sub = bits < 0x00800000u;
+  const uint32_t norm = sub ? f2u(static_cast<float>(static_cast<int32_t>(bits))) : bits;  // bits < 2^23: exact
+  Log2Split r;
+  r.exp = static_cast<int32_t>(norm >> 23) - 127 - (sub ? 149 : 0);
+  r.sig = u2f((norm & 0x007FFFFFu) | 0x3F800000u);
+  return r;
 }
 
-// Scale of a block from the bits of its amax (|x| as uint32; NaN/Inf have bits >= 0x7F800000).
-GQ_HD BlockScale block_scale(uint32_t amax_bits, const FormatParams& f, int32_t mode) {
+// Scale of a block from the bits of its amax (|x| as uint32; NaN/Inf have bits >= 0x7F800000),
+// for the power-of-two modes: the shared exponent, clamped to [-127, exp_max] (E8M0's range, capped
+// at the input dtype's largest binade minus emax, so no finite block overflows; an all-zero block
+// gets -127); floor: floor(log2 amax) - emax; ceil: one more unless amax is a power of two;
+// even: one more when amax rounded to even_bits mantissa bits carries into the next binade; rceil:
+// ceil(log2(amax / max_normal)). NaN/Inf in the block: NaN scale, code 0xFF. Branch-free (the mode
+// enters through integer arithmetic), so a loop over blocks vectorizes.
+GQ_HD BlockScale pow2_block_scale(uint32_t amax_bits, const FormatParams& f, int32_t mode) {
+  const bool nonfinite = amax_bits >= 0x7F800000u;
+  const uint32_t bits = nonfinite ? 0u : amax_bits;  // as the reference, which zeroes them first
+  const Log2Split a = log2_split(bits);
+  const int32_t is_ceil = mode == kScaleCeil, is_even = mode == kScaleEven, is_rceil = mode == kScaleRceil;
+  const int32_t up_ceil = a.sig > 1.0f ? 1 : 0;
+  const int32_t up_even = rintf(a.sig * exp2i(f.even_bits)) >= exp2i(f.even_bits + 1) ? 1 : 0;
+  const int32_t up_rceil = a.sig > f.rceil_sig ? 1 : 0;
+  const int32_t shift = f.emax + is_rceil * (f.rceil_shift - f.emax);
+  int32_t e = a.exp - shift + is_ceil * up_ceil + is_even * up_even + is_rceil * up_rceil;
+  e = bits == 0 ? kE8M0MinExp : e;
+  e = imin(imax(e, kE8M0MinExp), f.exp_max);
   BlockScale s;
-  if (amax_bits >= 0x7F800000u) {  // NaN or Inf in the block: the whole block is NaN
-    s.scale = quiet_nan();
-    s.inv = quiet_nan();
-    s.code = mode == kScaleFloat ? 0 : kE8M0NanCode;  // float scales have no E8M0 code
-    return s;
-  }
-  const float amax = u2f(amax_bits);
-  if (mode == kScaleFloat) {
-    float sc = amax / f.max_normal;  // true division, as the reference
-    sc = sc > 0.0f ? sc : 1.0f;
-    s.scale = sc;
-    s.inv = 1.0f / sc;  // not used: float scales divide
-    s.code = 0;
-    return s;
-  }
-  int32_t e = amax_bits == 0 ? kE8M0MinExp : shared_exponent_unclamped(amax, f, mode);
-  e = imin(imax(e, kE8M0MinExp), kE8M0MaxExp);
-  s.scale = exp2i(e);
-  s.inv = exp2i(-e);
-  s.code = static_cast<uint8_t>(e + kE8M0Bias);
+  s.scale = nonfinite ? quiet_nan() : exp2i(e);
+  s.inv = nonfinite ? quiet_nan() : exp2i(-e);
+  s.code = static_cast<uint8_t>(nonfinite ? kE8M0NanCode : e + kE8M0Bias);
   return s;
+}
+
+// The float (non power-of-two) mode: amax / max_normal (a true division), 1 where that is 0;
+// NaN for a block with NaN/Inf. No E8M0 code (0); inv is unused (1): float scales divide.
+GQ_HD BlockScale float_block_scale(uint32_t amax_bits, const FormatParams& f) {
+  const bool nonfinite = amax_bits >= 0x7F800000u;
+  float sc = u2f(nonfinite ? 0u : amax_bits) / f.max_normal;
+  sc = sc > 0.0f ? sc : 1.0f;
+  BlockScale s;
+  s.scale = nonfinite ? quiet_nan() : sc;
+  s.inv = 1.0f;
+  s.code = 0;
+  return s;
+}
+
+// The scale of a block by any mode (shared_scale.group_scale).
+GQ_HD BlockScale block_scale(uint32_t amax_bits, const FormatParams& f, int32_t mode) {
+  return mode == kScaleFloat ? float_block_scale(amax_bits, f) : pow2_block_scale(amax_bits, f, mode);
 }
 
 // ---- element rounding (element_round.py) -------------------------------------------------
@@ -270,14 +265,18 @@ GQ_HD float round_integer(float y, const RoundRule& rule, float threshold) {
 // Integer formats take the same path: their quantum is the constant 2^-frac_bits (qemin = 127
 // pins the exponent, qmant = 127 + frac_bits) and their saturation bounds are qmin/qmax * 2^-frac,
 // which scale exactly, so the result equals clamp(round(s * 2^frac), qmin, qmax) * 2^-frac.
+// Rint = true is the fast path for rounding='even': rintf (the hardware's nearest-even) gives the
+// same integer as round_integer with the even rule, in one instruction.
+template <bool Rint = false>
 GQ_HD float quantize_element(float s, const FormatParams& f, const RoundRule& rule, float threshold) {
   const int32_t e = imax(exponent_field_log2(s), f.qemin);
   const int32_t quantum = e - f.qmant;
   const float y = s * exp2i(-quantum);  // exact: a power-of-two rescale
-  float v = round_integer(y, rule, threshold) * exp2i(quantum);
+  const float n = Rint ? rintf(y) : round_integer(y, rule, threshold);
+  float v = n * exp2i(quantum);
   v = v < f.low ? f.low : v;  // comparisons keep NaN and -0, like torch.clamp
   v = v > f.high ? f.high : v;
-  return v;
+  return (f.negative_zero || v != 0.0f) ? v : 0.0f;  // no -0 in formats that cannot encode it
 }
 
 // ---- element codes (codes.py encode) ----------------------------------------------------
@@ -290,12 +289,15 @@ GQ_HD int32_t encode_element(float v, const FormatParams& f) {
   }
   const int32_t m = f.mantissa_bits;
   const float a = nan ? 0.0f : fabsf(v);
-  const bool normal = a >= f.min_normal;
-  const int32_t e = imax(exponent_field_log2(a), f.emin);
-  const int32_t units = static_cast<int32_t>(a * exp2i(m - e));  // exact integer < 2^(m+1)
+  const bool inf = f2u(a) == 0x7F800000u;
+  const float af = inf ? 0.0f : a;  // keeps the integer conversion below in range
+  const bool normal = af >= f.min_normal;
+  const int32_t e = imax(exponent_field_log2(af), f.emin);
+  const int32_t units = static_cast<int32_t>(af * exp2i(m - e));  // exact integer < 2^(m+1)
   const int32_t field_e = normal ? e + f.bias : 0;
   const int32_t field_m = normal ? units - (1 << m) : units;
   int32_t code = (field_e << m) | field_m;
+  if (f.special == kSpecialIeee && inf) code = ((1 << f.exponent_bits) - 1) << m;  // +-Inf (IEEE formats)
   if (f.is_signed) {
     bool neg = (f2u(v) >> 31) != 0 && !nan;
     if (f.special == kSpecialFnuz) neg = neg && a > 0.0f;

@@ -1,6 +1,6 @@
 // CPU kernels of group-wise fake-quant / quantize: ATen's OpenMP parallel_for over blocks, and
 // inner loops over contiguous spans that the compiler vectorizes (no per-element branches; dtype,
-// stochastic or not and power-of-two or float scale are template parameters).
+// rounding kind and power-of-two or float scale are template parameters).
 //
 // Work is cut into tiles of at most kTile elements that stay in L1: for the last-dim case
 // (inner == 1) a tile is a run of consecutive blocks (contiguous in memory, across rows too); for
@@ -50,6 +50,8 @@ struct F16 {
 // ---- span loops --------------------------------------------------------------------------------
 
 enum OutKind : int { kOutDequant = 0, kOutDequantMask = 1, kOutValues = 2 };
+// Rounding kinds with their own loops: 'even' (rintf), 'nearest'/'floor' (the rule), stochastic (hashed noise).
+enum RoundKind : int { kKindEven = 0, kKindRule = 1, kKindStochastic = 2 };
 
 // Largest |x| of n contiguous elements, as float32 bits (NaN/Inf give >= 0x7F800000).
 template <class S>
@@ -62,7 +64,7 @@ uint32_t amax_span(const typename S::T* __restrict x, int64_t n) {
 
 // Quantize n contiguous elements, element i with scale[i] / inv[i]; writes by Out:
 // out (x's dtype, dequantized) [+ mask], or vals (float32 element values).
-template <class S, bool Stochastic, bool Pow2, int Out>
+template <class S, int Kind, bool Pow2, int Out>
 void quant_span(const typename S::T* __restrict x, int64_t n, const float* __restrict scale,
                 const float* __restrict inv, const FormatParams& fmt, int32_t rounding, uint64_t idx0,
                 uint32_t seed, typename S::T* __restrict out, uint8_t* __restrict mask, float* __restrict vals) {
@@ -73,8 +75,8 @@ void quant_span(const typename S::T* __restrict x, int64_t n, const float* __res
     const float xv = S::load(x[i]);
     const float s = Pow2 ? xv * inv[i] : xv / scale[i];
     const float threshold =
-        Stochastic ? uniform_from_hash(idx0 + static_cast<uint64_t>(i), seed) : rule.threshold;
-    const float v = quantize_element(s, f, rule, threshold);
+        Kind == kKindStochastic ? uniform_from_hash(idx0 + static_cast<uint64_t>(i), seed) : rule.threshold;
+    const float v = quantize_element<Kind == kKindEven>(s, f, rule, threshold);
     if (Out == kOutValues) {
       vals[i] = v;
     } else {
@@ -109,7 +111,7 @@ float padding_value(const BlockScale& sc, const Job& job) {
 
 // ---- drivers -----------------------------------------------------------------------------------
 
-template <class S, bool Stochastic, bool Pow2>
+template <class S, int Kind, bool Pow2>
 struct Driver {
   using T = typename S::T;
 
@@ -117,13 +119,13 @@ struct Driver {
     const T* x = static_cast<const T*>(job.x) + offset;
     const uint64_t idx = static_cast<uint64_t>(offset);
     if (job.codes != nullptr) {
-      quant_span<S, Stochastic, Pow2, kOutValues>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed, nullptr,
+      quant_span<S, Kind, Pow2, kOutValues>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed, nullptr,
                                                  nullptr, vals);
     } else if (job.mask != nullptr) {
-      quant_span<S, Stochastic, Pow2, kOutDequantMask>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed,
+      quant_span<S, Kind, Pow2, kOutDequantMask>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed,
                                                       static_cast<T*>(job.out) + offset, job.mask + offset, nullptr);
     } else {
-      quant_span<S, Stochastic, Pow2, kOutDequant>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed,
+      quant_span<S, Kind, Pow2, kOutDequant>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed,
                                                   static_cast<T*>(job.out) + offset, nullptr, nullptr);
     }
   }
@@ -140,6 +142,10 @@ struct Driver {
     at::parallel_for(0, total, grain, [&](int64_t b0, int64_t b1) {
       alignas(64) float scale_buf[kTile];
       alignas(64) float inv_buf[kTile];
+      alignas(64) uint32_t amax_blk[kTile];
+      alignas(64) int32_t len_blk[kTile];
+      alignas(64) float scale_blk[kTile];
+      alignas(64) float inv_blk[kTile];
       const T* x = static_cast<const T*>(job.x);
       int64_t o = b0 / k, kb = b0 % k;
       int64_t b = b0;
@@ -157,15 +163,33 @@ struct Driver {
           if (++kb == k) { kb = 0; ++o; }
           continue;
         }
-        int64_t filled = 0;
+        // a run of whole blocks: amax of each, then their scales (a loop over blocks that
+        // vectorizes), then the per-element scale buffers
+        int64_t filled = 0, nb = 0;
         while (b < b1 && filled + len <= kTile) {
-          const BlockScale sc = block_scale(amax_span<S>(x + start + filled, len), job.fmt, job.scale_mode);
-          fill(scale_buf + filled, len, sc.scale);
-          fill(inv_buf + filled, len, sc.inv);
+          amax_blk[nb] = amax_span<S>(x + start + filled, len);
+          len_blk[nb++] = static_cast<int32_t>(len);
           filled += len;
           ++b;
           if (++kb == k) { kb = 0; ++o; }
           len = std::min(bs, dim - kb * bs);
+        }
+        const FormatParams f = job.fmt;
+        const int32_t mode = job.scale_mode;
+        if (Pow2) {
+#pragma omp simd
+          for (int64_t t = 0; t < nb; ++t) {
+            const BlockScale sc = pow2_block_scale(amax_blk[t], f, mode);
+            scale_blk[t] = sc.scale;
+            inv_blk[t] = sc.inv;
+          }
+        } else {
+#pragma omp simd
+          for (int64_t t = 0; t < nb; ++t) scale_blk[t] = float_block_scale(amax_blk[t], f).scale;
+        }
+        for (int64_t t = 0, off = 0; t < nb; off += len_blk[t], ++t) {
+          fill(scale_buf + off, len_blk[t], scale_blk[t]);
+          if (Pow2) fill(inv_buf + off, len_blk[t], inv_blk[t]);
         }
         span(job, start, filled, scale_buf, inv_buf, nullptr);
       }
@@ -260,16 +284,17 @@ struct Driver {
 
 // ---- run-time -> compile-time dispatch ----------------------------------------------------------
 
-template <class S, bool Stochastic>
+template <class S, int Kind>
 void dispatch_scale(const Job& job) {
-  if (job.pow2_scale()) Driver<S, Stochastic, true>::run(job);
-  else Driver<S, Stochastic, false>::run(job);
+  if (job.pow2_scale()) Driver<S, Kind, true>::run(job);
+  else Driver<S, Kind, false>::run(job);
 }
 
 template <class S>
 void dispatch_rounding(const Job& job) {
-  if (job.rounding == kRoundStochastic) dispatch_scale<S, true>(job);
-  else dispatch_scale<S, false>(job);
+  if (job.rounding == kRoundStochastic) dispatch_scale<S, kKindStochastic>(job);
+  else if (job.rounding == kRoundEven) dispatch_scale<S, kKindEven>(job);
+  else dispatch_scale<S, kKindRule>(job);
 }
 
 }  // namespace

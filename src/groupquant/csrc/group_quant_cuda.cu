@@ -62,7 +62,8 @@ __device__ __forceinline__ void quantize_one(const Job& job, const FormatParams&
   const float xv = S::load(static_cast<const typename S::T*>(job.x)[i]);
   const float s = Pow2 ? xv * sc.inv : xv / sc.scale;
   const float threshold = Stochastic ? uniform_from_hash(static_cast<uint64_t>(i), job.seed) : rule.threshold;
-  const float v = quantize_element(s, f, rule, threshold);
+  const float v = job.rounding == kRoundEven ? quantize_element<true>(s, f, rule, threshold)
+                                              : quantize_element<false>(s, f, rule, threshold);
   if (job.out != nullptr) {
     static_cast<typename S::T*>(job.out)[i] = S::store(v * sc.scale);
     if (job.mask != nullptr) job.mask[i] = fabsf(s) <= f.max_normal ? 1 : 0;

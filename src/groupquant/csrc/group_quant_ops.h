@@ -16,11 +16,12 @@ namespace groupquant {
   const at::Tensor &x, int64_t dim, int64_t block_size, bool is_float, bool is_signed,           \
       int64_t exponent_bits, int64_t mantissa_bits, int64_t bias, int64_t emin, int64_t emax,     \
       double max_normal, int64_t qmin, int64_t qmax, int64_t frac_bits, int64_t special,          \
-      int64_t nan_code, int64_t even_bits, c10::string_view scale_mode, c10::string_view rounding, \
-      int64_t seed
+      int64_t nan_code, int64_t even_bits, bool negative_zero, int64_t exp_max,                    \
+      c10::string_view scale_mode, c10::string_view rounding, int64_t seed
 #define GQ_OP_ARGS                                                                              \
   x, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin, emax,      \
-      max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, scale_mode, rounding, seed
+      max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero, exp_max,     \
+      scale_mode, rounding, seed
 
 // Runs a filled job on x's device.
 using Runner = void (*)(const Job& job, const at::Tensor& x);

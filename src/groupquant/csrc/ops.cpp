@@ -19,7 +19,8 @@ namespace {
 #define GQ_SCHEMA_ARGS                                                                        \
   "Tensor x, int dim, int block_size, bool is_float, bool is_signed, int exponent_bits, "     \
   "int mantissa_bits, int bias, int emin, int emax, float max_normal, int qmin, int qmax, "   \
-  "int frac_bits, int special, int nan_code, int even_bits, str scale_mode, str rounding, int seed"
+  "int frac_bits, int special, int nan_code, int even_bits, bool negative_zero, int exp_max, "          \
+  "str scale_mode, str rounding, int seed"
 
 // (compared as std::string: c10::string_view differs across torch versions)
 int32_t parse_scale_mode(c10::string_view view) {
@@ -48,7 +49,9 @@ int32_t parse_rounding(c10::string_view view) {
 FormatParams make_format_params(bool is_float, bool is_signed, int64_t exponent_bits, int64_t mantissa_bits,
                                 int64_t bias, int64_t emin, int64_t emax, double max_normal, int64_t qmin,
                                 int64_t qmax, int64_t frac_bits, int64_t special, int64_t nan_code,
-                                int64_t even_bits) {
+                                int64_t even_bits, bool negative_zero, int64_t exp_max) {
+  TORCH_CHECK_VALUE(exp_max >= -127 - 126 && exp_max <= kE8M0MaxExp, "groupquant: exp_max must be at most 127, got ",
+                    exp_max);
   TORCH_CHECK_VALUE(std::isfinite(max_normal) && max_normal > 0.0 &&
                         static_cast<double>(static_cast<float>(max_normal)) == max_normal,
                     "groupquant: max_normal must be a positive float32 value, got ", max_normal);
@@ -87,6 +90,8 @@ FormatParams make_format_params(bool is_float, bool is_signed, int64_t exponent_
   f.special = static_cast<int32_t>(special);
   f.nan_code = static_cast<int32_t>(nan_code);
   f.even_bits = static_cast<int32_t>(even_bits);
+  f.negative_zero = negative_zero;
+  f.exp_max = static_cast<int32_t>(exp_max);
   if (is_float) {
     f.qemin = f.emin;
     f.qmant = f.mantissa_bits;
@@ -149,7 +154,7 @@ Job make_job(GQ_OP_PARAMS) {
   job.block_size = block_size;
   job.num_blocks = (job.dim_size + block_size - 1) / block_size;
   job.fmt = make_format_params(is_float, is_signed, exponent_bits, mantissa_bits, bias, emin, emax, max_normal, qmin,
-                               qmax, frac_bits, special, nan_code, even_bits);
+                               qmax, frac_bits, special, nan_code, even_bits, negative_zero, exp_max);
   job.scale_mode = parse_scale_mode(scale_mode);
   job.rounding = parse_rounding(rounding);
   job.seed = static_cast<uint32_t>(static_cast<uint64_t>(seed) & 0xFFFFFFFFu);
@@ -186,7 +191,8 @@ std::tuple<at::Tensor, at::Tensor> fake_quant_impl(GQ_OP_PARAMS, bool want_mask,
   dtype_code(x.scalar_type());
   const at::Tensor xc = x.contiguous();
   Job job = make_job(xc, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin, emax,
-                     max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, scale_mode, rounding, seed);
+                     max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero, exp_max, scale_mode,
+                     rounding, seed);
   at::Tensor out = at::empty(xc.sizes(), xc.options());
   at::Tensor mask = want_mask ? at::empty(xc.sizes(), xc.options().dtype(at::kBool)) : at::empty({0}, xc.options().dtype(at::kBool));
   job.out = out.data_ptr();
@@ -199,7 +205,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_impl(GQ_OP_PARAMS, at::S
   dtype_code(x.scalar_type());
   const at::Tensor xc = x.contiguous();
   Job job = make_job(xc, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin, emax,
-                     max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, scale_mode, rounding, seed);
+                     max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero, exp_max, scale_mode,
+                     rounding, seed);
   job.code_type = code_type(code_dtype);
   at::Tensor codes = at::empty(grouped_shape(xc, dim, job.num_blocks, block_size), xc.options().dtype(code_dtype));
   const std::vector<int64_t> scale_shape = grouped_shape(xc, dim, job.num_blocks, 1);

@@ -22,8 +22,9 @@ class KernelFormat:
 
     Float formats fill exponent_bits .. emin, special and nan_code (-1: no NaN code); integer
     formats fill qmin, qmax and frac_bits; ``emax`` (the binade the shared scale aligns to),
-    ``max_normal`` and ``even_bits`` (the mantissa width ``scale_mode='even'`` rounds amax to)
-    are filled for both.
+    ``max_normal``, ``even_bits`` (the mantissa width ``scale_mode='even'`` rounds amax to) and
+    ``negative_zero`` (whether the format encodes -0: signed floats other than FNUZ; elsewhere a
+    zero result is +0) are filled for both.
     """
 
     is_float: bool
@@ -40,12 +41,13 @@ class KernelFormat:
     special: int
     nan_code: int
     even_bits: int
+    negative_zero: bool
 
     def op_args(self) -> Tuple[object, ...]:
         """The fields in schema order."""
         return (self.is_float, self.is_signed, self.exponent_bits, self.mantissa_bits, self.bias, self.emin,
                 self.emax, self.max_normal, self.qmin, self.qmax, self.frac_bits, self.special, self.nan_code,
-                self.even_bits)
+                self.even_bits, self.negative_zero)
 
 
 def kernel_format(fmt: ElementFormat) -> KernelFormat:
@@ -54,7 +56,8 @@ def kernel_format(fmt: ElementFormat) -> KernelFormat:
         return KernelFormat(
             is_float=False, is_signed=fmt.signed, exponent_bits=0, mantissa_bits=0, bias=0, emin=0,
             emax=fmt.emax, max_normal=float(fmt.max_normal), qmin=fmt.qmin, qmax=fmt.qmax,
-            frac_bits=int(fmt.frac_bits), special=0, nan_code=-1, even_bits=fmt.mantissa_bit_width)
+            frac_bits=int(fmt.frac_bits), special=0, nan_code=-1, even_bits=fmt.mantissa_bit_width,
+            negative_zero=False)
     if isinstance(fmt, FloatFormat):
         nan_code = fmt.nan_code
         return KernelFormat(
@@ -62,5 +65,6 @@ def kernel_format(fmt: ElementFormat) -> KernelFormat:
             mantissa_bits=fmt.mantissa_bit_width, bias=int(fmt.bias), emin=fmt.emin, emax=fmt.emax,
             max_normal=float(fmt.max_normal), qmin=0, qmax=0, frac_bits=0,
             special=SPECIAL_CODES[SpecialValues(fmt.special_values)], nan_code=-1 if nan_code is None else nan_code,
-            even_bits=fmt.mantissa_bit_width)
+            even_bits=fmt.mantissa_bit_width,
+            negative_zero=fmt.signed and SpecialValues(fmt.special_values) is not SpecialValues.FNUZ)
     raise TypeError(f"fmt must be an IntFormat or FloatFormat, got {type(fmt).__name__}")

@@ -86,8 +86,11 @@ def _build_dir(name: str) -> Optional[str]:
 def _needs_build(name: str, build_dir: Optional[str], sources: List[str]) -> bool:
     """True when no built library newer than the sources is in the cache (so a build will run)."""
     if build_dir is None:
-        from torch.utils.cpp_extension import _get_build_directory
-        build_dir = _get_build_directory(name, False)
+        try:
+            from torch.utils.cpp_extension import _get_build_directory  # private: may move
+            build_dir = _get_build_directory(name, False)
+        except Exception:
+            return True
     built = sorted(Path(build_dir).glob(f"{name}*.so"), key=lambda p: p.stat().st_mtime)
     if not built:
         return True

@@ -18,32 +18,34 @@ from .codes import code_dtype
 from .kernel_format import kernel_format
 from .quantized import GroupQuantized
 from .reference import GroupSpec
+from .shared_scale import exponent_cap
 
 __all__ = ["register", "op_args", "native_fake_quant", "native_quantize", "OP_NAMES"]
 
 OP_NAMES = ("groupquant::group_fake_quant", "groupquant::group_fake_quant_masked", "groupquant::group_quantize")
-_N_ARGS = 20  # inputs of the fake-quant ops (x + 19 settings)
+_N_ARGS = 22  # inputs of the fake-quant ops (x + 21 settings)
 _registered = {"done": False}
 
 
-def op_args(spec: GroupSpec) -> Tuple[object, ...]:
-    """The op arguments after ``x`` for ``spec``, in schema order."""
+def op_args(spec: GroupSpec, dtype: torch.dtype) -> Tuple[object, ...]:
+    """The op arguments after ``x`` (of ``dtype``) for ``spec``, in schema order."""
     layout = spec.layout
     seed = 0 if spec.seed is None else int(spec.seed)
     return ((layout.dim, layout.block_size) + kernel_format(spec.fmt).op_args()
-            + (spec.scale_mode, spec.rounding, seed))
+            + (exponent_cap(dtype, spec.fmt), spec.scale_mode, spec.rounding, seed))
 
 
 # ---- fake kernels ------------------------------------------------------------------------------
 
 def _fake_fake_quant(x, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin, emax,
-                     max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, scale_mode, rounding, seed):
+                     max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero, exp_max,
+                     scale_mode, rounding, seed):
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 def _fake_fake_quant_masked(x, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin,
-                            emax, max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, scale_mode,
-                            rounding, seed):
+                            emax, max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero,
+                            exp_max, scale_mode, rounding, seed):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return out, torch.empty(x.shape, dtype=torch.bool, device=x.device)
 
@@ -55,8 +57,8 @@ def _grouped_shape(x: torch.Tensor, dim: int, block_size: int, middle: int) -> l
 
 
 def _fake_quantize(x, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin, emax,
-                   max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, scale_mode, rounding, seed,
-                   code_dtype):
+                   max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero, exp_max,
+                   scale_mode, rounding, seed, code_dtype):
     codes = torch.empty(_grouped_shape(x, dim, block_size, block_size), dtype=code_dtype, device=x.device)
     scale_shape = _grouped_shape(x, dim, block_size, 1)
     scale = torch.empty(scale_shape, dtype=torch.float32, device=x.device)
@@ -94,7 +96,7 @@ def register() -> None:
 
 def native_fake_quant(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> torch.Tensor:
     """Fake-quantize ``x`` by ``spec`` with the native op; gradient by ``ste`` (identity / clipped)."""
-    args = op_args(spec)
+    args = op_args(spec, x.dtype)
     if ste == "clipped" and torch.is_grad_enabled() and x.requires_grad:
         return torch.ops.groupquant.group_fake_quant_masked(x, *args)[0]
     return torch.ops.groupquant.group_fake_quant(x, *args)
@@ -102,6 +104,7 @@ def native_fake_quant(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -
 
 def native_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     """Codes and shared scales of ``x`` by ``spec`` with the native op (contracted layout)."""
-    codes, scale, scale_codes = torch.ops.groupquant.group_quantize(x.detach(), *op_args(spec), code_dtype(spec.fmt))
+    codes, scale, scale_codes = torch.ops.groupquant.group_quantize(x.detach(), *op_args(spec, x.dtype),
+                                                                   code_dtype(spec.fmt))
     keep_codes = scale_codes if spec.scale_mode != "float" else None
     return GroupQuantized(codes, scale, keep_codes, spec.fmt, spec.layout, x.dtype)
