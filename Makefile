@@ -5,7 +5,9 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
-EXTRAS ?= test,export
+comma := ,
+EXTRAS ?= test,export,demo,notebooks
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: demo test bench clean
 
@@ -13,18 +15,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed-$(EXTRAS): $(BIN)/python setup.cfg pyproject.toml
+$(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/pip install -q $(TORCH_SPEC)
 	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 
-demo: $(VENV)/.installed-$(EXTRAS)
+demo: $(STAMP)
 	$(BIN)/python -m groupquant demo
 
-test: $(VENV)/.installed-$(EXTRAS)
+test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-bench: $(VENV)/.installed-$(EXTRAS)
+bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_fake_quant.py
 
 clean:

@@ -256,10 +256,12 @@ class FloatFormat:
 
     @property
     def has_inf(self) -> bool:
+        """True where the format encodes +-Inf (IEEE special values)."""
         return self.special_values is SpecialValues.IEEE
 
     @property
     def has_nan(self) -> bool:
+        """True where the format has a NaN code (IEEE, NaN-only and FNUZ rules)."""
         return self.special_values not in (SpecialValues.NONE,)
 
     @property

@@ -129,9 +129,29 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
         ste: gradient rule: ``'identity'`` (straight-through) or ``'clipped'`` (zero gradient
             where ``|x / scale|`` exceeded max normal, i.e. the element saturated).
 
+    Returns:
+        A tensor of ``x``'s shape, dtype and device holding ``element * scale`` per group: the values
+        a dequantized MX tensor holds. Equal bit for bit to ``quantize(x, ...).dequantize()``.
+
+    Raises:
+        TypeError: ``x`` is not a float32/bfloat16/float16 tensor, or ``fmt`` is neither a name nor
+            a format object. ValueError: an unknown format name, rounding, scale mode or ste, a
+            ``dim`` out of range, a negative ``block_size``. Each message names the argument.
+
     Spec rules (OCP MX v1.0): elements round then saturate to +-max normal; subnormals are kept;
     the shared exponent is clamped to [-127, 127]; an all-zero group gets scale 2**-127; a group
     containing NaN or Inf becomes all NaN.
+
+    Example::
+
+        >>> x = torch.tensor([[0.3, -1.7, 5.0, 0.01] * 8])      # one block of 32
+        >>> y = fake_quant(x, "fp4_e2m1")                          # amax 5 -> scale 2**(2 - 2) = 1
+        >>> y[0, :4].tolist()                                      # onto {0, 0.5, 1, 1.5, 2, 3, 4, 6}
+        [0.5, -1.5, 4.0, 0.0]
+
+    Gradients (when ``x.requires_grad``) pass straight through (``ste``). The computation runs in
+    the native C++/CUDA kernel when it is built (see ``groupquant.ops.backend()``), else in the
+    PyTorch reference; both give the same bits.
     """
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
     if ste not in STE_MODES:

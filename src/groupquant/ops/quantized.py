@@ -41,10 +41,12 @@ class GroupQuantized:
 
     @property
     def block_size(self) -> int:
+        """Elements per group (the whole dim's size when grouped over all of it)."""
         return self.layout.block_size
 
     @property
     def dim(self) -> int:
+        """The grouped dim of the original tensor (non-negative)."""
         return self.layout.dim
 
     def element_values(self) -> torch.Tensor:

@@ -1,0 +1,170 @@
+"""The command line, ``python -m groupquant COMMAND``.
+
+Commands:
+    demo      the main job: train on scikit-learn's digits, quantize to every MX format, QAT (default)
+    formats   the element format table (bits, bias, emax, max normal, min normal/subnormal, specials)
+    describe  the settings of a format or a quantizer, by name
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from .formats import MX_FORMATS, get_format, known_formats
+
+__all__ = ["main", "build_parser", "format_table", "format_aliases"]
+
+_EXTRA_TABLE_FORMATS = ("float_ocp_e4m3", "float_fnuz_e4m3", "float_e4m3", "int4")
+
+
+def _split_formats(values: Sequence[str]) -> List[str]:
+    """``['fp4_e2m1,int8', 'fp8_e4m3']`` -> the names, each checked; errors name the bad one."""
+    names = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    for name in names:
+        try:
+            get_format(name)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"unknown format {name!r}; MX formats: {', '.join(MX_FORMATS)} "
+                "(all names: python -m groupquant formats --all)") from None
+    return names
+
+
+def format_table(names: Sequence[str]) -> str:
+    """A text table of the named formats' derived constants (one row each, from ``describe()``)."""
+    head = (f"{'name':<16} {'bits':>4} {'bits+scale':>10} {'bias':>4} {'emax':>4} {'max normal':>11} "
+            f"{'min normal':>11} {'min subnorm':>11}  specials")
+    rows = [head]
+    for name in names:
+        d = get_format(name).describe()
+        min_normal = d.get("min_normal")
+        rows.append(
+            f"{name:<16} {d['bit_width']:>4} {d['bit_width'] + 8 / 32:>10.2f} {str(d.get('bias', '-')):>4} "
+            f"{d['emax']:>4} {d['max_normal']:>11g} {('-' if min_normal is None else f'{min_normal:g}'):>11} "
+            f"{d['min_subnormal']:>11g}  {d['specials']}")
+    rows.append("bits+scale: storage per element with one 8-bit E8M0 scale per block of 32.")
+    return "\n".join(rows)
+
+
+def format_aliases() -> Dict[str, List[str]]:
+    """Canonical format name -> the other names ``get_format`` accepts for the same format."""
+    aliases: Dict[str, List[str]] = {}
+    for name in known_formats():
+        canonical = get_format(name).name
+        aliases.setdefault(canonical, [])
+        if name != canonical:
+            aliases[canonical].append(name)
+    return aliases
+
+
+def cmd_formats(args: argparse.Namespace) -> int:
+    """Print the format table: the MX formats and a few variants, or every format with --all."""
+    if args.all:
+        aliases = format_aliases()
+        print(format_table(sorted(aliases)))
+        print("other names: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in sorted(aliases.items()) if v))
+        return 0
+    print(format_table(list(MX_FORMATS) + [n for n in _EXTRA_TABLE_FORMATS if n in known_formats()]))
+    return 0
+
+
+def _find_quantizer(name: str) -> Optional[type]:
+    """A quantizer class exported by ``groupquant.quantizers`` under ``name``, or None."""
+    from . import quantizers
+
+    obj = getattr(quantizers, name, None) if name in quantizers.__all__ else None
+    return obj if isinstance(obj, type) and issubclass(obj, quantizers.QuantizerBase) else None
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    """Print a format's constants or a quantizer's resolved settings."""
+    name = args.name
+    quantizer = _find_quantizer(name)
+    if quantizer is not None:
+        from .quantizers import describe
+
+        print(describe(quantizer))
+        return 0
+    try:
+        fmt = get_format(name)
+    except ValueError:
+        print(f"error: {name!r} is neither a format nor a quantizer in groupquant.quantizers "
+              "(formats: python -m groupquant formats --all)", file=sys.stderr)
+        return 2
+    for key, value in fmt.describe().items():
+        print(f"{key:<20} {value}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the main job and print its table (or JSON)."""
+    from .demo import DemoOptions, format_report, report_to_json, require_demo_packages, run_demo
+
+    try:
+        require_demo_packages()
+    except ImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    options = DemoOptions(formats=tuple(args.formats), float_epochs=args.epochs, qat_epochs=args.qat_epochs,
+                          seed=args.seed, progress=not (args.json or args.no_progress))
+    from .ops import backend
+
+    backend()  # build the native kernels now (once per install, one printed line), not in the middle of a progress bar
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the model is tiny: more threads only add overhead (and stall on busy machines)
+    try:
+        report = run_demo(options)
+    finally:
+        torch.set_num_threads(threads)
+    print(report_to_json(report) if args.json else format_report(report))
+    return 0
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with its three sub-commands."""
+    parser = argparse.ArgumentParser(prog="python -m groupquant", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    demo = sub.add_parser("demo", help="train on digits, quantize to every MX format, QAT MXFP4 (default)")
+    demo.add_argument("--formats", nargs="+", default=[",".join(MX_FORMATS)], metavar="FMT",
+                      help=f"formats to compare, space or comma separated (default: {','.join(MX_FORMATS)})")
+    demo.add_argument("--epochs", type=_non_negative_int, default=15, help="float training epochs (default 15)")
+    demo.add_argument("--qat-epochs", type=_non_negative_int, default=4,
+                      help="QAT fine-tuning epochs for MXFP4, 0 to skip (default 4)")
+    demo.add_argument("--seed", type=int, default=0, help="data split, initialization and batch order (default 0)")
+    demo.add_argument("--json", action="store_true", help="print the results as JSON (no progress bars)")
+    demo.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    demo.set_defaults(func=cmd_demo)
+    fmts = sub.add_parser("formats", help="print the element format table")
+    fmts.add_argument("--all", action="store_true", help="every format name groupquant knows")
+    fmts.set_defaults(func=cmd_formats)
+    desc = sub.add_parser("describe", help="settings of a format or quantizer, e.g. describe fp4_e2m1")
+    desc.add_argument("name", help="a format name or a quantizer class in groupquant.quantizers")
+    desc.set_defaults(func=cmd_describe)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``) and run the command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv = ["demo", *argv]
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        try:
+            args.formats = _split_formats(args.formats)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"argument --formats: {exc}")
+    return args.func(args)

@@ -1,0 +1,101 @@
+"""The demo's model: a small MLP on 8x8 digits, and its MX-quantized copies built with groupquant.nn.
+
+``quantized_copy`` converts a deep copy with :func:`groupquant.quantize_model`: every
+``nn.Linear`` becomes a ``QuantLinear`` whose weight and input are quantized to one MX element
+format (the default MX quantizers: blocks of 32 along the input features, E8M0 floor scales,
+round to nearest even). One call gives the post-training-quantized model; training the copy is QAT.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Dict, Sequence
+
+import torch
+from torch import nn
+
+from .. import quantizers as Q
+from ..export import packed_state_dict
+from ..formats import get_format
+from ..nn import QuantLinear, quantize_model
+from ..packing import PackedTensor
+from ..quant_tensor import plain
+
+__all__ = ["MXQuantizerPair", "MX_QUANTIZERS", "mx_quantizers", "build_mlp", "quantized_copy", "weight_sqnr_db", "packed_model_bytes"]
+
+
+@dataclass(frozen=True)
+class MXQuantizerPair:
+    """The default MX quantizers of one element format: ``weight`` and ``act`` (input) quantizer classes."""
+
+    weight: type
+    act: type
+
+
+#: Canonical MX format name -> its default weight and activation quantizers.
+MX_QUANTIZERS: Dict[str, MXQuantizerPair] = {
+    "int8": MXQuantizerPair(Q.MXInt8Weight, Q.MXInt8Act),
+    "fp8_e4m3": MXQuantizerPair(Q.MXFloat8e4m3Weight, Q.MXFloat8e4m3Act),
+    "fp8_e5m2": MXQuantizerPair(Q.MXFloat8e5m2Weight, Q.MXFloat8e5m2Act),
+    "fp6_e3m2": MXQuantizerPair(Q.MXFloat6e3m2Weight, Q.MXFloat6e3m2Act),
+    "fp6_e2m3": MXQuantizerPair(Q.MXFloat6e2m3Weight, Q.MXFloat6e2m3Act),
+    "fp4_e2m1": MXQuantizerPair(Q.MXFloat4e2m1Weight, Q.MXFloat4e2m1Act),
+}
+
+
+def mx_quantizers(fmt: str) -> MXQuantizerPair:
+    """The default quantizers of MX format ``fmt`` (any name ``get_format`` knows, e.g. ``'mxfp4'``)."""
+    name = get_format(fmt).name
+    if name not in MX_QUANTIZERS:
+        raise ValueError(f"format {fmt!r} is not an MX element format; MX formats: {', '.join(MX_QUANTIZERS)}")
+    return MX_QUANTIZERS[name]
+
+
+def build_mlp(in_features: int = 64, hidden: Sequence[int] = (128, 128), classes: int = 10,
+              seed: int = 0) -> nn.Sequential:
+    """``Linear -> ReLU`` for each width in ``hidden``, then a ``Linear`` to ``classes`` logits.
+
+    Initialized from ``seed`` (the global torch RNG is left untouched).
+    """
+    dims = [in_features, *hidden, classes]
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        raise ValueError(f"layer widths must be positive ints, got {dims}")
+    layers = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+            layers.append(nn.Linear(a, b))
+            if i < len(dims) - 2:
+                layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def quantized_copy(model: nn.Module, fmt: str) -> nn.Module:
+    """A deep copy of ``model`` with every ``nn.Linear`` a ``QuantLinear`` quantizing weight and input to ``fmt``."""
+    pair = mx_quantizers(fmt)
+    return quantize_model(copy.deepcopy(model), weight_quant=pair.weight, input_quant=pair.act)
+
+
+@torch.no_grad()
+def weight_sqnr_db(float_model: nn.Module, quant_model: nn.Module) -> float:
+    """SQNR in dB of all quantized weights together: ``10 log10(sum w^2 / sum (w - q(w))^2)``.
+
+    Pairs the float model's ``nn.Linear`` weights with the quantized copy's ``QuantLinear`` layers in order.
+    """
+    floats = [m.weight for m in float_model.modules() if type(m) is nn.Linear]
+    quants = [plain(m.quant_weight()) for m in quant_model.modules() if isinstance(m, QuantLinear)]
+    if len(floats) != len(quants) or not floats:
+        raise ValueError("the quantized model's layers do not match the float model's")
+    signal = sum(float(w.double().pow(2).sum()) for w in floats)
+    noise = sum(float((w.double() - q.double()).pow(2).sum()) for w, q in zip(floats, quants))
+    return float("inf") if noise == 0 else 10.0 * torch.log10(torch.tensor(signal / noise)).item()
+
+
+def packed_model_bytes(model: nn.Module) -> int:
+    """Payload bytes of ``groupquant.export.packed_state_dict(model)``: packed weights (element codes
+    and E8M0 scales) plus every other tensor (biases in float32); quantizer state not counted."""
+    sd = packed_state_dict(model)
+    skip = set(sd["quantizer_keys"])  # type: ignore[arg-type]
+    packed = sum(PackedTensor.from_record(rec).nbytes for rec in sd["packed"].values())  # type: ignore[union-attr]
+    tensors = sum(t.numel() * t.element_size() for k, t in sd["tensors"].items() if k not in skip)  # type: ignore[union-attr]
+    return packed + tensors

@@ -1,0 +1,120 @@
+"""The main job, end to end: float training, post-training quantization to each MX format, QAT.
+
+:func:`run_demo` returns a :class:`DemoReport`; ``groupquant.demo.report`` prints it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+from ..formats import MX_FORMATS, get_format
+from .data import load_digits_split
+from .model import build_mlp, mx_quantizers, packed_model_bytes, quantized_copy, weight_sqnr_db
+from .training import Evaluation, TrainConfig, evaluate, train_classifier
+
+__all__ = ["DemoOptions", "FormatResult", "DemoReport", "run_demo", "SCALE_BITS", "BLOCK_SIZE"]
+
+BLOCK_SIZE = 32
+SCALE_BITS = 8  # one E8M0 byte per block
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """Settings of the demo.
+
+    Fields:
+        formats: MX element formats to post-training quantize to (names as ``groupquant.get_format`` takes).
+        float_epochs: epochs of float training.
+        qat_epochs: epochs of QAT fine-tuning (0 skips QAT).
+        qat_format: the format fine-tuned with QAT (MXFP4, the coarsest, by default).
+        seed: data split, initialization and batch order.
+        hidden: hidden layer widths of the MLP.
+        progress: show progress bars (on stderr).
+    """
+
+    formats: Tuple[str, ...] = tuple(MX_FORMATS)
+    float_epochs: int = 15
+    qat_epochs: int = 4
+    qat_format: str = "fp4_e2m1"
+    seed: int = 0
+    hidden: Tuple[int, ...] = (128, 128)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.formats:
+            raise ValueError("formats must name at least one format")
+        for name in (*self.formats, self.qat_format):
+            mx_quantizers(name)
+
+
+@dataclass(frozen=True)
+class FormatResult:
+    """One row of the table: a format's size and error after post-training quantization.
+
+    ``bits_per_element`` counts the shared scale (element bits + 8/32); ``weight_sqnr_db`` is over
+    all weights; ``test`` is the quantized model's test accuracy and loss; ``packed_bytes`` the model
+    size stored packed (weights and scales; float32 biases).
+    """
+
+    fmt: str
+    bits_per_element: float
+    weight_sqnr_db: float
+    test: Evaluation
+    packed_bytes: int
+
+
+@dataclass
+class DemoReport:
+    """Everything the demo measured (see :func:`run_demo`). Times in seconds."""
+
+    options: DemoOptions
+    train_size: int
+    test_size: int
+    num_parameters: int
+    float_test: Evaluation
+    float_bytes: int
+    float_loss_curve: List[float]
+    ptq: List[FormatResult] = field(default_factory=list)
+    qat_format: Optional[str] = None
+    qat_before: Optional[Evaluation] = None
+    qat_after: Optional[Evaluation] = None
+    qat_loss_curve: List[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def bits_per_element(fmt: str, block_size: int = BLOCK_SIZE) -> float:
+    """Storage bits per element including the shared scale: ``bit_width + 8 / block_size``."""
+    return get_format(fmt).bit_width + SCALE_BITS / block_size
+
+
+def run_demo(options: DemoOptions = DemoOptions()) -> DemoReport:
+    """Train a float MLP on digits, quantize it to each format, then QAT-tune ``options.qat_format``."""
+    start = time.perf_counter()
+    data = load_digits_split(seed=options.seed)
+    model = build_mlp(data.num_features, options.hidden, seed=options.seed)
+    history = train_classifier(model, data.x_train, data.y_train, TrainConfig(
+        epochs=options.float_epochs, seed=options.seed, progress=options.progress, desc="float training"))
+    report = DemoReport(
+        options=options, train_size=len(data.y_train), test_size=len(data.y_test),
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        float_test=evaluate(model, data.x_test, data.y_test),
+        float_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        float_loss_curve=history.epoch_loss)
+    for fmt in options.formats:
+        qmodel = quantized_copy(model, fmt)
+        report.ptq.append(FormatResult(
+            fmt=get_format(fmt).name, bits_per_element=bits_per_element(fmt),
+            weight_sqnr_db=weight_sqnr_db(model, qmodel), test=evaluate(qmodel, data.x_test, data.y_test),
+            packed_bytes=packed_model_bytes(qmodel)))
+    if options.qat_epochs > 0:
+        qmodel = quantized_copy(model, options.qat_format)
+        report.qat_format = get_format(options.qat_format).name
+        report.qat_before = evaluate(qmodel, data.x_test, data.y_test)
+        qat = train_classifier(qmodel, data.x_train, data.y_train, TrainConfig(
+            epochs=options.qat_epochs, lr=5e-4, seed=options.seed + 1, progress=options.progress,
+            desc=f"QAT {report.qat_format}"))
+        report.qat_after = evaluate(qmodel, data.x_test, data.y_test)
+        report.qat_loss_curve = qat.epoch_loss
+    report.seconds = time.perf_counter() - start
+    return report

@@ -1,0 +1,86 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import groupquant as gq
+from groupquant.demo.model import (MX_QUANTIZERS, build_mlp, mx_quantizers, packed_model_bytes, quantized_copy,
+                                   weight_sqnr_db)
+
+
+def test_build_mlp_shapes_seed_and_global_rng_untouched():
+    before = torch.random.get_rng_state()
+    a, b = build_mlp(64, (32, 16), 10, seed=5), build_mlp(64, (32, 16), 10, seed=5)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    shapes = [tuple(m.weight.shape) for m in a if isinstance(m, nn.Linear)]
+    assert shapes == [(32, 64), (16, 32), (10, 16)]
+    assert sum(isinstance(m, nn.ReLU) for m in a) == 2
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    with pytest.raises(ValueError, match="widths"):
+        build_mlp(64, (0,), 10)
+
+
+def test_quantized_copy_swaps_linears_and_leaves_the_original():
+    model = build_mlp(64, (32,), 10, seed=0)
+    q = quantized_copy(model, "mxfp4")
+    assert [type(m).__name__ for m in q] == ["QuantLinear", "ReLU", "QuantLinear"]
+    assert isinstance(model[0], nn.Linear) and type(model[0]) is nn.Linear
+    q[0].weight.data.zero_()
+    assert model[0].weight.abs().sum() > 0
+    with pytest.raises(ValueError, match="unknown format"):
+        quantized_copy(model, "fp5")
+    with pytest.raises(ValueError, match="not an MX element format"):
+        quantized_copy(model, "int4")
+
+
+def test_every_mx_format_has_its_quantizer_pair():
+    assert sorted(MX_QUANTIZERS) == sorted(gq.MX_FORMATS)
+    assert mx_quantizers("mxfp8").weight.__name__ == "MXFloat8e4m3Weight"
+    assert mx_quantizers("mxint8").act.__name__ == "MXInt8Act"
+
+
+@pytest.mark.parametrize("fmt", ["fp4_e2m1", "int8", "fp6_e3m2"])
+def test_quantized_layer_is_fake_quant_of_weight_and_input_along_input_features(fmt):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 8))
+    # one huge weight per row in the first block: grouping along inputs flushes that block's small
+    # weights, grouping along outputs would flush a whole column instead
+    with torch.no_grad():
+        model[0].weight[:, 0] = 100.0
+    w = model[0].weight.detach()
+    w_ref = gq.fake_quant(w, fmt, 32, dim=1)
+    assert not torch.equal(w_ref, gq.fake_quant(w, fmt, 32, dim=0))
+    x = torch.randn(5, 64)
+    expected = F.linear(gq.fake_quant(x, fmt, 32, dim=1), w_ref, model[0].bias)
+    with torch.no_grad():
+        assert torch.equal(quantized_copy(model, fmt)(x), expected)
+
+
+def test_qat_gradient_reaches_the_float_weights():
+    q = quantized_copy(nn.Sequential(nn.Linear(32, 4)), "fp8_e4m3")
+    q(torch.randn(3, 32)).sum().backward()
+    assert q[0].weight.grad is not None and q[0].weight.grad.abs().sum() > 0
+
+
+def test_weight_sqnr_by_hand():
+    model = nn.Sequential(nn.Linear(32, 2))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[1.0] * 31 + [0.75], [2.0] * 32]))
+    # fp4 block with amax 1 -> scale 2**(0 - 2) = 1/4, elements 1 -> 4 (exact), 0.75 -> 3 (exact): all exact
+    assert math.isinf(weight_sqnr_db(model, quantized_copy(model, "fp4_e2m1")))
+    with torch.no_grad():
+        model[0].weight[0, 31] = 0.8  # 0.8 / 0.25 = 3.2 -> 3: error 0.05
+    signal = 31 * 1.0 + 0.8 ** 2 + 32 * 4.0
+    expected = 10 * math.log10(signal / 0.05 ** 2)
+    assert weight_sqnr_db(model, quantized_copy(model, "fp4_e2m1")) == pytest.approx(expected, rel=1e-6)
+
+
+def test_packed_bytes_by_hand():
+    model = nn.Sequential(nn.Linear(64, 10), nn.ReLU(), nn.Linear(10, 3, bias=False))
+    # layer 1: 640 fp4 elements = 320 bytes, 10 rows x 2 blocks = 20 scale bytes, 10 float32 biases = 40
+    # layer 2: 3 rows of 10 padded to one block of 32 each: 96 elements = 48 bytes, 3 scale bytes
+    assert packed_model_bytes(quantized_copy(model, "fp4_e2m1")) == 320 + 20 + 40 + 48 + 3
+    # 6 bits: 640 * 6 / 8 = 480; 96 * 6 / 8 = 72
+    assert packed_model_bytes(quantized_copy(model, "fp6_e3m2")) == 480 + 20 + 40 + 72 + 3
