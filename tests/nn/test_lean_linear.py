@@ -100,3 +100,13 @@ def test_a_second_backward_through_the_lean_path_is_a_clear_error():
     y.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="memory_lean_backward"):
         y.backward()
+
+
+def test_autocast_takes_the_plain_path():
+    layer = QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight)
+    x = torch.randn(3, 64, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert "Lean" not in type(y.grad_fn).__name__
+    y.float().sum().backward()
+    assert layer.weight.grad.dtype == torch.float32 and x.grad is not None

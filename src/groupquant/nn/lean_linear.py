@@ -35,8 +35,8 @@ def lean_applies(weight_quant: Optional[torch.nn.Module]) -> bool:
 class _LeanQuantLinear(torch.autograd.Function):
     """``F.linear(xq, Wq, b)`` with ``Wq`` = the dynamic fake-quant of ``W`` and identity gradient to ``W``.
 
-    Saves ``xq`` (as plain autograd would) and keeps ``Wq`` on ctx only until the input gradient
-    is computed.
+    Saves ``xq`` (as plain autograd would) and keeps ``Wq`` on ctx for backward, which uses it
+    for the input gradient and then writes the weight gradient into its buffer.
     """
 
     @staticmethod

@@ -53,10 +53,10 @@ class QuantLinear(QuantLayerMixin, nn.Linear):
 
     def _lean(self, qx: torch.Tensor) -> bool:
         """Whether this call takes the memory-lean path: a training step (grad recorded, not
-        traced for export) whose weight quantizer lets it (see :func:`lean_applies`)."""
+        traced for export, no autocast) whose weight quantizer lets it (see :func:`lean_applies`)."""
         if not (self.memory_lean_backward and torch.is_grad_enabled()
                 and (self.weight.requires_grad or qx.requires_grad)):
             return False
-        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
+        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.is_autocast_enabled(qx.device.type):
             return False
         return lean_applies(self.weight_quant.tensor_quant)
