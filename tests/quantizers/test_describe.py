@@ -40,3 +40,11 @@ def test_describe_follows_let_and_reports_misconfiguration():
 def test_describe_rejects_non_quantizers():
     with pytest.raises(TypeError, match="quantizer class"):
         gq.describe(int)
+
+
+def test_settings_given_as_strings_show_as_enum_members():
+    from groupquant.quantizers.settings import FloatToIntRounding
+
+    d = gq.describe(MXFloat4e2m1Weight.let(scale_rounding="even", float_to_int_rounding="nearest"))
+    assert d["scale_rounding"] is ScaleRounding.EVEN
+    assert d["float_to_int_rounding"] is FloatToIntRounding.NEAREST

@@ -5,6 +5,9 @@ import enum
 from typing import Any, Dict
 
 from .. import inject
+from ..formats import SpecialValues
+from .settings import (FloatToIntRounding, RestrictScaling, ScaleRounding, ScalingPerOutput, ScalingSource,
+                       ScalingStatsOp, SteMode, coerce)
 
 __all__ = ["QuantizerSettings", "describe"]
 
@@ -18,6 +21,23 @@ _ORDER = (
     "scaling_stats_op", "percentile", "running_momentum", "scaling_min_val", "scale_rule",
     "float_to_int_rounding", "ste",
 )
+
+
+#: Settings that take an enum member or its name as a string; describe() shows the member either way.
+_ENUM_SETTINGS = {
+    "nan_inf_rule": SpecialValues, "scaling_per_output": ScalingPerOutput, "restrict_scaling_type": RestrictScaling,
+    "scale_rounding": ScaleRounding, "float_to_int_rounding": FloatToIntRounding, "scaling_source": ScalingSource,
+    "scaling_stats_op": ScalingStatsOp, "ste": SteMode,
+}
+
+
+def _as_enums(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """String values of enum settings (``weight_scale_rounding="even"``) as their enum members."""
+    out = dict(settings)
+    for name, enum_type in _ENUM_SETTINGS.items():
+        if isinstance(out.get(name), str):
+            out[name] = coerce(name, out[name], enum_type)
+    return out
 
 
 def _ordered(settings: Dict[str, Any]) -> Dict[str, Any]:
@@ -64,6 +84,6 @@ def describe(quantizer: type) -> QuantizerSettings:
     if not (isinstance(injector, type) and issubclass(injector, inject.Injector)):
         raise TypeError(f"describe() takes a quantizer class (an Injector subclass) or a quant proxy, "
                         f"got {quantizer!r}")
-    settings = QuantizerSettings(_ordered(inject.describe(injector)))
+    settings = QuantizerSettings(_ordered(_as_enums(inject.describe(injector))))
     settings.quantizer_name = injector.__name__
     return settings
