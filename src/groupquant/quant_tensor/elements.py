@@ -13,7 +13,29 @@ import torch
 from ..formats import FloatFormat, IntFormat
 from ..ops import code_dtype, encode, round_to_format
 
-__all__ = ["int_codes", "float_elements", "float_codes"]
+__all__ = ["int_codes", "float_elements", "float_codes", "FloatWidthsMixin"]
+
+
+class FloatWidthsMixin:
+    """Mixin for float quant tensors: ``bit_width`` and ``fmt`` from the width fields
+    (``exponent_bit_width``, ``mantissa_bit_width``, ``signed``, ``nan_inf_rule``, ``exponent_bias``)."""
+
+    exponent_bit_width: int
+    mantissa_bit_width: int
+    signed: bool
+    nan_inf_rule: object
+    exponent_bias: object
+
+    @property
+    def bit_width(self) -> int:
+        """Total element bits: sign + exponent + mantissa."""
+        return self.exponent_bit_width + self.mantissa_bit_width + int(self.signed)
+
+    @property
+    def fmt(self) -> FloatFormat:
+        """The element format."""
+        return FloatFormat(self.exponent_bit_width, self.mantissa_bit_width, self.nan_inf_rule, self.signed,
+                           self.exponent_bias)
 
 
 def int_codes(value: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, fmt: IntFormat) -> torch.Tensor:

@@ -6,15 +6,15 @@ from typing import Optional
 
 import torch
 
-from ..formats import FloatFormat, SpecialValues
+from ..formats import SpecialValues
 from .base import QuantTensor
-from .elements import float_codes, float_elements
+from .elements import FloatWidthsMixin, float_codes, float_elements
 
 __all__ = ["FloatQuantTensor"]
 
 
 @dataclass(frozen=True, eq=False)
-class FloatQuantTensor(QuantTensor):
+class FloatQuantTensor(FloatWidthsMixin, QuantTensor):
     """``value = (element - zero_point) * scale`` with ``element`` on a minifloat grid.
 
     Fields:
@@ -34,16 +34,6 @@ class FloatQuantTensor(QuantTensor):
     signed: bool = True
     nan_inf_rule: SpecialValues = SpecialValues.OCP
     exponent_bias: Optional[int] = None
-
-    @property
-    def bit_width(self) -> int:
-        return self.exponent_bit_width + self.mantissa_bit_width + int(self.signed)
-
-    @property
-    def fmt(self) -> FloatFormat:
-        """The element format."""
-        return FloatFormat(self.exponent_bit_width, self.mantissa_bit_width, self.nan_inf_rule, self.signed,
-                           self.exponent_bias)
 
     def minifloat(self) -> torch.Tensor:
         """Element values (float32, on the format's grid), the value's shape."""

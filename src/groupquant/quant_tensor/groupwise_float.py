@@ -6,16 +6,16 @@ from typing import Optional
 
 import torch
 
-from ..formats import FloatFormat, SpecialValues
+from ..formats import SpecialValues
 from .base import QuantTensor
-from .elements import float_codes, float_elements
+from .elements import FloatWidthsMixin, float_codes, float_elements
 from .groupwise import GroupwiseFields
 
 __all__ = ["GroupwiseFloatQuantTensor"]
 
 
 @dataclass(frozen=True, eq=False)
-class GroupwiseFloatQuantTensor(GroupwiseFields, QuantTensor):
+class GroupwiseFloatQuantTensor(FloatWidthsMixin, GroupwiseFields, QuantTensor):
     """``value = (element - zero_point) * scale`` per group, kept contracted (see
     :class:`GroupwiseFields`); ``scale_`` is the shared scale ``X`` (E8M0 for MX).
 
@@ -28,16 +28,6 @@ class GroupwiseFloatQuantTensor(GroupwiseFields, QuantTensor):
     signed: bool = True
     nan_inf_rule: SpecialValues = SpecialValues.OCP
     exponent_bias: Optional[int] = None
-
-    @property
-    def bit_width(self) -> int:
-        return self.exponent_bit_width + self.mantissa_bit_width + int(self.signed)
-
-    @property
-    def fmt(self) -> FloatFormat:
-        """The element format."""
-        return FloatFormat(self.exponent_bit_width, self.mantissa_bit_width, self.nan_inf_rule, self.signed,
-                           self.exponent_bias)
 
     def shared_scale_(self) -> torch.Tensor:
         return self.scale_.detach().float()
