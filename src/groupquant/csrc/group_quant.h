@@ -282,29 +282,30 @@ GQ_HD float quantize_element(float s, const FormatParams& f, const RoundRule& ru
 // ---- element codes (codes.py encode) ----------------------------------------------------
 
 // Bit encoding of an element value v already on the format's grid (NaN allowed), as int32.
+// Branch-free (selects only), so the loop over a block vectorizes: a normal value's exponent field
+// is its float32 exponent rebiased and its mantissa field the top m bits of the float32 mantissa
+// (exact, v is on the grid); a subnormal's code is its count of min-subnormal steps.
 GQ_HD int32_t encode_element(float v, const FormatParams& f) {
-  const bool nan = v != v;
+  const uint32_t vb = f2u(v);
+  const uint32_t ab = vb & 0x7FFFFFFFu;
+  const bool nan = ab > 0x7F800000u;
   if (!f.is_float) {
     return nan ? 0 : static_cast<int32_t>(v * f.int_up);
   }
   const int32_t m = f.mantissa_bits;
-  const float a = nan ? 0.0f : fabsf(v);
-  const bool inf = f2u(a) == 0x7F800000u;
-  const float af = inf ? 0.0f : a;  // keeps the integer conversion below in range
+  const bool inf = ab == 0x7F800000u;
+  const uint32_t fb = (nan || inf) ? 0u : ab;  // finite magnitude bits; keeps the conversions in range
+  const float af = u2f(fb);
   const bool normal = af >= f.min_normal;
-  const int32_t e = imax(exponent_field_log2(af), f.emin);
-  const int32_t units = static_cast<int32_t>(af * exp2i(m - e));  // exact integer < 2^(m+1)
-  const int32_t field_e = normal ? e + f.bias : 0;
-  const int32_t field_m = normal ? units - (1 << m) : units;
-  int32_t code = (field_e << m) | field_m;
-  if (f.special == kSpecialIeee && inf) code = ((1 << f.exponent_bits) - 1) << m;  // +-Inf (IEEE formats)
-  if (f.is_signed) {
-    bool neg = (f2u(v) >> 31) != 0 && !nan;
-    if (f.special == kSpecialFnuz) neg = neg && a > 0.0f;
-    code |= static_cast<int32_t>(neg) << (f.exponent_bits + m);
-  }
-  if (nan && f.nan_code >= 0) code = f.nan_code;
-  return code;
+  const int32_t normal_code = ((static_cast<int32_t>(fb >> 23) - 127 + f.bias) << m) |
+                              static_cast<int32_t>((fb & 0x007FFFFFu) >> (23 - m));
+  const int32_t sub_units = static_cast<int32_t>((normal ? 0.0f : af) * exp2i(m - f.emin));
+  int32_t code = normal ? normal_code : sub_units;
+  const int32_t inf_code = ((1 << f.exponent_bits) - 1) << m;
+  code = (f.special == kSpecialIeee && inf) ? inf_code : code;  // +-Inf (IEEE formats)
+  const bool neg = f.is_signed && (vb >> 31) != 0 && !nan && (f.special != kSpecialFnuz || ab != 0);
+  code |= static_cast<int32_t>(neg) << (f.exponent_bits + m);
+  return (nan && f.nan_code >= 0) ? f.nan_code : code;
 }
 
 }  // namespace groupquant
