@@ -7,19 +7,11 @@ import groupquant as gq
 from groupquant.inject import ConfigError, UnknownSettingError
 from groupquant.nn import QuantLinear
 from groupquant.quant_tensor import GroupwiseFloatQuantTensor, GroupwiseIntQuantTensor, QuantTensor
-from groupquant.quantizers import (Fp8e4m3ActPerTensor, Int8ActPerTensor, Int16BiasPerTensor, LearnedScaling,
-                                   MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight,
-                                   MXFloat6e3m2Act, MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight,
-                                   MXFloat8e5m2Act, MXFloat8e5m2Weight, MXInt8Act, MXInt8Weight)
+from groupquant.quantizers import (MX_QUANTIZERS, Fp8e4m3ActPerTensor, Int8ActPerTensor, Int16BiasPerTensor,
+                                   LearnedScaling, MXFloat4e2m1Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight,
+                                   MXInt8Weight)
 
-PAIRS = [
-    (MXInt8Weight, MXInt8Act, "int8"),
-    (MXFloat8e4m3Weight, MXFloat8e4m3Act, "fp8_e4m3"),
-    (MXFloat8e5m2Weight, MXFloat8e5m2Act, "fp8_e5m2"),
-    (MXFloat6e3m2Weight, MXFloat6e3m2Act, "fp6_e3m2"),
-    (MXFloat6e2m3Weight, MXFloat6e2m3Act, "fp6_e2m3"),
-    (MXFloat4e2m1Weight, MXFloat4e2m1Act, "fp4_e2m1"),
-]
+PAIRS = [(pair.weight, pair.act, name) for name, pair in MX_QUANTIZERS.items()]
 
 
 class LearnedMXFP4(LearnedScaling, MXFloat4e2m1Weight):

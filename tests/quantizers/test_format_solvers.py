@@ -88,7 +88,7 @@ def test_resolved_values_equal_format_core(quant, fmt):
 
 
 def test_table_covers_every_default():
-    bases = {"IntQuantizer", "MXScaling"}
+    bases = {"IntQuantizer", "MXScaling", "MXQuantizerPair", "MX_QUANTIZERS"}
     exported = {name for name in gq.quantizers.__all__ if name.startswith(("MX", "Int", "Uint", "Fp"))} - bases
     assert exported == {q.__name__ for q, _ in DEFAULTS}
 

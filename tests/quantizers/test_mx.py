@@ -3,18 +3,9 @@ import pytest
 import torch
 
 import groupquant as gq
-from groupquant.quantizers import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight,
-                                   MXFloat6e3m2Act, MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight,
-                                   MXFloat8e5m2Act, MXFloat8e5m2Weight, MXInt8Act, MXInt8Weight)
+from groupquant.quantizers import MX_QUANTIZERS, MXInt8Weight
 
-PAIRS = [
-    (MXInt8Weight, MXInt8Act, "int8"),
-    (MXFloat8e4m3Weight, MXFloat8e4m3Act, "fp8_e4m3"),
-    (MXFloat8e5m2Weight, MXFloat8e5m2Act, "fp8_e5m2"),
-    (MXFloat6e3m2Weight, MXFloat6e3m2Act, "fp6_e3m2"),
-    (MXFloat6e2m3Weight, MXFloat6e2m3Act, "fp6_e2m3"),
-    (MXFloat4e2m1Weight, MXFloat4e2m1Act, "fp4_e2m1"),
-]
+PAIRS = [(pair.weight, pair.act, name) for name, pair in MX_QUANTIZERS.items()]
 
 
 @pytest.mark.parametrize("weight_q, act_q, name", PAIRS)

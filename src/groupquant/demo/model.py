@@ -8,47 +8,18 @@ round to nearest even). One call gives the post-training-quantized model; traini
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Dict, Sequence
 
 import torch
 from torch import nn
 
-from .. import quantizers as Q
 from ..export import packed_state_dict
-from ..formats import get_format
 from ..nn import QuantLinear, quantize_model
 from ..packing import PackedTensor
 from ..quant_tensor import plain
+from ..quantizers import MX_QUANTIZERS, MXQuantizerPair, mx_quantizers
 
 __all__ = ["MXQuantizerPair", "MX_QUANTIZERS", "mx_quantizers", "build_mlp", "quantized_copy", "weight_sqnr_db", "packed_model_bytes"]
-
-
-@dataclass(frozen=True)
-class MXQuantizerPair:
-    """The default MX quantizers of one element format: ``weight`` and ``act`` (input) quantizer classes."""
-
-    weight: type
-    act: type
-
-
-#: Canonical MX format name -> its default weight and activation quantizers.
-MX_QUANTIZERS: Dict[str, MXQuantizerPair] = {
-    "int8": MXQuantizerPair(Q.MXInt8Weight, Q.MXInt8Act),
-    "fp8_e4m3": MXQuantizerPair(Q.MXFloat8e4m3Weight, Q.MXFloat8e4m3Act),
-    "fp8_e5m2": MXQuantizerPair(Q.MXFloat8e5m2Weight, Q.MXFloat8e5m2Act),
-    "fp6_e3m2": MXQuantizerPair(Q.MXFloat6e3m2Weight, Q.MXFloat6e3m2Act),
-    "fp6_e2m3": MXQuantizerPair(Q.MXFloat6e2m3Weight, Q.MXFloat6e2m3Act),
-    "fp4_e2m1": MXQuantizerPair(Q.MXFloat4e2m1Weight, Q.MXFloat4e2m1Act),
-}
-
-
-def mx_quantizers(fmt: str) -> MXQuantizerPair:
-    """The default quantizers of MX format ``fmt`` (any name ``get_format`` knows, e.g. ``'mxfp4'``)."""
-    name = get_format(fmt).name
-    if name not in MX_QUANTIZERS:
-        raise ValueError(f"format {fmt!r} is not an MX element format; MX formats: {', '.join(MX_QUANTIZERS)}")
-    return MX_QUANTIZERS[name]
 
 
 def build_mlp(in_features: int = 64, hidden: Sequence[int] = (128, 128), classes: int = 10,

@@ -81,6 +81,12 @@ def _check_tensor(x: object) -> torch.Tensor:
     return x
 
 
+def _check_ste(ste: str) -> None:
+    """ValueError naming ``ste`` unless it is a known gradient rule."""
+    if ste not in STE_MODES:
+        raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
+
+
 def _draw_seed(generator: Optional[torch.Generator], seed: Optional[int]) -> int:
     """The seed of the stochastic-rounding hash: given, or drawn from ``generator`` (or torch's global RNG)."""
     if seed is not None:
@@ -154,8 +160,7 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
     PyTorch reference; both give the same bits.
     """
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
-    if ste not in STE_MODES:
-        raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
+    _check_ste(ste)
     if _use_native(x):
         return native_fake_quant(x, spec, ste)
     if torch.is_grad_enabled() and x.requires_grad:
@@ -174,8 +179,7 @@ def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block
     no gradient) equals ``quantize(x, ...).scale``.
     """
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
-    if ste not in STE_MODES:
-        raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
+    _check_ste(ste)
     if _use_native(x):
         return native_fake_quant_with_scale(x, spec, ste)
     if torch.is_grad_enabled() and x.requires_grad:

@@ -16,7 +16,7 @@ from .defaults import (Fp8e4m3ActPerTensor, Fp8e4m3WeightPerTensor, Int4WeightPe
 from .describe import describe
 from .mx import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight, MXFloat6e3m2Act,
                  MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Act, MXFloat8e5m2Weight,
-                 MXInt8Act, MXInt8Weight)
+                 MXInt8Act, MXInt8Weight, MX_QUANTIZERS, MXQuantizerPair, mx_quantizers)
 from .settings import (FloatToIntRounding, NanInfRule, RestrictScaling, ScaleRounding, ScalingPerOutput,
                        ScalingSource, ScalingStatsOp, SteMode)
 
@@ -28,7 +28,7 @@ __all__ = [
     "describe",
     "MXFloat4e2m1Act", "MXFloat4e2m1Weight", "MXFloat6e2m3Act", "MXFloat6e2m3Weight", "MXFloat6e3m2Act",
     "MXFloat6e3m2Weight", "MXFloat8e4m3Act", "MXFloat8e4m3Weight", "MXFloat8e5m2Act", "MXFloat8e5m2Weight",
-    "MXInt8Act", "MXInt8Weight",
+    "MXInt8Act", "MXInt8Weight", "MX_QUANTIZERS", "MXQuantizerPair", "mx_quantizers",
     "FloatToIntRounding", "NanInfRule", "RestrictScaling", "ScaleRounding", "ScalingPerOutput",
     "ScalingSource", "ScalingStatsOp", "SteMode",
 ]

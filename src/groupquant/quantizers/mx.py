@@ -8,12 +8,16 @@ Subclass to change a width: every derived value (bias, emax, max normal, NaN/Inf
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Dict
+
+from ..formats import get_format
 from .base import ActQuantizer, FloatQuantizer, IntQuantizer, MXScaling, WeightQuantizer
 
 __all__ = [
     "MXInt8Weight", "MXInt8Act", "MXFloat8e4m3Weight", "MXFloat8e4m3Act", "MXFloat8e5m2Weight",
     "MXFloat8e5m2Act", "MXFloat6e3m2Weight", "MXFloat6e3m2Act", "MXFloat6e2m3Weight", "MXFloat6e2m3Act",
-    "MXFloat4e2m1Weight", "MXFloat4e2m1Act",
+    "MXFloat4e2m1Weight", "MXFloat4e2m1Act", "MXQuantizerPair", "MX_QUANTIZERS", "mx_quantizers",
 ]
 
 
@@ -109,3 +113,30 @@ class MXFloat4e2m1Act(MXScaling, ActQuantizer, FloatQuantizer):
     bit_width = 4
     exponent_bit_width = 2
     mantissa_bit_width = 1
+
+
+@dataclass(frozen=True)
+class MXQuantizerPair:
+    """The default MX quantizers of one element format: ``weight`` and ``act`` (input) quantizer classes."""
+
+    weight: type
+    act: type
+
+
+#: Canonical MX format name -> its default weight and activation quantizers.
+MX_QUANTIZERS: Dict[str, MXQuantizerPair] = {
+    "int8": MXQuantizerPair(MXInt8Weight, MXInt8Act),
+    "fp8_e4m3": MXQuantizerPair(MXFloat8e4m3Weight, MXFloat8e4m3Act),
+    "fp8_e5m2": MXQuantizerPair(MXFloat8e5m2Weight, MXFloat8e5m2Act),
+    "fp6_e3m2": MXQuantizerPair(MXFloat6e3m2Weight, MXFloat6e3m2Act),
+    "fp6_e2m3": MXQuantizerPair(MXFloat6e2m3Weight, MXFloat6e2m3Act),
+    "fp4_e2m1": MXQuantizerPair(MXFloat4e2m1Weight, MXFloat4e2m1Act),
+}
+
+
+def mx_quantizers(fmt: str) -> MXQuantizerPair:
+    """The default quantizers of MX format ``fmt`` (any name ``get_format`` knows, e.g. ``'mxfp4'``)."""
+    name = get_format(fmt).name
+    if name not in MX_QUANTIZERS:
+        raise ValueError(f"format {fmt!r} is not an MX element format; MX formats: {', '.join(MX_QUANTIZERS)}")
+    return MX_QUANTIZERS[name]
