@@ -34,6 +34,7 @@ Quirks of dependencies 2.0.1 (each pinned by a test in tests/test_inject.py):
 """
 from __future__ import annotations
 
+import copyreg
 import difflib
 import inspect
 from dataclasses import dataclass
@@ -42,14 +43,15 @@ from typing import Any, Dict, FrozenSet, Mapping, Optional
 
 from _dependencies.operation import _OperationSpec
 from _dependencies.raw import _RawSpec
+from _dependencies.value import Value
 from dependencies import Injector as _BaseInjector
 from dependencies import this, value
 from dependencies.exceptions import DependencyError
 
 __all__ = [
     "ConfigError", "DependencyError", "Injector", "UnknownSettingError",
-    "check_overrides", "describe", "extend", "format_settings",
-    "known_settings", "this", "value",
+    "check_name", "check_overrides", "describe", "extend", "format_settings",
+    "known_settings", "this", "value", "variant_name",
 ]
 
 # Class-body entries the compiler adds that carry no setting (3.13+: first two).
@@ -87,12 +89,43 @@ class UnknownSettingError(ConfigError):
         return self.problem
 
 
+_HOOKS = ("__vocabulary__", "__derived__", "__foreign__")
+
+
+def _is_solver(obj: Any) -> bool:
+    """A ``value(...)`` solver, a nested injector or a ``this`` expression: code, not a setting."""
+    return isinstance(obj, Value) or isinstance(obj, type(this)) or (
+        isinstance(obj, type) and issubclass(obj, _BaseInjector))
+
+
+def _hook(cls: type, name: str) -> Any:
+    """A vocabulary hook of ``cls`` (see :class:`Injector`), from its MRO, or None."""
+    for base in cls.__mro__:
+        if name in base.__dict__:
+            return base.__dict__[name]
+    return None
+
+
+def _variant_text(given: Any) -> str:
+    """Short text of an override value in a variant's name: enums by value, classes by name."""
+    if isinstance(given, Enum):
+        return str(given.value)
+    if isinstance(given, type):
+        return given.__name__
+    if isinstance(given, str):
+        return given
+    return repr(given)
+
+
 class _InjectorType(type(_BaseInjector)):
-    """Metaclass: Python 3.13 class bodies, ``__extra_settings__``, helpers."""
+    """Metaclass: Python 3.13 class bodies, ``__extra_settings__``, checked bodies, helpers."""
 
     def __new__(mcs, class_name, bases, namespace):
         namespace = {k: v for k, v in namespace.items() if k not in _DROPPED_DUNDERS}
         extra = namespace.pop("__extra_settings__", ())
+        unchecked = namespace.pop("__unchecked__", False)
+        let_of = namespace.pop("__let_of__", None)
+        hooks = {name: namespace.pop(name) for name in _HOOKS if name in namespace}
         if isinstance(extra, str) or not all(isinstance(n, str) for n in extra):
             raise TypeError(f"{class_name}.__extra_settings__ must be a tuple of names")
         clash = sorted(_RESERVED.intersection(namespace))
@@ -101,15 +134,42 @@ class _InjectorType(type(_BaseInjector)):
         cls = super().__new__(mcs, class_name, bases, namespace)
         if extra:
             type.__setattr__(cls, "__extra_settings__", tuple(extra))
+        for name, hook in hooks.items():
+            type.__setattr__(cls, name, hook)
+        if let_of is not None:
+            type.__setattr__(cls, "__let_of__", let_of)
+        if not unchecked and _hook(cls, "__vocabulary__") is not None:
+            known = frozenset().union(*(known_settings(b) for b in bases if isinstance(b, _InjectorType)))
+            known = known.union(_hook(cls, "__vocabulary__"), cls.__dict__.get("__extra_settings__", ()))
+            for name, given in namespace.items():
+                if not name.startswith("_") and not _is_solver(given):
+                    check_name(cls, name, "class body", context_name=class_name, known=known)
         return cls
 
     def describe(cls) -> Dict[str, Any]:
-        """``describe(cls)``: the resolved plain settings of this injector."""
-        return describe(cls)
+        """``describe(cls)``: the resolved settings (a quantizer's describer when it has one)."""
+        describer = _hook(cls, "__describer__")
+        return describer(cls) if describer is not None else describe(cls)
 
     def format_settings(cls) -> str:
         """``format_settings(cls)``: the settings as an aligned table."""
         return format_settings(cls)
+
+
+def _reduce_injector(cls: type) -> Any:
+    """Pickle support: a ``let`` variant pickles as (its parent, its overrides); others by name."""
+    let_of = cls.__dict__.get("__let_of__")
+    if let_of is not None:
+        return _rebuild_variant, let_of
+    return cls.__qualname__
+
+
+def _rebuild_variant(parent: type, overrides: Dict[str, Any]) -> type:
+    """Unpickle a ``let`` variant: the same overrides on the same parent."""
+    return parent.let(**overrides)
+
+
+copyreg.pickle(_InjectorType, _reduce_injector)
 
 
 class Injector(_BaseInjector, metaclass=_InjectorType):
@@ -117,6 +177,13 @@ class Injector(_BaseInjector, metaclass=_InjectorType):
 
     Declare ``__extra_settings__ = ("name", ...)`` to accept overrides that no
     setting or solver of the class reads (e.g. read by a subclass or a proxy).
+
+    Checked bodies: a class (or a base) that declares ``__vocabulary__`` (a collection of
+    setting names) has every plain name of its body and of ``let`` checked when it is defined:
+    names in ``__derived__`` (name -> why) are refused, names in ``__foreign__`` (another
+    library's name -> message) get that message, anything else unknown a did-you-mean.
+    ``value(...)`` solvers, nested injectors, ``this`` expressions and ``_private`` names are
+    not checked.
     """
 
 
@@ -125,15 +192,34 @@ def extend(injector: type, **declarations: Any) -> type:
 
     For library code that injects new runtime names (``let`` refuses them).
     """
-    namespace = {"__module__": injector.__module__, "__qualname__": injector.__qualname__}
+    namespace = {"__module__": injector.__module__, "__qualname__": injector.__qualname__,
+                 "__unchecked__": True}
     namespace.update(declarations)
     return type(injector)(injector.__name__, (injector,), namespace)
 
 
+def variant_name(injector: type, overrides: Mapping[str, Any]) -> str:
+    """``Base[name=value, ...]``: the name of ``injector`` with ``overrides`` (a variant's
+    overrides are merged into its parent's, so names do not nest)."""
+    let_of = injector.__dict__.get("__let_of__")
+    if let_of is not None:
+        injector, overrides = let_of[0], {**let_of[1], **overrides}
+    inside = ", ".join(f"{k}={_variant_text(v)}" for k, v in overrides.items())
+    return f"{injector.__name__}[{inside}]" if inside else injector.__name__
+
+
 def _let(cls: type, **overrides: Any) -> type:
-    """Checked ``let``: unknown names raise ``UnknownSettingError``."""
+    """Checked ``let``: unknown names raise ``UnknownSettingError``; the variant is named for what
+    differs (``Q[group_size=16]``) and pickles as (parent, overrides)."""
     check_overrides(cls, overrides, "let()")
-    return extend(cls, **overrides)
+    if not overrides:
+        return cls
+    let_of = cls.__dict__.get("__let_of__")
+    parent, merged = (let_of[0], {**let_of[1], **overrides}) if let_of is not None else (cls, dict(overrides))
+    name = variant_name(parent, merged)
+    namespace = {"__module__": cls.__module__, "__qualname__": name, "__let_of__": (parent, merged)}
+    namespace.update(overrides)
+    return type(cls)(name, (cls,), namespace)
 
 
 # Class-body names cannot be "let", so install the checked one afterwards.
@@ -167,14 +253,17 @@ def known_settings(injector: type) -> FrozenSet[str]:
             names.update(_nested_parent_reads(spec[1].injector))
     for base in injector.__mro__:
         names.update(base.__dict__.get("__extra_settings__", ()))
+        names.update(base.__dict__.get("__vocabulary__", ()))
+    derived = _hook(injector, "__derived__") or {}
+    names.difference_update(derived)
     return frozenset(n for n in names if not (n.startswith("__") and n.endswith("__")))
 
 
 def _unknown(injector: type, key: str, known: FrozenSet[str], context: str,
-             prefix: str) -> UnknownSettingError:
+             prefix: str, who: Optional[str] = None) -> UnknownSettingError:
     """The error for one unknown key, with the closest known name if any."""
     shown = prefix + key
-    head = f"{context} got unknown setting {shown!r} for {injector.__name__}"
+    head = f"{context} got unknown setting {shown!r} for {who or injector.__name__}"
     match = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
     if match:
         return UnknownSettingError(shown, f"{head}; did you mean {prefix + match[0]!r}?",
@@ -182,6 +271,26 @@ def _unknown(injector: type, key: str, known: FrozenSet[str], context: str,
     public = sorted(prefix + n for n in known if not n.startswith("_"))
     listing = ", ".join(public) if public else "(none)"
     return UnknownSettingError(shown, f"{head}; known settings: {listing}")
+
+
+def check_name(injector: type, key: str, context: str, *, prefix: str = "",
+               context_name: Optional[str] = None, known: Optional[FrozenSet[str]] = None) -> None:
+    """Raise for one name ``injector`` does not accept: ``ConfigError`` for a derived value,
+    ``UnknownSettingError`` with the other library's mapping or a did-you-mean otherwise.
+
+    ``prefix`` (``"weight_"``) and ``context`` (``"QuantLinear"``) only shape the message."""
+    shown = prefix + key
+    who = context_name or injector.__name__
+    derived = _hook(injector, "__derived__") or {}
+    if key in derived:
+        raise ConfigError(shown, f"{context} of {who}: {key} is derived ({derived[key]}) and cannot be set; "
+                                 "it follows from the width settings")
+    known = known_settings(injector) if known is None else known
+    foreign = _hook(injector, "__foreign__") or {}
+    if key in foreign and key not in known:
+        raise UnknownSettingError(shown, f"{context} of {who} got {shown!r}: {foreign[key]}")
+    if key not in known:
+        raise _unknown(injector, key, known, context, prefix, who)
 
 
 def check_overrides(injector: Optional[type], overrides: Mapping[str, Any],
@@ -192,6 +301,7 @@ def check_overrides(injector: Optional[type], overrides: Mapping[str, Any],
     ``prefix`` (e.g. ``"weight_"``) and ``context`` (e.g. ``"QuantLinear"``)
     only shape the message, which names the keyword the user typed.
     With ``injector`` None any override is an error: nothing would read it.
+    Derived values and other libraries' names are refused as :func:`check_name` says.
     """
     if injector is None:
         if overrides:
@@ -199,9 +309,12 @@ def check_overrides(injector: Optional[type], overrides: Mapping[str, Any],
             message = f"{context} got setting {key!r} but no quantizer is set"
             raise UnknownSettingError(key, message)
         return
+    strict = _hook(injector, "__vocabulary__") is not None
     known = known_settings(injector)
-    for key in overrides:
-        if key not in known:
+    for key, given in overrides.items():
+        if strict and not (key.startswith("_") or _is_solver(given)):
+            check_name(injector, key, context, prefix=prefix)
+        elif key not in known:
             raise _unknown(injector, key, known, context, prefix)
 
 

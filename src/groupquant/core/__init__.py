@@ -1,13 +1,15 @@
-"""nn.Modules and helpers that compute quantization: granularity, statistics, scale restriction,
-scale sources (statistics, running statistics, learned) and the quantize-dequantize modules.
+"""nn.Modules and helpers that compute quantization: the resolved spec, granularity, statistics,
+scale restriction, scale sources (statistics, running statistics, learned, MSE search) and the
+quantize-dequantize modules.
 
-Everything here takes explicit arguments (formats, strings, ints); the declarative settings of
-:mod:`groupquant.quantizers` are translated into these by its solvers.
+Every module here is built from one :class:`QuantSpec` by :func:`build_tensor_quant`; the
+declarative settings of :mod:`groupquant.quantizers` resolve into that spec.
 """
-from .dynamic_quant import DynamicQuant, DynamicQuantSettings, dynamic_fake_quant
+from .build import build_tensor_quant, learned_scale_shape
+from .dynamic_quant import DynamicQuant, dynamic_fake_quant
 from .granularity import GRANULARITIES, ScaleGranularity
 from .learned_scale import LearnedScale
-from .quant_output import QuantOutput
+from .quant_spec import QuantSpec
 from .restrict import RESTRICTIONS, scale_from_stat
 from .running_scale import RunningStatsScale
 from .scaled_quant import ScaledQuant
@@ -17,7 +19,8 @@ from .stats_scale import StatsScale
 from .ste import STE_MODES, round_ste, round_to_format_ste
 
 __all__ = [
-    "DynamicQuant", "DynamicQuantSettings", "dynamic_fake_quant", "GRANULARITIES", "ScaleGranularity", "LearnedScale", "QuantOutput",
-    "RESTRICTIONS", "scale_from_stat", "RunningStatsScale", "ScaledQuant", "scaled_round", "STATS_OPS",
-    "ScalingStats", "StatsScale", "STE_MODES", "round_ste", "round_to_format_ste",
+    "build_tensor_quant", "learned_scale_shape", "DynamicQuant", "dynamic_fake_quant", "GRANULARITIES",
+    "ScaleGranularity", "LearnedScale", "QuantSpec", "RESTRICTIONS", "scale_from_stat", "RunningStatsScale",
+    "ScaledQuant", "scaled_round", "STATS_OPS", "ScalingStats", "StatsScale", "STE_MODES", "round_ste",
+    "round_to_format_ste",
 ]

@@ -9,20 +9,17 @@ from the same pass (no second abs-max reduction).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Tuple
 
 import torch
 from torch import nn
 
-from ..formats import ElementFormat
 from ..ops import FakeQuantResult, fake_quant_with_scale
 from .granularity import ScaleGranularity
-from .quant_output import QuantOutput
-from .restrict import scale_mode
-from .ste import STE_MODES
+from .quant_spec import QuantSpec
 
-__all__ = ["DynamicQuant", "DynamicQuantSettings", "dynamic_fake_quant"]
+__all__ = ["DynamicQuant", "dynamic_fake_quant"]
+
 
 def _as_groups(x: torch.Tensor, granularity: ScaleGranularity) -> Tuple[torch.Tensor, int, int]:
     """``x`` reshaped so that one group along a dim is one scale: (tensor, block_size, dim).
@@ -30,7 +27,7 @@ def _as_groups(x: torch.Tensor, granularity: ScaleGranularity) -> Tuple[torch.Te
     block_size 0 means the whole dim (one group). Group granularity keeps ``x`` as is.
     """
     if granularity.kind == "group":
-        return x, granularity.group_size, granularity.dim
+        return x, granularity.group_size, granularity.group_dim_of(x.ndim)
     if granularity.kind == "tensor":
         return x.reshape(1, -1), 0, 1
     d = granularity.channel_dim(x.ndim)
@@ -51,83 +48,41 @@ def _from_groups(y: torch.Tensor, x: torch.Tensor, granularity: ScaleGranularity
     return y.reshape(x.shape)
 
 
-@dataclass(frozen=True)
-class DynamicQuantSettings:
-    """Everything that fixes a dynamic quantize-dequantize: element format, scale sharing, the
-    scale rule (a :data:`groupquant.ops.SCALE_MODES` name), element rounding and gradient rule."""
+def dynamic_fake_quant(x: torch.Tensor, spec: QuantSpec, contract: bool = True) -> FakeQuantResult:
+    """Quantize-dequantize ``x`` by ``spec`` with abs-max scales, from one kernel pass.
 
-    fmt: ElementFormat
-    granularity: ScaleGranularity
-    scale_mode: str
-    rounding: str
-    ste: str
-
-
-def dynamic_fake_quant(x: torch.Tensor, settings: DynamicQuantSettings) -> FakeQuantResult:
-    """Quantize-dequantize ``x`` with abs-max scales: values in x's shape (with the STE gradient)
-    and the scales in ``settings.granularity.scale_shape(x.shape)`` (float32), from one pass."""
-    g = settings.granularity
+    Returns values (with the STE gradient) and float32 scales in the granularity's scale shape;
+    group values are contracted (``result.layout``) when ``contract``, else in ``x``'s shape.
+    """
+    g = spec.scale_granularity
     grouped, block, dim = _as_groups(x, g)
-    result = fake_quant_with_scale(grouped, settings.fmt, block, dim, settings.rounding, settings.scale_mode,
-                                   ste=settings.ste)
-    return FakeQuantResult(_from_groups(result.value, x, g), result.scale.reshape(g.scale_shape(x.shape)))
+    extra = {} if spec.saturating else {"saturating": False}
+    result = fake_quant_with_scale(grouped, spec.fmt, block, dim, spec.rounding, spec.scale_mode,
+                                   ste=spec.ste, **extra)
+    if not g.is_group:
+        return FakeQuantResult(_from_groups(result.value, x, g), result.scale.reshape(g.scale_shape(x.shape)))
+    if not contract:
+        return FakeQuantResult(result.value, result.scale)
+    layout = g.layout(x.shape)
+    return FakeQuantResult(layout.contract(result.value), result.scale, layout)
 
 
 class DynamicQuant(nn.Module):
-    """Abs-max scaled quantize-dequantize through :func:`groupquant.fake_quant`.
+    """Abs-max scaled quantize-dequantize through :func:`groupquant.fake_quant`, by ``spec``."""
 
-    Args:
-        fmt: element format.
-        granularity: tensor / channel / group scale sharing.
-        restrict: ``'power_of_two'`` (E8M0 scales by rule ``mode``) or ``'fp'`` (amax / max_normal).
-        mode: power-of-two rule: ``'floor'`` (OCP), ``'ceil'``, ``'even'``, ``'rceil'``.
-        rounding: element rounding: ``'even'``, ``'nearest'``, ``'floor'``, ``'stochastic'``.
-        ste: gradient: ``'identity'`` or ``'clipped'`` (zero where an element saturated).
-    """
-
-    def __init__(self, fmt: ElementFormat, granularity: ScaleGranularity, restrict: str = "power_of_two",
-                 mode: str = "floor", rounding: str = "even", ste: str = "identity") -> None:
+    def __init__(self, spec: QuantSpec) -> None:
         super().__init__()
-        if ste not in STE_MODES:
-            raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
-        self.settings = DynamicQuantSettings(fmt, granularity, scale_mode(restrict, mode), rounding, ste)
-
-    def __setstate__(self, state: dict) -> None:
-        """Unpickle, also modules pickled before the settings were bundled (separate attributes)."""
-        if "settings" not in state:
-            keys = ("fmt", "granularity", "scale_mode", "rounding", "ste")
-            state["settings"] = DynamicQuantSettings(*(state.pop(k) for k in keys))
-        super().__setstate__(state)
+        self.spec = spec
 
     @property
-    def fmt(self) -> ElementFormat:
-        return self.settings.fmt
-
-    @property
-    def granularity(self) -> ScaleGranularity:
-        return self.settings.granularity
-
-    @property
-    def scale_mode(self) -> str:
-        return self.settings.scale_mode
-
-    @property
-    def rounding(self) -> str:
-        return self.settings.rounding
-
-    @property
-    def ste(self) -> str:
-        return self.settings.ste
+    def fmt(self):
+        return self.spec.fmt
 
     def extra_repr(self) -> str:
-        return (f"fmt={self.fmt.name}, granularity={self.granularity.kind}, dim={self.granularity.dim}, "
-                f"group_size={self.granularity.group_size}, scale_mode={self.scale_mode}, "
-                f"rounding={self.rounding}, ste={self.ste}")
+        s = self.spec
+        return (f"fmt={s.fmt.name}, granularity={s.granularity}, group_size={s.group_size}, "
+                f"scale_mode={s.scale_mode}, rounding={s.rounding}, ste={s.ste}")
 
-    def forward(self, x: torch.Tensor) -> QuantOutput:
-        """Quantize-dequantize ``x``; values in the granularity's view, scales beside them."""
-        g = self.granularity
-        result = dynamic_fake_quant(x, self.settings)
-        layout = g.layout(x.shape) if g.is_group else None
-        value = layout.contract(result.value) if layout is not None else result.value
-        return QuantOutput(value, result.scale, g, layout)
+    def forward(self, x: torch.Tensor) -> FakeQuantResult:
+        """Quantize-dequantize ``x``; group values contracted, scales beside them."""
+        return dynamic_fake_quant(x, self.spec)

@@ -13,6 +13,7 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
+from ..inject import ConfigError
 from ..ops import GroupLayout
 
 __all__ = ["GRANULARITIES", "ScaleGranularity"]
@@ -21,9 +22,9 @@ GRANULARITIES = ("tensor", "channel", "group")
 
 
 def _normalize_dim(dim: int, ndim: int, what: str) -> int:
-    """``dim`` made non-negative for a tensor of ``ndim`` dims; ValueError naming ``what``."""
+    """``dim`` made non-negative for a tensor of ``ndim`` dims; ConfigError (a ValueError) naming ``what``."""
     if not -ndim <= dim < ndim:
-        raise ValueError(f"{what}={dim} is out of range for a tensor with {ndim} dimensions")
+        raise ConfigError(what, f"{what}={dim} is out of range for a tensor with {ndim} dimensions")
     return dim % ndim
 
 
@@ -56,6 +57,10 @@ class ScaleGranularity:
             raise ValueError(f"a {self.kind!r} granularity has no group layout")
         return GroupLayout.build(torch.Size(shape), _normalize_dim(self.dim, len(shape), "group_dim"),
                                  self.group_size)
+
+    def group_dim_of(self, ndim: int) -> int:
+        """The non-negative group dim for a tensor of ``ndim`` dims (``kind='group'``)."""
+        return _normalize_dim(self.dim, ndim, "group_dim")
 
     def channel_dim(self, ndim: int) -> int:
         """The non-negative channel dim for a tensor of ``ndim`` dims (``kind='channel'``)."""

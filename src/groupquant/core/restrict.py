@@ -15,29 +15,17 @@ import torch
 from ..formats import E8M0, ElementFormat
 from ..ops import group_scale
 from ..ops.bits import exp2i, floor_log2
-from ..ops.shared_scale import POWER_OF_TWO_MODES
 from .ste import round_ste
 
-__all__ = ["RESTRICTIONS", "scale_from_stat", "scale_mode", "to_learned", "from_learned"]
+__all__ = ["RESTRICTIONS", "scale_from_stat", "to_learned", "from_learned"]
 
 RESTRICTIONS = ("fp", "power_of_two")
 
 
-def scale_mode(restrict: str, mode: str) -> str:
-    """The :func:`groupquant.ops.group_scale` mode for a restriction and a power-of-two rule."""
-    if restrict not in RESTRICTIONS:
-        raise ValueError(f"restrict must be one of {RESTRICTIONS}, got {restrict!r}")
-    if restrict == "fp":
-        return "float"
-    if mode not in POWER_OF_TWO_MODES:
-        raise ValueError(f"mode must be one of {POWER_OF_TWO_MODES}, got {mode!r}")
-    return mode
-
-
-def scale_from_stat(stat: torch.Tensor, fmt: ElementFormat, restrict: str = "power_of_two",
-                    mode: str = "floor") -> torch.Tensor:
-    """The float32 shared scale for statistic ``stat`` (the largest magnitude to represent)."""
-    scale, _ = group_scale(stat.detach().float(), fmt, scale_mode(restrict, mode))
+def scale_from_stat(stat: torch.Tensor, fmt: ElementFormat, mode: str = "floor") -> torch.Tensor:
+    """The float32 shared scale for statistic ``stat`` (the largest magnitude to represent), by
+    the :func:`groupquant.ops.group_scale` mode (``float`` or a power-of-two rule)."""
+    scale, _ = group_scale(stat.detach().float(), fmt, mode)
     return scale
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..formats import ElementFormat
 from .granularity import ScaleGranularity
-from .restrict import scale_from_stat, scale_mode
+from .quant_spec import QuantSpec
+from .restrict import scale_from_stat
 from .stats import ScalingStats
 
 __all__ = ["RunningStatsScale"]
@@ -21,21 +21,22 @@ __all__ = ["RunningStatsScale"]
 class RunningStatsScale(nn.Module):
     """``forward(x)`` -> 0-d float32 scale (per-tensor granularity only), no gradient."""
 
-    def __init__(self, stats: ScalingStats, fmt: ElementFormat, restrict: str = "fp", mode: str = "floor",
-                 momentum: float = 0.1) -> None:
+    def __init__(self, spec: QuantSpec) -> None:
         super().__init__()
-        scale_mode(restrict, mode)  # validates
+        momentum = spec.running_momentum
         if not isinstance(momentum, (int, float)) or isinstance(momentum, bool) or not 0.0 < momentum <= 1.0:
-            raise ValueError(f"momentum must be a number in (0, 1], got {momentum!r}")
-        self.stats, self.fmt = stats, fmt
+            raise ValueError(f"running_momentum must be a number in (0, 1], got {momentum!r}")
+        self.spec = spec
+        self.stats = ScalingStats(spec.stats_op, spec.percentile)
         self.granularity = ScaleGranularity("tensor")
-        self.restrict, self.mode, self.momentum = restrict, mode, float(momentum)
+        self.momentum = float(momentum)
         self.register_buffer("running_stat", torch.zeros(()))
         self.register_buffer("initialized", torch.zeros((), dtype=torch.bool))
         self._seen = False  # Python mirror of `initialized`: no device sync per call
 
     def extra_repr(self) -> str:
-        return f"stats={self.stats.op}, restrict={self.restrict}, mode={self.mode}, momentum={self.momentum}"
+        return (f"stats={self.stats.op}, restrict={self.spec.restrict}, mode={self.spec.scale_rounding}, "
+                f"momentum={self.momentum}")
 
     @torch.no_grad()
     def _update(self, stat: torch.Tensor) -> None:
@@ -60,4 +61,4 @@ class RunningStatsScale(nn.Module):
                 self._update(stat)
         else:
             stat = self.running_stat
-        return scale_from_stat(stat, self.fmt, self.restrict, self.mode)
+        return scale_from_stat(stat, self.spec.fmt, self.spec.scale_mode)

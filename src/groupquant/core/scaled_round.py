@@ -25,9 +25,10 @@ __all__ = ["scaled_round"]
 class _ScaledRound(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, scale: torch.Tensor, fmt: ElementFormat, rounding: str,  # type: ignore[override]
-                noise: Optional[torch.Tensor], clipped: bool) -> torch.Tensor:
-        out = round_to_format(x.float() / scale, fmt, rounding, noise) * scale
-        ctx.fmt, ctx.rounding, ctx.clipped = fmt, rounding, clipped
+                noise: Optional[torch.Tensor], clipped: bool, saturating: bool) -> torch.Tensor:
+        extra = {} if saturating else {"saturating": False}
+        out = round_to_format(x.float() / scale, fmt, rounding, noise, **extra) * scale
+        ctx.fmt, ctx.rounding, ctx.clipped, ctx.extra = fmt, rounding, clipped, extra
         ctx.save_for_backward(x, scale, noise if noise is not None else torch.empty(0))
         ctx.has_noise = noise is not None
         return out.to(x.dtype)
@@ -37,7 +38,7 @@ class _ScaledRound(torch.autograd.Function):
         x, scale, noise = ctx.saved_tensors
         need_x, need_s = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if not (need_x or need_s):
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
         y = x.detach().float() / scale.detach()
         inside = None
         if ctx.clipped:
@@ -47,19 +48,20 @@ class _ScaledRound(torch.autograd.Function):
             grad_x = grad if inside is None else grad * inside.to(grad.dtype)
             grad_x = grad_x.to(x.dtype)
         if need_s:
-            q = round_to_format(y, ctx.fmt, ctx.rounding, noise if ctx.has_noise else None)
+            q = round_to_format(y, ctx.fmt, ctx.rounding, noise if ctx.has_noise else None, **ctx.extra)
             d_scale = q - y if inside is None else torch.where(inside, q - y, q)
             grad_s = (grad.float() * d_scale).sum_to_size(scale.shape).to(scale.dtype)
-        return grad_x, grad_s, None, None, None, None
+        return grad_x, grad_s, None, None, None, None, None
 
 
 def scaled_round(x: torch.Tensor, scale: torch.Tensor, fmt: ElementFormat, rounding: str = "even",
-                 ste: str = "identity", noise: Optional[torch.Tensor] = None) -> torch.Tensor:
+                 ste: str = "identity", noise: Optional[torch.Tensor] = None, saturating: bool = True) -> torch.Tensor:
     """``round_to_format(x / scale, fmt, rounding) * scale`` in float32, cast to ``x``'s dtype.
 
     ``scale`` (float32) broadcasts against ``x``; gradients as the module doc says. ``noise``:
-    uniform [0, 1) of ``x``'s shape for ``rounding='stochastic'``.
+    uniform [0, 1) of ``x``'s shape for ``rounding='stochastic'``. ``saturating=False``: values
+    past max normal become Inf / NaN by the format's rule (see :func:`groupquant.ops.round_to_format`).
     """
     if ste not in STE_MODES:
         raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
-    return _ScaledRound.apply(x, scale, fmt, rounding, noise, ste == "clipped")
+    return _ScaledRound.apply(x, scale, fmt, rounding, noise, ste == "clipped", saturating)

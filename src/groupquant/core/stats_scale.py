@@ -4,30 +4,25 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..formats import ElementFormat
-from .granularity import ScaleGranularity
-from .restrict import scale_from_stat, scale_mode
+from .quant_spec import QuantSpec
+from .restrict import scale_from_stat
 from .stats import ScalingStats
 
 __all__ = ["StatsScale"]
 
 
 class StatsScale(nn.Module):
-    """``forward(x)`` -> float32 scale of ``x`` (granularity's scale shape), no gradient.
+    """``forward(x)`` -> float32 scale of ``x`` (granularity's scale shape), no gradient, by ``spec``
+    (statistic, format, granularity, restriction and power-of-two rule)."""
 
-    Args: ``stats`` (abs-max or percentile), element format, granularity, ``restrict``
-    (``'fp'`` / ``'power_of_two'``) and the power-of-two rule ``mode``.
-    """
-
-    def __init__(self, stats: ScalingStats, fmt: ElementFormat, granularity: ScaleGranularity,
-                 restrict: str = "fp", mode: str = "floor") -> None:
+    def __init__(self, spec: QuantSpec) -> None:
         super().__init__()
-        scale_mode(restrict, mode)  # validates
-        self.stats, self.fmt, self.granularity = stats, fmt, granularity
-        self.restrict, self.mode = restrict, mode
+        self.spec = spec
+        self.stats = ScalingStats(spec.stats_op, spec.percentile)
+        self.granularity = spec.scale_granularity
 
     def extra_repr(self) -> str:
-        return f"stats={self.stats.op}, restrict={self.restrict}, mode={self.mode}"
+        return f"stats={self.stats.op}, restrict={self.spec.restrict}, mode={self.spec.scale_rounding}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return scale_from_stat(self.stats(x, self.granularity), self.fmt, self.restrict, self.mode)
+        return scale_from_stat(self.stats(x, self.granularity), self.spec.fmt, self.spec.scale_mode)

@@ -6,7 +6,8 @@ from typing import Any, Optional, Union
 import torch
 from torch import nn
 
-from ..quant_tensor import QuantTensor, plain
+from ..quant_tensor import QuantTensor
+from .lean_gemm import GemmOp
 from .quant_layer import QuantLayerMixin
 
 __all__ = ["QuantConv1d", "QuantConv2d"]
@@ -21,10 +22,17 @@ _DOC = """Drop-in ``nn.Conv{n}d``: the same arguments, plus quantizers (None mea
 class _QuantConvMixin(QuantLayerMixin):
     """Shared forward: quantize input, weight, bias; convolve; quantize the output."""
 
+    def _gemm_op(self) -> GemmOp:
+        """The convolution as the shared weight-layer route runs it: zero padding given as ints
+        goes through :class:`GemmOp` (lean backward where it applies); other padding modes or
+        ``padding='same'`` through the layer's own ``_conv_forward``."""
+        if self.padding_mode == "zeros" and not isinstance(self.padding, str):  # type: ignore[attr-defined]
+            return GemmOp("conv", tuple(self.stride), tuple(self.padding), tuple(self.dilation),  # type: ignore[attr-defined]
+                          self.groups)  # type: ignore[attr-defined]
+        return GemmOp("module", module=self)
+
     def forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
-        qx = plain(self.input_quant(x))
-        y = self._conv_forward(qx, plain(self.quant_weight()), plain(self.quant_bias()))  # type: ignore[attr-defined]
-        return self._finish(y)
+        return self._quant_gemm(x, self._gemm_op())
 
 
 class QuantConv1d(_QuantConvMixin, nn.Conv1d):

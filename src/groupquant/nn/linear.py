@@ -4,11 +4,10 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..quant_tensor import QuantTensor, plain
-from .lean_linear import lean_applies, lean_quant_linear
+from ..quant_tensor import QuantTensor
+from .lean_gemm import LINEAR
 from .quant_layer import QuantLayerMixin
 
 __all__ = ["QuantLinear"]
@@ -25,14 +24,10 @@ class QuantLinear(QuantLayerMixin, nn.Linear):
 
         layer = QuantLinear(1024, 1024, weight_quant=MXFloat4e2m1Weight, input_quant=MXFloat8e4m3Act)
 
-    Memory in training: with a dynamic (abs-max, MX) weight quantizer and the identity STE, the
-    layer runs :func:`groupquant.nn.lean_linear.lean_quant_linear`, whose backward frees the
-    fake-quantized weight before the weight gradient is allocated (peak memory near a float
-    layer's, same results bit for bit). Set ``memory_lean_backward = False`` on the layer (or the
-    class) for the plain autograd path.
+    In eval mode the quantized weight is cached until the weight changes (see
+    :class:`groupquant.proxy.WeightQuantProxy`); training uses the memory-lean backward where it
+    applies (see :class:`QuantLayerMixin`).
     """
-
-    memory_lean_backward: bool = True
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None, dtype: Any = None,
                  *, weight_quant: Optional[type] = None, input_quant: Optional[type] = None,
@@ -44,19 +39,4 @@ class QuantLinear(QuantLayerMixin, nn.Linear):
                          quant_kwargs=quant_kwargs)
 
     def forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
-        qx = plain(self.input_quant(x))
-        if self._lean(qx):
-            y = lean_quant_linear(qx, self.weight, plain(self.quant_bias()), self.weight_quant.tensor_quant)
-        else:
-            y = F.linear(qx, plain(self.quant_weight()), plain(self.quant_bias()))
-        return self._finish(y)
-
-    def _lean(self, qx: torch.Tensor) -> bool:
-        """Whether this call takes the memory-lean path: a training step (grad recorded, not
-        traced for export, no autocast) whose weight quantizer lets it (see :func:`lean_applies`)."""
-        if not (self.memory_lean_backward and torch.is_grad_enabled()
-                and (self.weight.requires_grad or qx.requires_grad)):
-            return False
-        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.is_autocast_enabled(qx.device.type):
-            return False
-        return lean_applies(self.weight_quant.tensor_quant)
+        return self._quant_gemm(x, LINEAR)

@@ -8,6 +8,7 @@ import torch
 from ..proxy import ActQuantProxy, BiasQuantProxy, WeightQuantProxy
 from ..quant_tensor import QuantTensor, plain
 from .keywords import route_keywords
+from .lean_gemm import GemmOp, lean_applies, lean_quant_gemm
 
 __all__ = ["QuantLayerMixin"]
 
@@ -18,7 +19,15 @@ class QuantLayerMixin:
 
     ``return_quant_tensor``: return the output quant tensor (when ``output_quant`` is set)
     instead of a plain tensor.
+
+    Memory in training: with a dynamic (abs-max, MX) weight quantizer and the identity STE, a
+    weight layer runs :func:`groupquant.nn.lean_gemm.lean_quant_gemm`, whose backward frees the
+    fake-quantized weight before the weight gradient is allocated (peak memory near a float
+    layer's, same results bit for bit). Set ``memory_lean_backward = False`` on the layer (or the
+    class) for the plain autograd path.
     """
+
+    memory_lean_backward: bool = True
 
     def _init_quant(self, *, weight_quant: Optional[type] = None, bias_quant: Optional[type] = None,
                     input_quant: Optional[type] = None, output_quant: Optional[type] = None,
@@ -60,6 +69,28 @@ class QuantLayerMixin:
         """The quantized bias (quant tensor), the float bias, or None without bias."""
         bias = self.bias  # type: ignore[attr-defined]
         return None if bias is None else self.bias_quant(bias)
+
+    def _lean(self, qx: torch.Tensor, op: GemmOp) -> bool:
+        """Whether this call takes the memory-lean path: a training step (grad recorded, not
+        traced for export, no autocast) whose weight quantizer lets it (see :func:`lean_applies`)."""
+        weight: torch.Tensor = self.weight  # type: ignore[attr-defined]
+        if not (self.memory_lean_backward and torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
+            return False
+        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.is_autocast_enabled(qx.device.type):
+            return False
+        return lean_applies(self.weight_quant) and op.lean_supported(qx, weight)
+
+    def _quant_gemm(self, x: Union[torch.Tensor, QuantTensor], op: GemmOp) -> Union[torch.Tensor, QuantTensor]:
+        """``output_quant(op(input_quant(x), weight_quant(W), bias_quant(b)))``: one route for
+        every weight layer; the lean path differs only in what backward keeps alive."""
+        qx = self.input_quant.quant_value(x)
+        bias = self.bias  # type: ignore[attr-defined]
+        qb = None if bias is None else self.bias_quant.quant_value(bias)
+        if self._lean(qx, op):
+            y = lean_quant_gemm(qx, self.weight, qb, self.weight_quant, op)  # type: ignore[attr-defined]
+        else:
+            y = op.forward(qx, plain(self.quant_weight()), qb)
+        return self._finish(y)
 
     def _finish(self, y: torch.Tensor) -> Union[torch.Tensor, QuantTensor]:
         """Apply ``output_quant`` and unwrap unless ``return_quant_tensor``."""

@@ -1,9 +1,13 @@
-"""What :func:`groupquant.ops.fake_quant_with_scale` returns: dequantized values and their scales."""
+"""What :func:`groupquant.ops.fake_quant_with_scale` and the core quant modules return: dequantized
+values and their scales (one record for both)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
+
+from .group_layout import GroupLayout
 
 __all__ = ["FakeQuantResult"]
 
@@ -16,8 +20,17 @@ class FakeQuantResult:
         value: ``fake_quant(x, ...)``: x's shape and dtype, carrying the straight-through gradient.
         scale: float32 shared scales in the contracted scale shape ``S[:d] + (k, 1) + S[d+1:]``
             (:attr:`GroupLayout.scale_shape`); equal to ``quantize(x, ...).scale`` (NaN for a
-            group holding NaN/Inf). No gradient.
+            group holding NaN/Inf). No gradient (a learned scale carries its own).
+        layout: the group layout when ``value`` is kept contracted (``layout.contracted_shape``,
+            core modules with group scales), else None (``value`` in the input's shape; per-tensor
+            scales are 0-d, per-channel ones keepdim).
     """
 
     value: torch.Tensor
     scale: torch.Tensor
+    layout: Optional[GroupLayout] = None
+
+    @property
+    def expanded_value(self) -> torch.Tensor:
+        """``value`` in the input's shape (a view unless the group dim was padded)."""
+        return self.value if self.layout is None else self.layout.expand(self.value)

@@ -3,85 +3,78 @@
 The layer hands over its quantizer class (or None for float) and the keywords that carried the
 proxy's prefix (``weight_bit_width=4`` arrives as ``bit_width=4``). The proxy checks them against
 the quantizer's settings (an unknown name is a ValueError with a did-you-mean, naming the keyword
-as the user typed it), fills in the layer's defaults where the quantizer leaves a dim to the
-layer, builds the quant module (misconfiguration is reported here, naming the setting) and, on
-each call, returns a quant tensor.
+as the user typed it), derives the variant ``Q.let(**overrides)`` (named for what differs),
+takes its resolved :class:`groupquant.core.QuantSpec` (cached per class), fills in the dims the
+layer gives this operand where the quantizer leaves them None, and builds the quant module from
+that spec. On each call it returns a quant tensor (or only its value, :meth:`quant_value`).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
-from ..inject import check_overrides, extend
+from ..core import QuantSpec, build_tensor_quant
+from ..inject import ConfigError, check_overrides
+from ..ops import FakeQuantResult
 from ..quant_tensor import QuantTensor, plain, quant_tensor_from_output
-from ..quantizers import QuantizerBase
+from ..quantizers import QuantizerMixin, quantizer_spec
 
-__all__ = ["QuantProxy", "proxy_settings"]
+__all__ = ["QuantProxy", "resolve_quantizer"]
+
+Dims = Tuple[Optional[int], Optional[int]]
 
 
-def proxy_settings(quant: Optional[type], overrides: Mapping[str, Any], context: str, prefix: str,
-                   layer_defaults: Mapping[str, Any], forced: Mapping[str, Any]) -> Dict[str, Any]:
-    """The settings the proxy adds to ``quant``: checked ``overrides``, ``forced`` values the user
-    did not override, and the layer's defaults for settings the quantizer leaves None."""
+def resolve_quantizer(quant: Optional[type], overrides: Mapping[str, Any], context: str,
+                      prefix: str) -> Optional[type]:
+    """``quant`` with the checked ``overrides`` (``quant.let(...)``), or None for float."""
     if quant is None:
         check_overrides(None, overrides, context, prefix=prefix)
-        return {}
-    if not (isinstance(quant, type) and issubclass(quant, QuantizerBase)):
+        return None
+    if not (isinstance(quant, type) and issubclass(quant, QuantizerMixin)) or "spec" not in quant.__dependencies__:
         raise TypeError(f"{context}: {prefix}quant must be a quantizer class (e.g. groupquant.quantizers."
                         f"MXFloat8e4m3Weight) or None, got {quant!r}")
     check_overrides(quant, overrides, context, prefix=prefix)
-    settings = {name: given for name, given in forced.items() if name not in overrides}
-    settings.update(overrides)
-    built = extend(quant, **settings) if settings else quant
-    settings.update({name: given for name, given in layer_defaults.items()
-                     if name not in settings and getattr(built, name) is None})
-    return settings
+    return quant.let(**overrides) if overrides else quant
+
+
+def _in_context(err: ConfigError, context: str, prefix: str) -> ConfigError:
+    """``err`` with the layer and the keyword the user would type (``input_group_dim``)."""
+    return ConfigError(prefix + err.setting, f"{context}: {err.problem}")
 
 
 class QuantProxy(nn.Module):
     """Applies one quantizer; ``forward`` returns a quant tensor (or its input when float).
 
     Attributes:
-        quantizer: the resolved quantizer class (``groupquant.describe(proxy)`` shows it), or None;
-            it is ``base_quantizer`` extended with ``settings``.
+        quantizer: the quantizer class (a ``let`` variant when keywords changed it), or None;
+            ``groupquant.describe(proxy)`` shows it.
+        spec: its resolved spec with this operand's dims, or None.
         tensor_quant: the core module doing the work (holds learned scales / running stats).
-        fmt: the element format, or None.
     """
 
     prefix = ""
 
     def __init__(self, quant: Optional[type], overrides: Optional[Mapping[str, Any]] = None, context: str = "",
-                 layer_defaults: Optional[Mapping[str, Any]] = None,
-                 tensor_shape: Optional[Sequence[int]] = None, forced: Optional[Mapping[str, Any]] = None) -> None:
+                 layer_dims: Dims = (None, None), tensor_shape: Optional[Sequence[int]] = None,
+                 force_dims: bool = False) -> None:
         super().__init__()
-        context = context or type(self).__name__
-        settings = proxy_settings(quant, dict(overrides or {}), context, self.prefix, dict(layer_defaults or {}),
-                                  dict(forced or {}))
-        if quant is not None and tensor_shape is not None:
-            settings["tensor_shape"] = tuple(int(s) for s in tensor_shape)
-        self.base_quantizer = quant
-        self.settings = settings
-        self.quantizer = self._resolve()
-        self.tensor_quant = self.quantizer.tensor_quant if self.quantizer is not None else None
-        self.fmt = self.quantizer.element_format if self.quantizer is not None else None
+        self.context = context or type(self).__name__
+        self.quantizer = resolve_quantizer(quant, dict(overrides or {}), self.context, self.prefix)
+        self.spec: Optional[QuantSpec] = None
+        self.tensor_quant: Optional[nn.Module] = None
+        if self.quantizer is not None:
+            try:
+                self.spec = quantizer_spec(self.quantizer).with_dims(*layer_dims, force=force_dims)
+                self.tensor_quant = build_tensor_quant(self.spec, tensor_shape)
+            except ConfigError as err:
+                raise _in_context(err, self.context, self.prefix) from None
 
-    def _resolve(self) -> Optional[type]:
-        """``base_quantizer`` with ``settings``."""
-        if self.base_quantizer is None or not self.settings:
-            return self.base_quantizer
-        return extend(self.base_quantizer, **self.settings)
-
-    def __getstate__(self) -> Dict[str, Any]:
-        """Pickle the recipe (base quantizer + settings), not the derived class."""
-        state = self.__dict__.copy()
-        state.pop("quantizer", None)
-        return state
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.quantizer = self._resolve()
+    @property
+    def fmt(self):
+        """The element format, or None."""
+        return None if self.spec is None else self.spec.fmt
 
     @property
     def is_quant_enabled(self) -> bool:
@@ -90,7 +83,21 @@ class QuantProxy(nn.Module):
     def extra_repr(self) -> str:
         return f"quantizer={self.quantizer.__name__}" if self.quantizer is not None else "quantizer=None"
 
+    def _run(self, x: torch.Tensor) -> FakeQuantResult:
+        """The quant module on ``x``; a dim the tensor lacks is an error naming the keyword."""
+        try:
+            return self.tensor_quant(x)
+        except ConfigError as err:
+            raise _in_context(err, self.context, self.prefix) from None
+
+    def quant_value(self, x: Union[torch.Tensor, QuantTensor]) -> torch.Tensor:
+        """The dequantized values of ``x`` (x's shape), the same computation as :meth:`forward`
+        without the quant tensor around it; ``x`` itself when float."""
+        if self.tensor_quant is None:
+            return plain(x)
+        return self._run(plain(x)).expanded_value
+
     def forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
         if self.tensor_quant is None:
             return x
-        return quant_tensor_from_output(self.tensor_quant(plain(x)), self.fmt)
+        return quant_tensor_from_output(self._run(plain(x)), self.spec, self.training)

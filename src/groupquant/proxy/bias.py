@@ -16,4 +16,4 @@ class BiasQuantProxy(QuantProxy):
 
     def __init__(self, quant: Optional[type], bias_shape: Sequence[int],
                  overrides: Optional[Mapping[str, Any]] = None, context: str = "") -> None:
-        super().__init__(quant, overrides, context, {}, bias_shape, forced={"group_dim": 0, "channel_dim": 0})
+        super().__init__(quant, overrides, context, (0, 0), bias_shape, force_dims=True)

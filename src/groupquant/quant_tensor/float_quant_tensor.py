@@ -2,38 +2,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
-from ..formats import SpecialValues
+from ..formats import FloatFormat
 from .base import QuantTensor
-from .elements import FloatWidthsMixin, float_codes, float_elements
+from .elements import FormatAttributes, float_codes, float_elements
 
 __all__ = ["FloatQuantTensor"]
 
 
 @dataclass(frozen=True, eq=False)
-class FloatQuantTensor(FloatWidthsMixin, QuantTensor):
+class FloatQuantTensor(FormatAttributes, QuantTensor):
     """``value = (element - zero_point) * scale`` with ``element`` on a minifloat grid.
 
     Fields:
         value: dequantized values (the input's shape and dtype; carries the gradient).
-        scale: float32, 0-d (per tensor) or keepdim (per channel).
+        scale: float32, 0-d (per tensor) or keepdim (per channel), as the op produced it.
         zero_point: like ``scale`` (0 for groupquant's quantizers).
-        exponent_bit_width, mantissa_bit_width, signed: the widths.
-        nan_inf_rule: the resolved NaN/Inf rule (``SpecialValues.NAN_ONLY`` for OCP e4m3, ...).
-        exponent_bias: the bias in use (None: the standard one).
+        fmt: the minifloat format the op used (``exponent_bit_width``, ``nan_values``, ... read it).
+        saturating: whether values past max normal were clamped (False: Inf/NaN).
+        training: whether the producing module was in training mode.
     """
 
     value: torch.Tensor
     scale: torch.Tensor
     zero_point: torch.Tensor
-    exponent_bit_width: int
-    mantissa_bit_width: int
-    signed: bool = True
-    nan_inf_rule: SpecialValues = SpecialValues.OCP
-    exponent_bias: Optional[int] = None
+    fmt: FloatFormat
+    saturating: bool = True
+    training: bool = False
 
     def minifloat(self) -> torch.Tensor:
         """Element values (float32, on the format's grid), the value's shape."""

@@ -66,13 +66,12 @@ class GroupwiseFields:
         """The zero point of every element, original shape (materialized on access)."""
         return self.layout.expand_scale(self.zero_point_)
 
-    @property
-    def fmt(self) -> ElementFormat:
-        raise NotImplementedError
+    fmt: ElementFormat
 
     def shared_scale_(self) -> torch.Tensor:
-        """The per-group scale ``X`` that multiplies element values on the format's grid."""
-        raise NotImplementedError
+        """The per-group scale ``X`` that multiplies element values on the format's grid (float32,
+        exactly as the op produced it)."""
+        return self.scale_.detach().float()
 
     def codes_(self) -> torch.Tensor:
         """Element codes, contracted."""

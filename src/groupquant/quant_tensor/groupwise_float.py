@@ -2,35 +2,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
-from ..formats import SpecialValues
+from ..formats import FloatFormat
 from .base import QuantTensor
-from .elements import FloatWidthsMixin, float_codes, float_elements
+from .elements import FormatAttributes, float_codes, float_elements
 from .groupwise import GroupwiseFields
 
 __all__ = ["GroupwiseFloatQuantTensor"]
 
 
 @dataclass(frozen=True, eq=False)
-class GroupwiseFloatQuantTensor(FloatWidthsMixin, GroupwiseFields, QuantTensor):
+class GroupwiseFloatQuantTensor(FormatAttributes, GroupwiseFields, QuantTensor):
     """``value = (element - zero_point) * scale`` per group, kept contracted (see
     :class:`GroupwiseFields`); ``scale_`` is the shared scale ``X`` (E8M0 for MX).
 
-    Extra fields: ``exponent_bit_width``, ``mantissa_bit_width``, ``signed``, ``nan_inf_rule``
-    (resolved), ``exponent_bias`` (None: standard).
+    Extra fields: ``fmt`` (the minifloat format the op used), ``saturating``, ``training``.
     """
 
-    exponent_bit_width: int = 4
-    mantissa_bit_width: int = 3
-    signed: bool = True
-    nan_inf_rule: SpecialValues = SpecialValues.OCP
-    exponent_bias: Optional[int] = None
-
-    def shared_scale_(self) -> torch.Tensor:
-        return self.scale_.detach().float()
+    fmt: FloatFormat
+    saturating: bool = True
+    training: bool = False
 
     def minifloat_(self) -> torch.Tensor:
         """Element values (float32, on the grid), contracted."""

@@ -7,32 +7,28 @@ import torch
 
 from ..formats import IntFormat
 from .base import QuantTensor
-from .elements import int_codes
+from .elements import FormatAttributes, int_codes
 from .groupwise import GroupwiseFields
 
 __all__ = ["GroupwiseIntQuantTensor"]
 
 
 @dataclass(frozen=True, eq=False)
-class GroupwiseIntQuantTensor(GroupwiseFields, QuantTensor):
-    """``value = (int - zero_point) * scale`` per group, kept contracted (see
-    :class:`GroupwiseFields`). For MXINT8 the element is ``int / 64`` (1.6 fixed point) times
-    the E8M0 scale ``X``, so ``scale_ = X / 64``; :meth:`to_group_quantized` gives ``X``.
+class GroupwiseIntQuantTensor(FormatAttributes, GroupwiseFields, QuantTensor):
+    """``value = (int * 2**-frac_bits - zero_point) * scale`` per group, kept contracted (see
+    :class:`GroupwiseFields`). ``scale_`` is the shared scale ``X`` exactly as the op produced it
+    (the E8M0 power of two for MXINT8, whose elements are 1.6 fixed point: ``int / 64``).
 
-    Extra fields: ``bit_width``, ``signed``, ``narrow_range``.
+    Extra fields: ``fmt`` (the integer format the op used), ``training``.
     """
 
-    bit_width: int = 8
-    signed: bool = True
-    narrow_range: bool = True
+    fmt: IntFormat
+    training: bool = False
 
     @property
-    def fmt(self) -> IntFormat:
-        """The element format (fixed point, as the MX spec reads integer elements)."""
-        return IntFormat(self.bit_width, signed=self.signed, narrow_range=self.narrow_range)
-
-    def shared_scale_(self) -> torch.Tensor:
-        return self.scale_.detach().float() * float(2 ** self.fmt.frac_bits)
+    def int_scale_(self) -> torch.Tensor:
+        """The factor of the integer codes, contracted: ``value_ = int_ * int_scale_``."""
+        return self.scale_ * float(2.0 ** -self.fmt.frac_bits)
 
     def int_(self) -> torch.Tensor:
         """Integer codes, contracted (int8 for <= 8 bits)."""

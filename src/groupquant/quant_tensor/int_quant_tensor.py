@@ -7,33 +7,35 @@ import torch
 
 from ..formats import IntFormat
 from .base import QuantTensor
-from .elements import int_codes
+from .elements import FormatAttributes, int_codes
 
 __all__ = ["IntQuantTensor"]
 
 
 @dataclass(frozen=True, eq=False)
-class IntQuantTensor(QuantTensor):
-    """``value = (int - zero_point) * scale`` with ``int`` in ``[qmin, qmax]``.
+class IntQuantTensor(FormatAttributes, QuantTensor):
+    """``value = (int * 2**-frac_bits - zero_point) * scale`` with ``int`` in ``[qmin, qmax]``.
 
     Fields:
         value: dequantized values (the input's shape and dtype; carries the gradient).
-        scale: float32, 0-d (per tensor) or keepdim (per channel, e.g. ``[O, 1]``).
+        scale: the shared scale ``X`` as the op produced it (float32), 0-d (per tensor) or keepdim
+            (per channel, e.g. ``[O, 1]``). ``int_scale`` is ``X * 2**-frac_bits`` (Brevitas's
+            ``value = int * scale``).
         zero_point: like ``scale`` (0 for the symmetric quantizers of groupquant).
-        bit_width, signed, narrow_range: the integer format.
+        fmt: the integer format the op used (width, signedness, narrow range, fixed point).
+        training: whether the producing module was in training mode.
     """
 
     value: torch.Tensor
     scale: torch.Tensor
     zero_point: torch.Tensor
-    bit_width: int
-    signed: bool = True
-    narrow_range: bool = True
+    fmt: IntFormat
+    training: bool = False
 
     @property
-    def fmt(self) -> IntFormat:
-        """The element format."""
-        return IntFormat(self.bit_width, signed=self.signed, narrow_range=self.narrow_range)
+    def int_scale(self) -> torch.Tensor:
+        """The factor of the integer codes: ``value = int * int_scale``."""
+        return self.scale * float(2.0 ** -self.fmt.frac_bits)
 
     def int(self) -> torch.Tensor:
         """The integer codes (int8 for <= 8 bits, int16 above), the value's shape."""

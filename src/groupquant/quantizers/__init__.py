@@ -10,7 +10,7 @@ Subclass a default to change a setting::
 or ``MXFloat4e2m1Weight.let(group_size=16)``; ``groupquant.describe(Q)`` shows the result.
 """
 from .base import (ActQuantizer, BiasQuantizer, FloatQuantizer, IntQuantizer, LearnedScaling, MXScaling,
-                   QuantizerBase, WeightQuantizer)
+                   QuantizerBase, QuantizerMixin, WeightQuantizer, quantizer_spec)
 from .defaults import (Fp8e4m3ActPerTensor, Fp8e4m3WeightPerTensor, Int4WeightPerGroupFloat, Int8ActPerTensor,
                        Int8WeightPerChannel, Int8WeightPerTensor, Int16BiasPerTensor, Uint8ActPerTensor)
 from .describe import describe
@@ -20,9 +20,12 @@ from .mx import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e
 from .settings import (FloatToIntRounding, NanInfRule, RestrictScaling, ScaleRounding, ScalingPerOutput,
                        ScalingSource, ScalingStatsOp, SteMode)
 
+# Q.describe() and groupquant.describe(Q) are one function.
+type.__setattr__(QuantizerMixin, "__describer__", describe)
+
 __all__ = [
     "ActQuantizer", "BiasQuantizer", "FloatQuantizer", "IntQuantizer", "LearnedScaling", "MXScaling",
-    "QuantizerBase", "WeightQuantizer",
+    "QuantizerBase", "QuantizerMixin", "WeightQuantizer", "quantizer_spec",
     "Fp8e4m3ActPerTensor", "Fp8e4m3WeightPerTensor", "Int4WeightPerGroupFloat", "Int8ActPerTensor",
     "Int8WeightPerChannel", "Int8WeightPerTensor", "Int16BiasPerTensor", "Uint8ActPerTensor",
     "describe",

@@ -1,36 +1,53 @@
 """Quantizer bases: the settings every quantizer declares, and the solvers that resolve them.
 
 A quantizer is an :class:`groupquant.inject.Injector` subclass: plain class attributes are
-settings, ``value(...)`` attributes are solvers. Subclass to change a setting, or derive a new
-quantizer with ``Q.let(setting=...)`` (unknown names fail with a did-you-mean). Reading
-``Q.tensor_quant`` builds the quant module (this is when misconfiguration is reported, with the
-setting named); ``groupquant.describe(Q)`` shows every resolved setting and derived value.
+settings (checked against :mod:`.vocabulary` when the class is defined: a misspelling fails with
+a did-you-mean), ``value(...)`` attributes are solvers. Subclass to change a setting, or derive
+a variant with ``Q.let(setting=...)`` (named ``Q[setting=...]``). Everything resolves once into
+one frozen :class:`groupquant.core.QuantSpec` (:func:`quantizer_spec`, cached per class);
+``groupquant.describe(Q)`` shows the settings and derived values.
 
-Roles: :class:`WeightQuantizer` groups along dim 1 (input features / channels of a weight
-``[O, I, ...]``) and scales per channel along dim 0; :class:`ActQuantizer` leaves the dims to
-the layer (last dim for linear layers, channel dim 1 for convolutions); :class:`BiasQuantizer`
-uses dim 0 of the 1-D bias.
+Roles: :class:`WeightQuantizer`, :class:`ActQuantizer` and :class:`BiasQuantizer` leave the
+group and channel dims to the layer (None): each operand is grouped along the dim its layer
+reduces over (a weight's input features / channels, an activation's features or channel dim 1,
+a bias's only dim). Set ``group_dim`` / ``channel_dim`` to override.
 """
 from __future__ import annotations
 
+from ..core import build_tensor_quant
 from ..inject import Injector, value
 from . import format_solvers as fs
-from . import module_solvers as ms
 from . import scaling_solvers as ss
+from .resolve import quant_spec, quantizer_spec
 from .settings import (FloatToIntRounding, NanInfRule, RestrictScaling, ScaleRounding, ScalingPerOutput,
                        ScalingSource, ScalingStatsOp, SteMode)
+from .vocabulary import DERIVED, FOREIGN_NAMES, SETTINGS
 
 __all__ = [
-    "QuantizerBase", "IntQuantizer", "FloatQuantizer", "WeightQuantizer", "ActQuantizer", "BiasQuantizer",
-    "MXScaling", "LearnedScaling",
+    "QuantizerMixin", "QuantizerBase", "IntQuantizer", "FloatQuantizer", "WeightQuantizer", "ActQuantizer",
+    "BiasQuantizer", "MXScaling", "LearnedScaling", "quantizer_spec",
 ]
 
 
-class QuantizerBase(Injector):
+def _standalone_module(spec):
+    """``Q.tensor_quant``: the quant module of the spec, for a tensor used without a layer."""
+    return build_tensor_quant(spec)
+
+
+class QuantizerMixin(Injector):
+    """Base of quantizers and their mixins: bodies are checked against the settings vocabulary."""
+
+    __vocabulary__ = frozenset(SETTINGS)
+    __derived__ = DERIVED
+    __foreign__ = FOREIGN_NAMES
+
+
+class QuantizerBase(QuantizerMixin):
     """Settings shared by integer and float quantizers (defaults: per-tensor float scale from
-    abs-max statistics, round to nearest even, identity straight-through gradient)."""
+    abs-max statistics, round to nearest even, saturating, identity straight-through gradient)."""
 
     signed = True
+    saturating = True
     scaling_per_output = ScalingPerOutput.TENSOR
     scaling_per_output_channel = None  # deprecated boolean: True -> CHANNEL, False -> TENSOR
     group_size = None
@@ -42,18 +59,14 @@ class QuantizerBase(Injector):
     scaling_source = ScalingSource.STATS
     scaling_stats_op = ScalingStatsOp.ABS_MAX
     percentile = 99.999
+    mse_window = 3
     running_momentum = 0.1
     scaling_min_val = 2.0 ** -32
     ste = SteMode.IDENTITY
-    tensor_shape = None  # set by the layer for weights (learned scales need it)
 
     granularity = value(ss.granularity)
-    scale_rule = value(ss.scale_rule)
-    scale_granularity = value(ss.scale_granularity)
-    scaling_stats = value(ss.scaling_stats)
-    scale_impl = value(ss.scale_impl)
-    _derived_checked = value(ms.derived_values_untouched)
-    tensor_quant = value(ms.tensor_quant)
+    spec = value(quant_spec)
+    tensor_quant = value(_standalone_module)
 
 
 class IntQuantizer(QuantizerBase):
@@ -91,28 +104,21 @@ class FloatQuantizer(QuantizerBase):
     min_subnormal = value(fs.min_subnormal)
 
 
-class WeightQuantizer(Injector):
-    """Role: weights ``[O, I, ...]``: groups along the input dim 1, channels along dim 0."""
-
-    group_dim = 1
-    channel_dim = 0
+class WeightQuantizer(QuantizerMixin):
+    """Role: weights ``[O, I, ...]``: groups along the input dim 1 and channels along dim 0, as
+    the layer says (the dims stay None here)."""
 
 
-class ActQuantizer(Injector):
-    """Role: activations: dims None, filled in by the layer (last dim for linear, 1 for conv)."""
-
-    group_dim = None
-    channel_dim = None
+class ActQuantizer(QuantizerMixin):
+    """Role: activations: groups and channels along the layer's feature dim (last dim for linear
+    layers, 1 for convolutions)."""
 
 
-class BiasQuantizer(Injector):
+class BiasQuantizer(QuantizerMixin):
     """Role: a 1-D bias: groups and channels along dim 0."""
 
-    group_dim = 0
-    channel_dim = 0
 
-
-class MXScaling(Injector):
+class MXScaling(QuantizerMixin):
     """OCP MX v1.0 scaling: groups of 32, E8M0 scales ``2**(floor(log2 amax) - emax)`` computed
     from each tensor, elements rounded to nearest even."""
 
@@ -123,7 +129,7 @@ class MXScaling(Injector):
     scaling_source = ScalingSource.STATS
 
 
-class LearnedScaling(Injector):
+class LearnedScaling(QuantizerMixin):
     """Mix in (first) to learn the scale: a parameter initialised from abs-max statistics,
     trained with the clipped straight-through estimator (LSQ-style gradient)."""
 

@@ -6,22 +6,18 @@ from typing import Any, Dict
 
 from .. import inject
 from ..formats import SpecialValues
+from .format_solvers import DERIVED_FORMAT_VALUES
+from .resolve import quantizer_spec
 from .settings import (FloatToIntRounding, RestrictScaling, ScaleRounding, ScalingPerOutput, ScalingSource,
                        ScalingStatsOp, SteMode, coerce)
+from .vocabulary import SETTINGS
 
 __all__ = ["QuantizerSettings", "describe"]
 
 
-#: Display order: format settings, derived format values, scaling, rounding; others follow.
-_ORDER = (
-    "bit_width", "exponent_bit_width", "mantissa_bit_width", "signed", "narrow_range", "nan_inf_rule",
-    "exponent_bias", "format_name", "bias", "special_values", "qmin", "qmax", "emax", "max_normal",
-    "min_normal", "min_subnormal", "scaling_per_output", "scaling_per_output_channel", "granularity",
-    "group_size", "group_dim", "channel_dim", "restrict_scaling_type", "scale_rounding", "scaling_source",
-    "scaling_stats_op", "percentile", "running_momentum", "scaling_min_val", "scale_rule",
-    "float_to_int_rounding", "ste",
-)
-
+#: Derived values describe() shows after the settings (those the format has).
+_DERIVED_SHOWN = ("format_name", "bias", "special_values", "qmin", "qmax", "emax", "max_normal", "min_normal",
+                  "min_subnormal")
 
 #: Settings that take an enum member or its name as a string; describe() shows the member either way.
 _ENUM_SETTINGS = {
@@ -31,20 +27,12 @@ _ENUM_SETTINGS = {
 }
 
 
-def _as_enums(settings: Dict[str, Any]) -> Dict[str, Any]:
-    """String values of enum settings (``weight_scale_rounding="even"``) as their enum members."""
-    out = dict(settings)
-    for name, enum_type in _ENUM_SETTINGS.items():
-        if isinstance(out.get(name), str):
-            out[name] = coerce(name, out[name], enum_type)
-    return out
-
-
-def _ordered(settings: Dict[str, Any]) -> Dict[str, Any]:
-    """``settings`` with the names of :data:`_ORDER` first, in that order."""
-    rank = {name: i for i, name in enumerate(_ORDER)}
-    names = sorted(settings, key=lambda n: (rank.get(n, len(rank)), list(settings).index(n)))
-    return {name: settings[name] for name in names}
+def _setting(quantizer: type, name: str) -> Any:
+    """The resolved value of one setting, enums given as strings shown as members."""
+    given = getattr(quantizer, name)
+    if name in _ENUM_SETTINGS and isinstance(given, str):
+        return coerce(name, given, _ENUM_SETTINGS[name])
+    return given
 
 
 def _text(value: Any) -> str:
@@ -71,12 +59,13 @@ class QuantizerSettings(Dict[str, Any]):
 
 
 def describe(quantizer: type) -> QuantizerSettings:
-    """Every plain setting and derived value of ``quantizer``, resolved (bit widths, bias, max
-    normal, NaN/Inf rule, scaling granularity, group size/dim, scale rule, rounding, ...).
+    """The settings of ``quantizer`` (each name of :data:`groupquant.quantizers.vocabulary.SETTINGS`
+    it declares, plus its ``__extra_settings__``), resolved, then the values derived from them
+    (bias, NaN/Inf rule, emax, max normal, ...) and the scale rule. ``Q.describe()`` is the same.
 
-    Accepts a quantizer class (an Injector subclass) or anything with a ``quantizer`` attribute
-    holding one (the proxies of a quant layer). Misconfiguration raises the same ConfigError
-    (naming the setting) that building the quantizer raises.
+    Accepts a quantizer class or anything with a ``quantizer`` attribute holding one (the proxies
+    of a quant layer). Misconfiguration raises the ConfigError (naming the setting) that building
+    the quantizer raises.
     """
     injector = quantizer
     if not isinstance(quantizer, type) and hasattr(quantizer, "quantizer"):
@@ -84,6 +73,18 @@ def describe(quantizer: type) -> QuantizerSettings:
     if not (isinstance(injector, type) and issubclass(injector, inject.Injector)):
         raise TypeError(f"describe() takes a quantizer class (an Injector subclass) or a quant proxy, "
                         f"got {quantizer!r}")
-    settings = QuantizerSettings(_ordered(_as_enums(inject.describe(injector))))
+    spec = quantizer_spec(injector)
+    deps = injector.__dependencies__
+    extra = [n for base in injector.__mro__ for n in base.__dict__.get("__extra_settings__", ())]
+    settings = QuantizerSettings()
+    for name in list(SETTINGS) + extra:
+        if name in deps and name not in settings and name != "scaling_per_output_channel":
+            settings[name] = _setting(injector, name)
+    settings["scaling_per_output"] = ScalingPerOutput(spec.granularity)
+    for name in _DERIVED_SHOWN:
+        attribute = DERIVED_FORMAT_VALUES[name]
+        if hasattr(spec.fmt, attribute) and name in deps:
+            settings[name] = getattr(spec.fmt, attribute)
+    settings["scale_rule"] = spec.describe_rule()
     settings.quantizer_name = injector.__name__
     return settings

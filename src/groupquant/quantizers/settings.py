@@ -75,10 +75,12 @@ class ScalingSource(str, enum.Enum):
 
 
 class ScalingStatsOp(str, enum.Enum):
-    """The statistic of ``|x|`` a scale is computed from (PERCENTILE: per tensor or channel)."""
+    """What a scale is computed from: the abs-max of ``|x|``, a percentile of it (per tensor or
+    channel), or MSE: the power-of-two scale with the least squared error (a search)."""
 
     ABS_MAX = "abs_max"
     PERCENTILE = "percentile"
+    MSE = "mse"
 
 
 class SteMode(str, enum.Enum):

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import groupquant as gq
 from groupquant.nn import QuantLinear
-from groupquant.nn.lean_linear import _LeanQuantLinear, lean_applies
+from groupquant.nn.lean_gemm import _LeanQuantGemm, lean_applies
 from groupquant.quantizers import (Int16BiasPerTensor, LearnedScaling, MXFloat4e2m1Weight, MXFloat8e4m3Act,
                                    MXFloat8e4m3Weight, MXInt8Weight)
 
@@ -53,14 +53,14 @@ def test_lean_path_equals_plain_autograd_bit_for_bit(shape, input_grad, weight_q
 
 
 def test_lean_path_is_taken_only_where_it_applies():
-    assert lean_applies(QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight).weight_quant.tensor_quant)
+    assert lean_applies(QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight).weight_quant)
     for quant in (LearnedMXFP4, ClippedMXFP8):
         layer = QuantLinear(64, 8, weight_quant=quant)
-        assert not lean_applies(layer.weight_quant.tensor_quant)
+        assert not lean_applies(layer.weight_quant)
         x = torch.randn(3, 64)
         lean, plain = run(layer, x, True), run(layer, x, False)  # the plain path either way
         assert all(torch.equal(a, b) for a, b in zip(lean, plain) if a is not None)
-    assert not lean_applies(None)
+    assert not lean_applies(QuantLinear(64, 8).weight_quant)
 
 
 def test_no_grad_and_the_opt_out_take_the_plain_path():
@@ -76,7 +76,7 @@ def test_no_grad_and_the_opt_out_take_the_plain_path():
 
 def test_weight_gradient_is_written_over_the_quantized_weight(monkeypatch):
     seen = {}
-    original = _LeanQuantLinear.backward
+    original = _LeanQuantGemm.backward
 
     def spy(ctx, grad):
         seen["wq_ptr"] = ctx.wq.data_ptr()
@@ -84,7 +84,7 @@ def test_weight_gradient_is_written_over_the_quantized_weight(monkeypatch):
         seen["dropped"] = ctx.wq is None
         return grads
 
-    monkeypatch.setattr(_LeanQuantLinear, "backward", staticmethod(spy))
+    monkeypatch.setattr(_LeanQuantGemm, "backward", staticmethod(spy))
     layer = QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight)
     x = torch.randn(3, 64, requires_grad=True)
     y = layer(x)
@@ -110,3 +110,33 @@ def test_autocast_takes_the_plain_path():
     assert "Lean" not in type(y.grad_fn).__name__
     y.float().sum().backward()
     assert layer.weight.grad.dtype == torch.float32 and x.grad is not None
+
+
+@pytest.mark.parametrize("conv, shape, kwargs", [
+    (gq.nn.QuantConv2d, (2, 40, 9, 7), dict(kernel_size=3, stride=2, padding=1, dilation=1, groups=1)),
+    (gq.nn.QuantConv2d, (2, 40, 9, 7), dict(kernel_size=(3, 2), stride=1, padding=(2, 0), dilation=2, groups=4)),
+    (gq.nn.QuantConv1d, (3, 40, 11), dict(kernel_size=3, stride=1, padding=1, dilation=1, groups=1)),
+])
+def test_conv_lean_path_equals_plain_autograd_and_the_composition(conv, shape, kwargs):
+    torch.manual_seed(1)
+    layer = conv(40, 24, bias=True, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act, **kwargs)
+    x = (torch.randn(shape) * torch.logspace(-3, 3, shape[1]).reshape(1, -1, *([1] * (len(shape) - 2))))
+    x.requires_grad_(True)
+    lean, plain = run(layer, x, True), run(layer, x, False)
+    for a, b in zip(lean, plain):
+        assert torch.equal(a, b)
+    xq = gq.fake_quant(x.detach(), "fp8_e4m3", 32, dim=1)
+    wq = gq.fake_quant(layer.weight.detach(), "fp8_e4m3", 32, dim=1)
+    expected = layer._conv_forward(xq, wq, layer.bias.detach())
+    assert torch.equal(lean[0], expected)
+    y = copy.deepcopy(layer)(x)
+    assert "Lean" in type(y.grad_fn).__name__
+
+
+def test_conv_with_other_padding_modes_takes_the_plain_path():
+    layer = gq.nn.QuantConv2d(8, 4, 3, padding=1, padding_mode="reflect", weight_quant=MXFloat8e4m3Weight)
+    x = torch.randn(1, 8, 5, 5, requires_grad=True)
+    y = layer(x)
+    assert "Lean" not in type(y.grad_fn).__name__
+    expected = layer._conv_forward(x.detach(), gq.fake_quant(layer.weight.detach(), "fp8_e4m3", 32, dim=1), layer.bias)
+    assert torch.equal(y.detach(), expected.detach())

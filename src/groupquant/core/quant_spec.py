@@ -1,0 +1,115 @@
+"""QuantSpec: everything that fixes how one tensor is quantized, as one frozen, hashable record.
+
+A quantizer class (:mod:`groupquant.quantizers`) resolves its settings once into a ``QuantSpec``;
+proxies, the core modules, kernel dispatch, packing and export read that record and nothing else.
+Modes are the lower-level names the ops use (the quantizer enums are ``str`` enums with these
+values): ``restrict`` in ``fp`` / ``power_of_two``; ``scale_rounding`` in ``floor`` / ``ceil`` /
+``even`` / ``rceil``; ``scale_source`` in ``stats`` / ``running_stats`` / ``learned``;
+``stats_op`` in ``abs_max`` / ``percentile`` / ``mse``; ``rounding`` in ``even`` / ``nearest`` /
+``floor`` / ``stochastic``; ``ste`` in ``identity`` / ``clipped``.
+
+Dims: ``group_dim`` / ``channel_dim`` None mean "the dim the layer gives this operand" (a weight's
+input dim, an activation's feature or channel dim, the reduction dim of the GEMM the operand
+enters); :meth:`QuantSpec.with_dims` fills them in. Used on its own (no layer), None groups along
+the last dim and scales channels along dim 0.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+from ..formats import ElementFormat
+from .granularity import ScaleGranularity
+
+__all__ = ["QuantSpec", "STANDALONE_GROUP_DIM", "STANDALONE_CHANNEL_DIM"]
+
+#: Dims a spec without layer dims uses when applied to a tensor directly.
+STANDALONE_GROUP_DIM = -1
+STANDALONE_CHANNEL_DIM = 0
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """One quantizer, resolved. Fields:
+
+    name: the quantizer's name (variants made by ``let`` or layer keywords say what differs).
+    fmt: the element format object (:class:`groupquant.formats.IntFormat` / ``FloatFormat``).
+    granularity: ``tensor``, ``channel`` or ``group`` scale sharing.
+    group_size: elements per group (``group`` only); group_dim / channel_dim: see module doc.
+    restrict, scale_rounding: float scales (``fp``: amax / max_normal) or powers of two chosen by
+        the rule ``scale_rounding`` (``floor`` is OCP MX v1.0).
+    scale_source, stats_op, percentile, running_momentum, scaling_min_val, mse_window: where the
+        scale comes from (see :func:`groupquant.core.build_tensor_quant`).
+    rounding: element rounding; saturating: clamp to +-max normal (False: Inf/NaN by the format's
+        rule); ste: gradient of the rounding.
+    """
+
+    name: str
+    fmt: ElementFormat
+    granularity: str = "group"
+    group_size: Optional[int] = 32
+    group_dim: Optional[int] = None
+    channel_dim: Optional[int] = None
+    restrict: str = "power_of_two"
+    scale_rounding: str = "floor"
+    scale_source: str = "stats"
+    stats_op: str = "abs_max"
+    percentile: float = 99.999
+    running_momentum: float = 0.1
+    scaling_min_val: float = 2.0 ** -32
+    mse_window: int = 3
+    rounding: str = "even"
+    saturating: bool = True
+    ste: str = "identity"
+
+    @property
+    def scale_mode(self) -> str:
+        """The :func:`groupquant.ops.group_scale` mode: ``float`` for fp scales, else the rule."""
+        return "float" if self.restrict == "fp" else self.scale_rounding
+
+    @property
+    def is_group(self) -> bool:
+        return self.granularity == "group"
+
+    @property
+    def is_dynamic(self) -> bool:
+        """Abs-max scales from each tensor, one fused kernel pass (the MX path)."""
+        return self.scale_source == "stats" and self.stats_op == "abs_max"
+
+    def with_dims(self, group_dim: Optional[int], channel_dim: Optional[int], *,
+                  force: bool = False) -> "QuantSpec":
+        """This spec with the layer's dims filled in where the quantizer left them None
+        (``force``: replace them whatever the quantizer says, e.g. a 1-D bias)."""
+        g = group_dim if force or self.group_dim is None else self.group_dim
+        c = channel_dim if force or self.channel_dim is None else self.channel_dim
+        if (g, c) == (self.group_dim, self.channel_dim):
+            return self
+        return dataclasses.replace(self, group_dim=g, channel_dim=c)
+
+    @property
+    def scale_granularity(self) -> ScaleGranularity:
+        """The granularity record the layout helpers use (standalone dims where still None)."""
+        if self.granularity == "group":
+            dim = STANDALONE_GROUP_DIM if self.group_dim is None else self.group_dim
+            return ScaleGranularity("group", dim, self.group_size)
+        if self.granularity == "channel":
+            dim = STANDALONE_CHANNEL_DIM if self.channel_dim is None else self.channel_dim
+            return ScaleGranularity("channel", dim)
+        return ScaleGranularity("tensor")
+
+    def describe_rule(self) -> str:
+        """One line saying how the scale is obtained."""
+        stat = self.stats_op
+        if self.restrict == "fp":
+            rule = f"{stat} / max_normal"
+        else:
+            rule = {"floor": f"2^(floor(log2({stat})) - emax)", "ceil": f"2^(ceil(log2({stat})) - emax)",
+                    "even": f"2^(floor(log2(round_mantissa({stat}))) - emax)",
+                    "rceil": f"2^ceil(log2({stat} / max_normal))"}[self.scale_rounding]
+        if stat == "mse":
+            rule = f"the power of two within {self.mse_window} binades below the floor rule's that minimizes the squared error"
+        kind = "float" if self.restrict == "fp" else "power of two (E8M0)"
+        where = {"stats": "from each tensor", "running_stats": "running statistics",
+                 "learned": "learned, initialised as"}[self.scale_source]
+        return f"{kind}: {where} {rule}"

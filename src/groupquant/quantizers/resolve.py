@@ -1,0 +1,90 @@
+"""Resolving a quantizer class into its one frozen :class:`groupquant.core.QuantSpec`, once.
+
+``spec`` is the solver every quantizer declares: it reads each setting once, checks it (a
+:class:`groupquant.inject.ConfigError` names the setting at fault) and builds the record.
+:func:`quantizer_spec` caches the result per class, so layers, proxies and kernels never walk
+the injector graph again.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Optional
+
+from ..core import QuantSpec
+from ..formats import ElementFormat, FloatFormat, SpecialValues
+from ..inject import ConfigError
+from .checks import check_bool, check_int, check_number, check_optional_int
+from .format_solvers import DERIVED_FORMAT_VALUES
+from .settings import (FloatToIntRounding, RestrictScaling, ScaleRounding, ScalingPerOutput, ScalingSource,
+                       ScalingStatsOp, SteMode, coerce)
+
+__all__ = ["quant_spec", "quantizer_spec"]
+
+_CACHE: "weakref.WeakKeyDictionary[type, QuantSpec]" = weakref.WeakKeyDictionary()
+
+
+def _check_derived(quantizer: type, fmt: ElementFormat) -> None:
+    """Refuse a quantizer whose derived values were overridden by a solver of its own."""
+    for name, attribute in DERIVED_FORMAT_VALUES.items():
+        if name in quantizer.__dependencies__ and getattr(quantizer, name) != getattr(fmt, attribute):
+            raise ConfigError(name, f"is derived from the format settings (bit widths, signed, narrow_range, "
+                                    f"exponent_bias, nan_inf_rule) and cannot be set; it is "
+                                    f"{getattr(fmt, attribute)!r} for {fmt.name}")
+
+
+def _check_saturating(saturating: object, fmt: ElementFormat) -> bool:
+    """``saturating`` as a bool; False needs a format with an Inf or NaN code."""
+    value = check_bool("saturating", saturating)
+    if not value:
+        special = fmt.special_values if isinstance(fmt, FloatFormat) else SpecialValues.NONE
+        if special is SpecialValues.NONE:
+            raise ConfigError("saturating", f"saturating=False needs a format with Inf or NaN codes; "
+                                            f"{fmt.name} has none (values past max normal would have no code)")
+    return value
+
+
+def _check_scaling(granularity: ScalingPerOutput, source: ScalingSource, stat: ScalingStatsOp,
+                   restrict: RestrictScaling) -> None:
+    """Combinations of scale settings that no module implements."""
+    if stat is ScalingStatsOp.PERCENTILE and granularity is ScalingPerOutput.GROUP:
+        raise ConfigError("scaling_stats_op", "PERCENTILE statistics are per tensor or per channel; "
+                                              "group scales use ABS_MAX or MSE")
+    if stat is ScalingStatsOp.MSE and (source is not ScalingSource.STATS or restrict is not RestrictScaling.POWER_OF_TWO):
+        raise ConfigError("scaling_stats_op", "MSE searches power-of-two scales of each tensor: it needs "
+                                              "scaling_source=STATS and restrict_scaling_type=POWER_OF_TWO")
+    if source is ScalingSource.RUNNING_STATS and granularity is not ScalingPerOutput.TENSOR:
+        raise ConfigError("scaling_per_output", f"RUNNING_STATS scales are per tensor, got per {granularity.value}")
+
+
+def quant_spec(__self__: type, element_format: ElementFormat, granularity: ScalingPerOutput,
+               group_size: Optional[int], group_dim: Optional[int], channel_dim: Optional[int],
+               restrict_scaling_type: object, scale_rounding: object, scaling_source: object,
+               scaling_stats_op: object, percentile: object, running_momentum: object, scaling_min_val: object,
+               mse_window: object, float_to_int_rounding: object, saturating: object, ste: object) -> QuantSpec:
+    """The solver behind every quantizer's ``spec``: all settings, checked, in one record."""
+    _check_derived(__self__, element_format)
+    restrict = coerce("restrict_scaling_type", restrict_scaling_type, RestrictScaling)
+    source = coerce("scaling_source", scaling_source, ScalingSource)
+    stat = coerce("scaling_stats_op", scaling_stats_op, ScalingStatsOp)
+    _check_scaling(granularity, source, stat, restrict)
+    pct = check_number("percentile", percentile, 0.0, 100.0) if stat is ScalingStatsOp.PERCENTILE else 99.999
+    momentum = check_number("running_momentum", running_momentum, 0.0, 1.0)
+    return QuantSpec(
+        name=__self__.__name__, fmt=element_format, granularity=granularity.value,
+        group_size=group_size, group_dim=check_optional_int("group_dim", group_dim),
+        channel_dim=check_optional_int("channel_dim", channel_dim), restrict=restrict.value,
+        scale_rounding=coerce("scale_rounding", scale_rounding, ScaleRounding).value, scale_source=source.value,
+        stats_op=stat.value, percentile=pct, running_momentum=momentum,
+        scaling_min_val=check_number("scaling_min_val", scaling_min_val, 0.0, float("inf")),
+        mse_window=check_int("mse_window", mse_window, 0, 16),
+        rounding=coerce("float_to_int_rounding", float_to_int_rounding, FloatToIntRounding).value,
+        saturating=_check_saturating(saturating, element_format), ste=coerce("ste", ste, SteMode).value)
+
+
+def quantizer_spec(quantizer: type) -> QuantSpec:
+    """The resolved spec of a quantizer class, computed once per class and cached."""
+    spec = _CACHE.get(quantizer)
+    if spec is None:
+        spec = quantizer.spec
+        _CACHE[quantizer] = spec
+    return spec
