@@ -7,6 +7,7 @@ Everything here takes explicit arguments (formats, strings, ints); the declarati
 from .dynamic_quant import DynamicQuant, DynamicQuantSettings, dynamic_fake_quant
 from .granularity import GRANULARITIES, ScaleGranularity
 from .learned_scale import LearnedScale
+from .mse_scale import MSE_ROUNDING_MODES, MSEScale, mse_scale
 from .quant_output import QuantOutput
 from .restrict import RESTRICTIONS, scale_from_stat
 from .running_scale import RunningStatsScale
@@ -21,3 +22,4 @@ __all__ = [
     "RESTRICTIONS", "scale_from_stat", "RunningStatsScale", "ScaledQuant", "scaled_round", "STATS_OPS",
     "ScalingStats", "StatsScale", "STE_MODES", "round_ste", "round_to_format_ste",
 ]
+__all__ += ["MSE_ROUNDING_MODES", "MSEScale", "mse_scale"]
