@@ -32,3 +32,34 @@ def test_conv1d_with_padding_mode_and_groups():
 def test_per_channel_conv_weight_scale_shape():
     conv = QuantConv2d(3, 5, 3, weight_quant=Int8WeightPerChannel)
     assert conv.quant_weight().scale.shape == (5, 1, 1, 1)
+
+
+def _spanning(*shape):
+    """Normal data whose channels (dim 0 of ``shape``) span the binades 2**-6 .. 2**6."""
+    scale = 2.0 ** torch.randint(-6, 7, (shape[0],) + (1,) * (len(shape) - 1)).float()
+    return torch.randn(*shape) * scale
+
+
+@pytest.mark.parametrize("cls, conv, spatial", [(QuantConv1d, F.conv1d, (13,)), (QuantConv2d, F.conv2d, (7, 6))])
+@pytest.mark.parametrize("weight_q, act_q, wname, aname", [
+    (MXFloat4e2m1Weight, MXFloat8e4m3Act, "fp4_e2m1", "fp8_e4m3"), (MXInt8Weight, MXInt8Act, "int8", "int8")])
+def test_unbatched_input_groups_along_the_channels(cls, conv, spatial, weight_q, act_q, wname, aname):
+    torch.manual_seed(3)
+    layer = cls(40, 36, 3, padding=1, weight_quant=weight_q, input_quant=act_q, output_quant=act_q)
+    with torch.no_grad():
+        layer.weight.mul_(_spanning(36, 1, *(1,) * len(spatial)))
+    x = _spanning(40, *spatial)
+    x[:32] = 0.0  # a zero group of channels at every position; the second group (8 channels + padding) is not
+    y = layer(x)
+    assert y.shape == (36, *spatial)
+    assert torch.equal(y, layer(x[None])[0])
+    pre = conv(gq.fake_quant(x, aname, 32, dim=0), gq.fake_quant(layer.weight, wname, 32, dim=1), layer.bias,
+               padding=1)
+    assert torch.equal(y, gq.fake_quant(pre, aname, 32, dim=0))
+
+
+def test_unbatched_input_with_return_quant_tensor_asks_for_the_batch_dim():
+    layer = QuantConv1d(4, 4, 1, output_quant=MXFloat8e4m3Act, return_quant_tensor=True)
+    with pytest.raises(ValueError, match=r"needs batched input with 3 dims; got unbatched input of shape \(4, 5\)"):
+        layer(torch.randn(4, 5))
+    assert layer(torch.randn(2, 4, 5)).value.shape == (2, 4, 5)

@@ -50,3 +50,66 @@ def test_attention_out_proj_is_left_alone():
     mha = nn.MultiheadAttention(8, 2)
     gq.quantize_model(mha, weight_quant=MXFloat4e2m1Weight)
     assert not isinstance(mha.out_proj, QuantLinear)
+
+
+class _TwoSlots(nn.Module):
+    """One Linear registered under two names, called twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(40, 40)
+        self.b = self.a
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def _fq_linear(x, layer):
+    return torch.nn.functional.linear(gq.fake_quant(x, "fp8_e4m3", 32, -1),
+                                      gq.fake_quant(layer.weight, "fp4_e2m1", 32, -1), layer.bias)
+
+
+def _spanning(*shape):
+    """Normal data scaled over several binades (2**-6 .. 2**6) along the last dim."""
+    return torch.randn(*shape) * 2.0 ** torch.randint(-6, 7, shape[-1:]).float()
+
+
+def test_a_layer_registered_twice_stays_shared_and_is_quantized():
+    torch.manual_seed(1)
+    model = _TwoSlots()
+    lin = model.a
+    x = _spanning(3, 40)
+    gq.quantize_model(model, weight_quant=MXFloat4e2m1Weight, input_quant=MXFloat8e4m3Act)
+    assert isinstance(model.a, QuantLinear) and model.a is model.b
+    assert model.a.weight is lin.weight
+    assert dict(model.named_parameters()).keys() == {"a.weight", "a.bias"}  # still one set of parameters
+    expected = _fq_linear(torch.relu(_fq_linear(x, lin)), lin)
+    assert torch.equal(model(x), expected)
+
+
+def test_a_sequential_repeating_a_layer_stays_shared():
+    lin = nn.Linear(8, 8)
+    model = nn.Sequential(lin, nn.ReLU(), lin)
+    gq.quantize_model(model, weight_quant=MXFloat4e2m1Weight)
+    assert isinstance(model[0], QuantLinear) and model[0] is model[2]
+    # patterns see every name: the second slot alone is a valid pattern, and selects the shared layer
+    model = nn.Sequential(lin, nn.ReLU(), lin)
+    gq.quantize_model(model, weight_quant=MXFloat4e2m1Weight, include=["0", "2"])
+    assert isinstance(model[2], QuantLinear) and model[0] is model[2]
+
+
+@pytest.mark.parametrize("selection", [dict(include="2"), dict(exclude="0"),
+                                       dict(filter_fn=lambda name, m: name != "2")])
+def test_a_shared_layer_whose_names_disagree_is_refused_before_any_change(selection):
+    lin, other = nn.Linear(8, 8), nn.Linear(8, 8)
+    model = nn.Sequential(lin, nn.ReLU(), lin, other)
+    with pytest.raises(ValueError, match=r"registered under several names \(0, 2\).*select all of its names"):
+        gq.quantize_model(model, weight_quant=MXFloat4e2m1Weight, **selection)
+    assert model[0] is lin and model[2] is lin and model[3] is other  # nothing replaced
+
+
+def test_a_shared_layer_excluded_by_all_its_names_stays_float():
+    lin, other = nn.Linear(8, 8), nn.Linear(8, 8)
+    model = nn.Sequential(lin, nn.ReLU(), lin, other)
+    gq.quantize_model(model, weight_quant=MXFloat4e2m1Weight, exclude=["0", "2"])
+    assert model[0] is lin and model[2] is lin and isinstance(model[3], QuantLinear)

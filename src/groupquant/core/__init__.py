@@ -9,6 +9,7 @@ from .build import build_tensor_quant, learned_scale_shape
 from .dynamic_quant import DynamicQuant, dynamic_fake_quant
 from .granularity import GRANULARITIES, ScaleGranularity
 from .learned_scale import LearnedScale
+from .mse_scale import MSE_ROUNDING_MODES, MSEScale, mse_scale
 from .quant_spec import QuantSpec
 from .restrict import RESTRICTIONS, scale_from_stat
 from .running_scale import RunningStatsScale
@@ -24,3 +25,4 @@ __all__ = [
     "ScaledQuant", "scaled_round", "STATS_OPS", "ScalingStats", "StatsScale", "STE_MODES", "round_ste",
     "round_to_format_ste",
 ]
+__all__ += ["MSE_ROUNDING_MODES", "MSEScale", "mse_scale"]

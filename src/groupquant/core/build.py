@@ -14,6 +14,7 @@ from torch import nn
 
 from .dynamic_quant import DynamicQuant
 from .learned_scale import LearnedScale
+from .mse_scale import MSEScale
 from .quant_spec import QuantSpec
 from .running_scale import RunningStatsScale
 from .scaled_quant import ScaledQuant
@@ -34,8 +35,8 @@ def learned_scale_shape(spec: QuantSpec, tensor_shape: Optional[Sequence[int]]) 
 
 
 def _mse_scale(spec: QuantSpec) -> nn.Module:
-    from .mse_scale import MSEScale  # noqa: WPS433 (optional module)
-    return MSEScale(spec)
+    """The MSE search: exponents from ``mse_window`` below the floor rule's to one above it."""
+    return MSEScale(spec.fmt, spec.scale_granularity, below=spec.mse_window, above=1, rounding=spec.rounding)
 
 
 def build_tensor_quant(spec: QuantSpec, tensor_shape: Optional[Sequence[int]] = None) -> nn.Module:

@@ -108,7 +108,8 @@ class QuantSpec:
                     "even": f"2^(floor(log2(round_mantissa({stat}))) - emax)",
                     "rceil": f"2^ceil(log2({stat} / max_normal))"}[self.scale_rounding]
         if stat == "mse":
-            rule = f"the power of two within {self.mse_window} binades below the floor rule's that minimizes the squared error"
+            rule = (f"the power of two from {self.mse_window} binades below the floor rule's to one above it "
+                    "with the least squared error")
         kind = "float" if self.restrict == "fp" else "power of two (E8M0)"
         where = {"stats": "from each tensor", "running_stats": "running statistics",
                  "learned": "learned, initialised as"}[self.scale_source]

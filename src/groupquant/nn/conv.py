@@ -6,7 +6,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import nn
 
-from ..quant_tensor import QuantTensor
+from ..quant_tensor import QuantTensor, plain
 from .lean_gemm import GemmOp
 from .quant_layer import QuantLayerMixin
 
@@ -15,12 +15,19 @@ __all__ = ["QuantConv1d", "QuantConv2d"]
 _DOC = """Drop-in ``nn.Conv{n}d``: the same arguments, plus quantizers (None means float).
 
     Weights ``[O, I/groups, k...]`` group along dim 1 (input channels); activations along the
-    channel dim 1. Prefixed keywords reach a quantizer (``weight_group_size=16``).
+    channel dim (1 for batched input, 0 for unbatched ``(C, L)`` / ``(C, H, W)``, run as a batch
+    of one). Prefixed keywords reach a quantizer (``weight_group_size=16``).
     """
 
 
 class _QuantConvMixin(QuantLayerMixin):
-    """Shared forward: quantize input, weight, bias; convolve; quantize the output."""
+    """Shared forward: quantize input, weight, bias; convolve; quantize the output.
+
+    Unbatched input (``(C, L)`` / ``(C, H, W)``, which torch's convolutions accept) runs as a
+    batch of one, so its activations group along the channels as batched input does and the
+    result equals ``layer(x[None])[0]``. With ``return_quant_tensor`` and an output quantizer,
+    unbatched input is a ValueError (the quant tensor would carry the batch dim).
+    """
 
     def _gemm_op(self) -> GemmOp:
         """The convolution as the shared weight-layer route runs it: zero padding given as ints
@@ -32,6 +39,17 @@ class _QuantConvMixin(QuantLayerMixin):
         return GemmOp("module", module=self)
 
     def forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
+        unbatched_ndim = self.weight.dim() - 1  # type: ignore[attr-defined]
+        if x.dim() != unbatched_ndim:
+            return self._batched_forward(x)
+        if self.return_quant_tensor and self.output_quant.is_quant_enabled:
+            raise ValueError(f"{type(self).__name__}(return_quant_tensor=True) needs batched input with "
+                             f"{unbatched_ndim + 1} dims; got unbatched input of shape {tuple(x.shape)}: "
+                             f"add the batch dim (x[None])")
+        return self._batched_forward(plain(x).unsqueeze(0)).squeeze(0)
+
+    def _batched_forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
+        """The forward for input with a batch dim (channels at dim 1)."""
         return self._quant_gemm(x, self._gemm_op())
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Callable, Dict, Iterable, List, Optional, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union
 
 from torch import nn
 
@@ -54,6 +54,40 @@ def _rebuild(old: nn.Module, cls: Type[nn.Module], quant_args: Dict[str, Any]) -
     return new
 
 
+def _selected(name: str, module: nn.Module, include_p: Optional[List[str]], exclude_p: Optional[List[str]],
+              filter_fn: Optional[Callable[[str, nn.Module], bool]]) -> bool:
+    """Whether the layer registered under ``name`` is chosen by include / exclude / filter_fn."""
+    if include_p is not None and not any(fnmatch.fnmatchcase(name, p) for p in include_p):
+        return False
+    if exclude_p is not None and any(fnmatch.fnmatchcase(name, p) for p in exclude_p):
+        return False
+    return filter_fn is None or bool(filter_fn(name, module))
+
+
+def _replaceable_slots(model: nn.Module) -> List[Tuple[nn.Module, List[str]]]:
+    """Each replaceable layer once, with every name it is registered under (a module registered
+    twice, ``model.a = model.b = lin`` or ``Sequential(lin, act, lin)``, has several)."""
+    slots: Dict[int, Tuple[nn.Module, List[str]]] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        if type(module) in REPLACEMENTS:
+            slots.setdefault(id(module), (module, []))[1].append(name)
+    return list(slots.values())
+
+
+def _shared_choice(module: nn.Module, names: List[str], include_p: Optional[List[str]],
+                   exclude_p: Optional[List[str]], filter_fn: Optional[Callable[[str, nn.Module], bool]]) -> bool:
+    """Whether to convert a layer registered under ``names``: all names must agree, since one
+    module cannot be both quantized and float (a ValueError lists the names either way)."""
+    chosen = [name for name in names if _selected(name, module, include_p, exclude_p, filter_fn)]
+    if chosen and len(chosen) != len(names):
+        left = [name for name in names if name not in chosen]
+        raise ValueError(f"one {type(module).__name__} is registered under several names "
+                         f"({', '.join(names)}) and include / exclude / filter_fn select {', '.join(chosen)} "
+                         f"but not {', '.join(left)}; a shared layer is converted as a whole: select all of its "
+                         f"names or none")
+    return bool(chosen)
+
+
 def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_quant: Optional[type] = None,
                    output_quant: Optional[type] = None, bias_quant: Optional[type] = None, *,
                    include: Patterns = None, exclude: Patterns = None,
@@ -67,25 +101,28 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
         exclude: patterns to leave in float (e.g. the classifier ``"head"``).
         filter_fn: ``(name, module) -> bool``, a further filter.
     Every include / exclude pattern must match some layer (a ValueError lists the names).
+
+    A layer registered under several names (``model.a = model.b = lin``, ``Sequential(lin, act,
+    lin)``) stays shared: one quant layer takes every one of its slots. It is converted when all
+    of its names are selected, left alone when none is; names that disagree are a ValueError
+    (patterns and ``filter_fn`` see every name, so ``exclude="b"`` alone refuses rather than
+    guessing).
     Returns the model (or the new layer when ``model`` itself is a Linear/Conv).
     """
     include_p, exclude_p = _patterns(include, "include"), _patterns(exclude, "exclude")
-    candidates = [(name, m) for name, m in model.named_modules() if type(m) in REPLACEMENTS]
-    names = [name for name, _ in candidates]
+    slots = _replaceable_slots(model)
+    names = [name for _, slot_names in slots for name in slot_names]
     _check_matches(include_p, names, "include")
     _check_matches(exclude_p, names, "exclude")
     quant_args = dict(weight_quant=weight_quant, input_quant=input_quant, output_quant=output_quant,
                       bias_quant=bias_quant, **quant_kwargs)
-    for name, module in candidates:
-        if include_p is not None and not any(fnmatch.fnmatchcase(name, p) for p in include_p):
-            continue
-        if exclude_p is not None and any(fnmatch.fnmatchcase(name, p) for p in exclude_p):
-            continue
-        if filter_fn is not None and not filter_fn(name, module):
-            continue
+    chosen = [(module, slot_names) for module, slot_names in slots
+              if _shared_choice(module, slot_names, include_p, exclude_p, filter_fn)]
+    for module, slot_names in chosen:
         new = _rebuild(module, REPLACEMENTS[type(module)], quant_args)
-        if name == "":
-            return new
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, new)
+        for name in slot_names:
+            if name == "":
+                return new
+            parent_name, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent_name), child, new)
     return model
