@@ -157,7 +157,14 @@ def test_let_chains_and_keeps_name_module_and_base():
     q = MyQuant.let(bit_width=6).let(signed=False)
     assert q.mantissa_bit_width == 2
     assert issubclass(q, MyQuant) and isinstance(q, type(Injector))
-    assert (q.__name__, q.__qualname__, q.__module__) == ("MyQuant", "MyQuant", __name__)
+    assert (q.__name__, q.__qualname__, q.__module__) == ("MyQuant[bit_width=6, signed=False]",) * 2 + (__name__,)
+
+
+def test_let_variants_pickle_as_parent_and_overrides():
+    q = MyQuant.let(bit_width=6).let(signed=False)
+    back = pickle.loads(pickle.dumps(q))
+    assert back.__name__ == q.__name__ and back.mantissa_bit_width == 2 and issubclass(back, MyQuant)
+    assert pickle.loads(pickle.dumps(MyQuant)) is MyQuant
 
 
 def test_extend_declares_new_names_unchecked():

@@ -143,7 +143,7 @@ lay = QuantLinear(64, 16, weight_quant=LearnedFP4)
 print([(n, tuple(p.shape)) for n, p in lay.named_parameters()])
 xb, target = torch.randn(32, 64), torch.randn(32, 16)
 opt = torch.optim.Adam(lay.parameters(), lr=1e-2)
-scale_param = dict(lay.named_parameters())["weight_quant.tensor_quant.scale_impl.value"]
+scale_param = dict(lay.named_parameters())["weight_quant.tensor_quant.scale_impl.learned_scale"]
 before = scale_param.detach().clone()
 losses = []
 for step in range(30):

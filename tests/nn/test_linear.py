@@ -67,7 +67,7 @@ def test_typo_keywords_fail_with_the_closest_setting():
 def test_misconfiguration_fails_at_construction():
     with pytest.raises(ConfigError) as info:
         QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight, weight_bit_width=6)
-    assert info.value.setting == "bit_width"
+    assert info.value.setting == "weight_bit_width"
     with pytest.raises(ValueError, match="bias=False"):
         QuantLinear(64, 8, bias=False, bias_quant=Int16BiasPerTensor)
 
@@ -105,7 +105,7 @@ def test_state_dict_round_trip_gives_identical_output():
         opt.step()
     model.eval()
     state = model.state_dict()
-    assert {"0.weight_quant.tensor_quant.scale_impl.value", "0.weight_quant.tensor_quant.scale_impl.initialized",
+    assert {"0.weight_quant.tensor_quant.scale_impl.learned_scale", "0.weight_quant.tensor_quant.scale_impl.initialized",
             "0.input_quant.tensor_quant.scale_impl.running_stat",
             "2.input_quant.tensor_quant.scale_impl.running_stat"} <= set(state)
     fresh = _model()
@@ -118,6 +118,6 @@ def test_state_dict_round_trip_gives_identical_output():
 def test_gradients_reach_weight_bias_and_learned_scale():
     layer = QuantLinear(64, 8, weight_quant=LearnedMXFP4, input_quant=MXFloat8e4m3Act)
     layer(torch.randn(4, 64)).square().sum().backward()
-    scale = layer.weight_quant.tensor_quant.scale_impl.value
+    scale = layer.weight_quant.tensor_quant.scale_impl.learned_scale
     for p in (layer.weight, layer.bias, scale):
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0

@@ -67,7 +67,7 @@ def test_mxfp4_mxfp8_qat_on_digits_is_close_to_float(one_thread):
     torch.manual_seed(0)
     quant_model = _model(True)
     quant_model(train[0][:1])  # the first call initialises the learned scales from the weights
-    learned = quant_model[0].weight_quant.tensor_quant.scale_impl.value
+    learned = quant_model[0].weight_quant.tensor_quant.scale_impl.learned_scale
     start = learned.detach().clone()
     _train(float_model, train)
     _train(quant_model, train)

@@ -36,7 +36,8 @@ def test_unknown_setting_names_the_prefixed_keyword():
 def test_misconfiguration_is_reported_when_the_proxy_builds():
     with pytest.raises(ConfigError) as info:
         WeightQuantProxy(MXFloat4e2m1Weight, (8, 64), {"bit_width": 8}, "QuantLinear")
-    assert info.value.setting == "bit_width"
+    assert info.value.setting == "weight_bit_width" and str(info.value).startswith(
+        "invalid setting 'weight_bit_width': QuantLinear:")
 
 
 def test_not_a_quantizer():
@@ -66,7 +67,7 @@ def test_bias_proxy_uses_dim_0_even_with_a_weight_quantizer():
 
 def test_learned_weight_scale_is_sized_from_the_weight():
     proxy = WeightQuantProxy(LearnedMXFP4, (8, 70))
-    assert proxy.tensor_quant.scale_impl.value.shape == (8, 3, 1)
+    assert proxy.tensor_quant.scale_impl.learned_scale.shape == (8, 3, 1)
 
 
 @pytest.mark.parametrize("copier", ["deepcopy", "pickle", "torch.save"])

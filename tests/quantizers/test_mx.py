@@ -3,7 +3,8 @@ import pytest
 import torch
 
 import groupquant as gq
-from groupquant.quantizers import MX_QUANTIZERS, MXInt8Weight
+from groupquant.core import build_tensor_quant
+from groupquant.quantizers import MX_QUANTIZERS, MXInt8Weight, quantizer_spec
 
 PAIRS = [(pair.weight, pair.act, name) for name, pair in MX_QUANTIZERS.items()]
 
@@ -11,8 +12,8 @@ PAIRS = [(pair.weight, pair.act, name) for name, pair in MX_QUANTIZERS.items()]
 @pytest.mark.parametrize("weight_q, act_q, name", PAIRS)
 def test_weight_quantizer_is_fake_quant_along_input_dim(weight_q, act_q, name):
     w = torch.randn(8, 20, 3, 3)  # conv weight: groups along dim 1 (input channels), padded
-    out = weight_q.tensor_quant(w)
-    assert weight_q.group_dim == 1 and weight_q.element_format == gq.get_format(name)
+    out = build_tensor_quant(quantizer_spec(weight_q).with_dims(1, 0))(w)  # the dims a weight layer gives
+    assert weight_q.group_dim is None and weight_q.element_format == gq.get_format(name)
     assert torch.equal(out.layout.expand(out.value), gq.fake_quant(w, name, 32, 1))
 
 

@@ -3,6 +3,8 @@ import warnings
 import pytest
 import torch
 
+import groupquant as gq
+
 from groupquant.core import DynamicQuant, LearnedScale, RunningStatsScale, ScaledQuant, StatsScale
 from groupquant.inject import ConfigError
 from groupquant.quantizers import (Int8ActPerTensor, Int8WeightPerChannel, Int8WeightPerTensor, LearnedScaling,
@@ -48,7 +50,6 @@ def test_no_warning_without_the_deprecated_flag():
     (MXFloat4e2m1Weight, {"restrict_scaling_type": "log"}, "restrict_scaling_type"),
     (MXFloat4e2m1Weight, {"ste": "straight"}, "ste"),
     (MXFloat4e2m1Weight, {"scaling_source": "learned", "scaling_min_val": 0}, "scaling_min_val"),
-    (MXFloat4e2m1Weight, {"scaling_source": "learned", "tensor_shape": (4,)}, "group_dim"),
 ])
 def test_scaling_misconfiguration_names_the_setting(quant, overrides, setting):
     with pytest.raises(ConfigError) as info:
@@ -68,11 +69,22 @@ def test_learned_scaling_mixin_on_an_mx_weight():
     class LearnedMXFP4(LearnedScaling, MXFloat4e2m1Weight):
         pass
 
-    module = LearnedMXFP4.let(tensor_shape=(16, 70)).tensor_quant
-    assert isinstance(module.scale_impl, LearnedScale) and module.ste == "clipped"
-    assert module.scale_impl.value.shape == (16, 3, 1)
+    from groupquant.core import build_tensor_quant
+    from groupquant.quantizers import quantizer_spec
+
+    module = build_tensor_quant(quantizer_spec(LearnedMXFP4).with_dims(1, 0), (16, 70))
+    assert isinstance(module.scale_impl, LearnedScale) and module.spec.ste == "clipped"
+    assert module.scale_impl.learned_scale.shape == (16, 3, 1)
     assert module.scale_impl.restrict == "power_of_two"
-    assert "learned" in LearnedMXFP4.scale_rule
+    assert "learned" in gq.describe(LearnedMXFP4)["scale_rule"]
+
+
+def test_a_group_dim_the_weight_lacks_names_the_layer_keyword():
+    from groupquant.proxy import WeightQuantProxy
+
+    with pytest.raises(ConfigError) as info:
+        WeightQuantProxy(MXFloat4e2m1Weight.let(scaling_source="learned"), (4,))
+    assert info.value.setting == "weight_group_dim"
 
 
 def test_each_read_builds_a_new_module():

@@ -14,6 +14,18 @@ from .base import (ActQuantizer, BiasQuantizer, FloatQuantizer, IntQuantizer, Le
 from .defaults import (Fp8e4m3ActPerTensor, Fp8e4m3WeightPerTensor, Int4WeightPerGroupFloat, Int8ActPerTensor,
                        Int8WeightPerChannel, Int8WeightPerTensor, Int16BiasPerTensor, Uint8ActPerTensor)
 from .describe import describe
+from .minifloat import (Fp8e4m3Mixin, Fp8e5m2Mixin, Fp6e3m2Mixin, Fp6e2m3Mixin, Fp4e2m1Mixin, Fp8e4m3FNUZMixin,
+                        Fp8e5m2FNUZMixin, FpOCPMixin, FpFNUZMixin, FpOCPWeightPerTensorFloat,
+                        FpOCPWeightPerChannelFloat, FpOCPActPerTensorFloat, FpOCPActPerChannelFloat2d,
+                        FpFNUZWeightPerTensorFloat, FpFNUZWeightPerChannelFloat, FpFNUZActPerTensorFloat,
+                        Fp8e4m3OCPWeightPerTensorFloat, Fp8e4m3OCPWeightPerChannelFloat,
+                        Fp8e4m3OCPActPerTensorFloat, Fp8e5m2OCPWeightPerTensorFloat,
+                        Fp8e5m2OCPWeightPerChannelFloat, Fp8e5m2OCPActPerTensorFloat,
+                        Fp8e4m3FNUZWeightPerTensorFloat, Fp8e4m3FNUZWeightPerChannelFloat,
+                        Fp8e4m3FNUZActPerTensorFloat, Fp8e5m2FNUZWeightPerTensorFloat,
+                        Fp8e5m2FNUZWeightPerChannelFloat, Fp8e5m2FNUZActPerTensorFloat)
+from .mx import (MSEScaling, MXFloat4e2m1WeightMSE, MXFloat6e2m3WeightMSE, MXFloat6e3m2WeightMSE,
+                 MXFloat8e4m3WeightMSE, MXFloat8e5m2WeightMSE, MXInt8WeightMSE)
 from .mx import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight, MXFloat6e3m2Act,
                  MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Act, MXFloat8e5m2Weight,
                  MXInt8Act, MXInt8Weight, MX_QUANTIZERS, MXQuantizerPair, mx_quantizers)
@@ -33,5 +45,14 @@ __all__ = [
     "MXFloat6e3m2Weight", "MXFloat8e4m3Act", "MXFloat8e4m3Weight", "MXFloat8e5m2Act", "MXFloat8e5m2Weight",
     "MXInt8Act", "MXInt8Weight", "MX_QUANTIZERS", "MXQuantizerPair", "mx_quantizers",
     "FloatToIntRounding", "NanInfRule", "RestrictScaling", "ScaleRounding", "ScalingPerOutput",
-    "ScalingSource", "ScalingStatsOp", "SteMode",
+    "ScalingSource", "ScalingStatsOp", "SteMode", "MSEScaling", "MXFloat4e2m1WeightMSE", "MXFloat6e2m3WeightMSE",
+    "MXFloat6e3m2WeightMSE", "MXFloat8e4m3WeightMSE", "MXFloat8e5m2WeightMSE", "MXInt8WeightMSE",
+    "Fp8e4m3Mixin", "Fp8e5m2Mixin", "Fp6e3m2Mixin", "Fp6e2m3Mixin", "Fp4e2m1Mixin", "Fp8e4m3FNUZMixin",
+    "Fp8e5m2FNUZMixin", "FpOCPMixin", "FpFNUZMixin", "FpOCPWeightPerTensorFloat", "FpOCPWeightPerChannelFloat",
+    "FpOCPActPerTensorFloat", "FpOCPActPerChannelFloat2d", "FpFNUZWeightPerTensorFloat",
+    "FpFNUZWeightPerChannelFloat", "FpFNUZActPerTensorFloat", "Fp8e4m3OCPWeightPerTensorFloat",
+    "Fp8e4m3OCPWeightPerChannelFloat", "Fp8e4m3OCPActPerTensorFloat", "Fp8e5m2OCPWeightPerTensorFloat",
+    "Fp8e5m2OCPWeightPerChannelFloat", "Fp8e5m2OCPActPerTensorFloat", "Fp8e4m3FNUZWeightPerTensorFloat",
+    "Fp8e4m3FNUZWeightPerChannelFloat", "Fp8e4m3FNUZActPerTensorFloat", "Fp8e5m2FNUZWeightPerTensorFloat",
+    "Fp8e5m2FNUZWeightPerChannelFloat", "Fp8e5m2FNUZActPerTensorFloat",
 ]

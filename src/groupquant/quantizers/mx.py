@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from typing import Dict
 
 from ..formats import get_format
-from .base import ActQuantizer, FloatQuantizer, IntQuantizer, MXScaling, WeightQuantizer
+from .base import ActQuantizer, FloatQuantizer, IntQuantizer, MXScaling, QuantizerMixin, WeightQuantizer
+from .settings import ScalingStatsOp
 
 __all__ = [
     "MXInt8Weight", "MXInt8Act", "MXFloat8e4m3Weight", "MXFloat8e4m3Act", "MXFloat8e5m2Weight",
     "MXFloat8e5m2Act", "MXFloat6e3m2Weight", "MXFloat6e3m2Act", "MXFloat6e2m3Weight", "MXFloat6e2m3Act",
-    "MXFloat4e2m1Weight", "MXFloat4e2m1Act", "MXQuantizerPair", "MX_QUANTIZERS", "mx_quantizers",
+    "MXFloat4e2m1Weight", "MXFloat4e2m1Act", "MXQuantizerPair", "MX_QUANTIZERS", "mx_quantizers", "MSEScaling",
+    "MXInt8WeightMSE", "MXFloat8e4m3WeightMSE", "MXFloat8e5m2WeightMSE", "MXFloat6e3m2WeightMSE",
+    "MXFloat6e2m3WeightMSE", "MXFloat4e2m1WeightMSE",
 ]
 
 
@@ -140,3 +143,34 @@ def mx_quantizers(fmt: str) -> MXQuantizerPair:
     if name not in MX_QUANTIZERS:
         raise ValueError(f"format {fmt!r} is not an MX element format; MX formats: {', '.join(MX_QUANTIZERS)}")
     return MX_QUANTIZERS[name]
+
+
+class MSEScaling(QuantizerMixin):
+    """Mix in (first) for MSE scales: per group, the power-of-two scale from ``mse_window``
+    binades below the OCP floor rule's to one above it with the least squared error."""
+
+    scaling_stats_op = ScalingStatsOp.MSE
+
+
+class MXInt8WeightMSE(MSEScaling, MXInt8Weight):
+    """MXINT8 weights with MSE-searched E8M0 scales."""
+
+
+class MXFloat8e4m3WeightMSE(MSEScaling, MXFloat8e4m3Weight):
+    """MXFP8 E4M3 weights with MSE-searched E8M0 scales."""
+
+
+class MXFloat8e5m2WeightMSE(MSEScaling, MXFloat8e5m2Weight):
+    """MXFP8 E5M2 weights with MSE-searched E8M0 scales."""
+
+
+class MXFloat6e3m2WeightMSE(MSEScaling, MXFloat6e3m2Weight):
+    """MXFP6 E3M2 weights with MSE-searched E8M0 scales."""
+
+
+class MXFloat6e2m3WeightMSE(MSEScaling, MXFloat6e2m3Weight):
+    """MXFP6 E2M3 weights with MSE-searched E8M0 scales."""
+
+
+class MXFloat4e2m1WeightMSE(MSEScaling, MXFloat4e2m1Weight):
+    """MXFP4 E2M1 weights with MSE-searched E8M0 scales."""
