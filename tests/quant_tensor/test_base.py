@@ -3,12 +3,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from groupquant.core import build_tensor_quant
 from groupquant.quant_tensor import GroupwiseFloatQuantTensor, IntQuantTensor, quant_tensor_from_output
-from groupquant.quantizers import Int8WeightPerChannel, MXFloat4e2m1Weight
+from groupquant.quantizers import Int8WeightPerChannel, MXFloat4e2m1Weight, quantizer_spec
 
 
 def _quant(q, w):
-    return quant_tensor_from_output(q.tensor_quant(w), q.element_format)
+    spec = quantizer_spec(q).with_dims(1, 0)  # a weight: groups along dim 1, channels along dim 0
+    return quant_tensor_from_output(build_tensor_quant(spec)(w), spec)
 
 
 @pytest.fixture(params=[MXFloat4e2m1Weight, Int8WeightPerChannel])
@@ -56,6 +58,9 @@ def test_detach_to_clone_keep_the_kind(pair):
     assert scale.dtype == torch.float32
     c = q.clone().cpu()
     assert torch.equal(c.value, q.value)
+    # the format object and the flags travel unchanged (never rebuilt)
+    for other in (d, half, c):
+        assert other.fmt is q.fmt and other.training == q.training
 
 
 def test_private_attributes_are_not_forwarded():

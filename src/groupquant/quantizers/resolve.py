@@ -14,6 +14,7 @@ from ..core import QuantSpec
 from ..formats import ElementFormat, FloatFormat, SpecialValues
 from ..inject import ConfigError
 from .checks import check_bool, check_int, check_number, check_optional_int
+from . import format_solvers as fs
 from .format_solvers import DERIVED_FORMAT_VALUES
 from .settings import (FloatToIntRounding, RestrictScaling, ScaleRounding, ScalingPerOutput, ScalingSource,
                        ScalingStatsOp, SteMode, coerce)
@@ -23,10 +24,18 @@ __all__ = ["quant_spec", "quantizer_spec"]
 _CACHE: "weakref.WeakKeyDictionary[type, QuantSpec]" = weakref.WeakKeyDictionary()
 
 
+#: The library's solvers of derived values: nothing to check where a quantizer keeps them.
+_LIBRARY_SOLVERS = frozenset(getattr(fs, name) for name in fs.__all__ if callable(getattr(fs, name)))
+
+
 def _check_derived(quantizer: type, fmt: ElementFormat) -> None:
-    """Refuse a quantizer whose derived values were overridden by a solver of its own."""
+    """Refuse a quantizer whose derived values were overridden by a solver of its own (plain
+    values are refused when the class is defined)."""
+    deps = quantizer.__dependencies__
     for name, attribute in DERIVED_FORMAT_VALUES.items():
-        if name in quantizer.__dependencies__ and getattr(quantizer, name) != getattr(fmt, attribute):
+        if name not in deps or deps[name][1] in _LIBRARY_SOLVERS:
+            continue
+        if getattr(quantizer, name) != getattr(fmt, attribute):
             raise ConfigError(name, f"is derived from the format settings (bit widths, signed, narrow_range, "
                                     f"exponent_bias, nan_inf_rule) and cannot be set; it is "
                                     f"{getattr(fmt, attribute)!r} for {fmt.name}")
