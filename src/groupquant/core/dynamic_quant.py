@@ -83,6 +83,7 @@ class DynamicQuant(nn.Module):
         return (f"fmt={s.fmt.name}, granularity={s.granularity}, group_size={s.group_size}, "
                 f"scale_mode={s.scale_mode}, rounding={s.rounding}, ste={s.ste}")
 
-    def forward(self, x: torch.Tensor) -> FakeQuantResult:
-        """Quantize-dequantize ``x``; group values contracted, scales beside them."""
-        return dynamic_fake_quant(x, self.spec)
+    def forward(self, x: torch.Tensor, contract: bool = True) -> FakeQuantResult:
+        """Quantize-dequantize ``x``; group values contracted (unless ``contract`` is False: then
+        in x's shape), scales beside them."""
+        return dynamic_fake_quant(x, self.spec, contract)

@@ -34,11 +34,15 @@ class ScaledQuant(nn.Module):
         s = self.spec
         return f"fmt={s.fmt.name}, granularity={s.granularity}, rounding={s.rounding}, ste={s.ste}"
 
-    def forward(self, x: torch.Tensor) -> FakeQuantResult:
+    def forward(self, x: torch.Tensor, contract: bool = True) -> FakeQuantResult:
+        """Quantize-dequantize ``x``; group values contracted (``contract`` False: x's shape)."""
         g = self.spec.scale_granularity
         scale = self.scale_impl(x)
         xv = g.view(x)
         noise = torch.rand(xv.shape, device=xv.device) if self.spec.rounding == "stochastic" else None
         value = scaled_round(xv, scale, self.spec.fmt, self.spec.rounding, self.spec.ste, noise,
                              self.spec.saturating)
-        return FakeQuantResult(value, scale, g.layout(x.shape) if g.is_group else None)
+        if not g.is_group:
+            return FakeQuantResult(value, scale)
+        layout = g.layout(x.shape)
+        return FakeQuantResult(value, scale, layout) if contract else FakeQuantResult(layout.expand(value), scale)

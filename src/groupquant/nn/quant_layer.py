@@ -94,5 +94,7 @@ class QuantLayerMixin:
 
     def _finish(self, y: torch.Tensor) -> Union[torch.Tensor, QuantTensor]:
         """Apply ``output_quant`` and unwrap unless ``return_quant_tensor``."""
+        if self.output_quant.tensor_quant is None:
+            return y
         out = self.output_quant(y)
         return out if self.return_quant_tensor else plain(out)

@@ -83,10 +83,10 @@ class QuantProxy(nn.Module):
     def extra_repr(self) -> str:
         return f"quantizer={self.quantizer.__name__}" if self.quantizer is not None else "quantizer=None"
 
-    def _run(self, x: torch.Tensor) -> FakeQuantResult:
+    def _run(self, x: torch.Tensor, contract: bool = True) -> FakeQuantResult:
         """The quant module on ``x``; a dim the tensor lacks is an error naming the keyword."""
         try:
-            return self.tensor_quant(x)
+            return self.tensor_quant(x, contract)
         except ConfigError as err:
             raise _in_context(err, self.context, self.prefix) from None
 
@@ -95,7 +95,7 @@ class QuantProxy(nn.Module):
         without the quant tensor around it; ``x`` itself when float."""
         if self.tensor_quant is None:
             return plain(x)
-        return self._run(plain(x)).expanded_value
+        return self._run(plain(x), contract=False).value
 
     def forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
         if self.tensor_quant is None:

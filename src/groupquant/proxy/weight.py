@@ -44,11 +44,10 @@ class WeightQuantProxy(QuantProxy):
         state["_cache"] = None
         return state
 
-    def _cache_key(self, w: torch.Tensor) -> tuple:
-        """What must be unchanged for a cached result to hold."""
-        own = tuple(t._version for t in self.tensor_quant.parameters()) + tuple(
-            t._version for t in self.tensor_quant.buffers())
-        return (w._version, w.dtype, w.device, torch.is_inference_mode_enabled(), own)
+    def _cache_key(self, w: torch.Tensor, own: tuple) -> tuple:
+        """What must be unchanged for a cached result to hold: the weight's version, dtype and
+        device, inference mode, and the versions of the quantizer's own tensors ``own``."""
+        return (w._version, w.dtype, w.device, torch.is_inference_mode_enabled(), tuple(t._version for t in own))
 
     def _cacheable(self, w: torch.Tensor) -> bool:
         if self.training or self.tensor_quant is None or torch.compiler.is_compiling():
@@ -58,10 +57,10 @@ class WeightQuantProxy(QuantProxy):
     def forward(self, w: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
         if not (isinstance(w, torch.Tensor) and self._cacheable(w)):
             return super().forward(w)
-        key = self._cache_key(w)
         cache = self._cache
-        if cache is not None and cache[0]() is w and cache[1] == key:
+        if cache is not None and cache[0]() is w and cache[1] == self._cache_key(w, cache[3]):
             return cache[2]
         out = super().forward(w)
-        self._cache = (weakref.ref(w), self._cache_key(w), out)
+        own = tuple(self.tensor_quant.parameters()) + tuple(self.tensor_quant.buffers())  # after a first-call init
+        self._cache = (weakref.ref(w), self._cache_key(w, own), out, own)
         return out

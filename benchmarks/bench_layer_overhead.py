@@ -1,0 +1,79 @@
+"""Small-layer overhead: QuantLinear(64, 64) with MXFP8 weight and input quantizers, batch 8,
+against nn.Linear(64, 64), timed in the same run (ratios are what to compare across machines).
+
+    PYTHONPATH=src python benchmarks/bench_layer_overhead.py [--repeat N] [--threads N]
+
+Rows: construction; eval forward under torch.no_grad() (the quantized weight is cached until the
+weight changes); training forward + backward. Each figure is the median over ``--repeat`` rounds of
+a timed loop. Denormals are flushed (torch.set_flush_denormal(True)) for the run, as in the other
+benchmarks; the inputs here hold none.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable
+
+import torch
+from torch import nn
+
+from groupquant.nn import QuantLinear
+from groupquant.quantizers import MXFloat8e4m3Act, MXFloat8e4m3Weight
+
+
+def _per_call_us(fn: Callable[[], object], loops: int, repeat: int) -> float:
+    """Median over ``repeat`` rounds of the mean time per call, in microseconds."""
+    for _ in range(max(loops // 10, 3)):
+        fn()
+    rounds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        rounds.append((time.perf_counter() - start) / loops * 1e6)
+    return statistics.median(rounds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: overhead, not GEMM speed)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(0)
+    quant = dict(weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act)
+    x = torch.randn(8, 64)
+    rows = []
+
+    rows.append(("construction", _per_call_us(lambda: nn.Linear(64, 64), 200, args.repeat),
+                 _per_call_us(lambda: QuantLinear(64, 64, **quant), 200, args.repeat), 5.0))
+
+    ref, layer = nn.Linear(64, 64).eval(), QuantLinear(64, 64, **quant).eval()
+    with torch.no_grad():
+        rows.append(("eval forward (no_grad)", _per_call_us(lambda: ref(x), 3000, args.repeat),
+                     _per_call_us(lambda: layer(x), 3000, args.repeat), 3.0))
+
+    ref.train()
+    layer.train()
+    xg = x.clone().requires_grad_(True)
+
+    def step(module: nn.Module) -> Callable[[], None]:
+        def run() -> None:
+            module.zero_grad(set_to_none=True)
+            module(xg).sum().backward()
+        return run
+
+    rows.append(("train forward + backward", _per_call_us(step(ref), 1000, args.repeat),
+                 _per_call_us(step(layer), 1000, args.repeat), 4.0))
+
+    print(f"QuantLinear(64, 64), MXFP8 weight + input, batch 8; torch {torch.__version__}, "
+          f"{args.threads} thread(s), flush denormal on")
+    print(f"{'case':<26} {'nn.Linear us':>13} {'QuantLinear us':>15} {'ratio':>7} {'target':>7}")
+    for name, base, ours, target in rows:
+        print(f"{name:<26} {base:>13.1f} {ours:>15.1f} {ours / base:>6.2f}x {target:>6.1f}x")
+
+
+if __name__ == "__main__":
+    main()
