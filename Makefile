@@ -1,4 +1,7 @@
-# Set-up and common tasks. Each target creates .venv and installs what it needs first.
+# Set-up and common tasks. Each target creates .venv and installs what it needs first:
+# `make demo` only the demo's extra (scikit-learn, tqdm), `make test` every extra the test suite
+# uses. A stamp file per set of extras records what is installed, so a .venv made by one target
+# gets the missing packages when the other target runs (and nothing is reinstalled otherwise).
 # TORCH_SPEC picks the torch build: the default takes the CPU wheel this project is tested with;
 # override it for a CUDA build, e.g. `make test TORCH_SPEC="torch==2.13.0 --index-url ..."`.
 PYTHON ?= python3
@@ -6,8 +9,10 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 comma := ,
-EXTRAS ?= test,export,demo,notebooks
-STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+DEMO_EXTRAS ?= demo
+TEST_EXTRAS ?= test,export,demo,notebooks
+# $(call stamp,a,b) -> $(VENV)/.installed-a-b: the extras installed, '-' for ','
+stamp = $(VENV)/.installed-$(subst $(comma),-,$(1))
 
 .PHONY: demo test bench clean
 
@@ -15,18 +20,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(STAMP): $(BIN)/python setup.cfg pyproject.toml
+$(VENV)/.installed-%: $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/pip install -q -e ".[$(subst -,$(comma),$*)]"
 	touch $@
 
-demo: $(STAMP)
+demo: $(call stamp,$(DEMO_EXTRAS))
 	$(BIN)/python -m groupquant demo
 
-test: $(STAMP)
+test: $(call stamp,$(TEST_EXTRAS))
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(call stamp,$(DEMO_EXTRAS))
 	$(BIN)/python benchmarks/bench_fake_quant.py
 
 clean:

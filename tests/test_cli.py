@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -42,11 +43,65 @@ def test_describe_unknown_name_fails_clearly(capsys):
     assert "neither a format nor a quantizer" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name, guess", [("fp4_e2m2", "fp4_e2m1"), ("mxfp_e4m3", "mxfp8_e4m3"),
+                                         ("MXFloat4e2m1Weigth", "MXFloat4e2m1Weight"),
+                                         ("mxfloat6e2m3act", "MXFloat6e2m3Act")])
+def test_describe_a_misspelt_name_suggests_the_closest(capsys, name, guess):
+    assert main(["describe", name]) == 2
+    err = capsys.readouterr().err
+    assert f"{name!r} is neither a format nor a quantizer" in err and f"did you mean {guess!r}?" in err
+
+
+def test_describe_far_from_any_name_suggests_nothing(capsys):
+    assert main(["describe", "zzzzzz"]) == 2
+    assert "did you mean" not in capsys.readouterr().err
+
+
+def _usage_error(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["demo", "--formats", "int4"], ["--formats", "fp4_e2m1,float_fnuz_e4m3"]])
+def test_demo_rejects_a_format_that_is_not_mx_listing_the_valid_ones(capsys, argv):
+    err = _usage_error(capsys, argv)
+    assert "usage: python -m groupquant demo" in err and "error: argument --formats:" in err
+    assert "is not an MX element format" in err and "Traceback" not in err
+    assert all(name in err for name in ("int8", "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1", "mxfp4"))
+
+
+@pytest.mark.parametrize("value", ["", " , ,"])
+def test_demo_rejects_an_empty_format_list(capsys, value):
+    err = _usage_error(capsys, ["demo", "--formats", value])
+    assert "error: argument --formats: names no format" in err and "fp4_e2m1" in err
+
+
+def test_demo_formats_take_aliases_as_canonical_names_once(monkeypatch):
+    import groupquant.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "cmd_demo", lambda args: seen.append(args) or 0)
+    assert main(["demo", "--formats", "mxfp4,fp8_e4m3", "FP4_E2M1", "mxint8"]) == 0
+    assert seen[0].formats == ["fp4_e2m1", "fp8_e4m3", "int8"]
+
+
+def test_help_lists_each_command_once(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("demo", "formats", "describe"):
+        assert len(re.findall(rf"^\s+{command}\s", out, flags=re.M)) == 1, out
+
+
 def test_demo_rejects_unknown_format_naming_it(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["demo", "--formats", "fp4_e2m1,fp3_e1m1"])
     assert exc.value.code == 2
-    assert "'fp3_e1m1'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown format 'fp3_e1m1'" in err and "Traceback" not in err
 
 
 def test_demo_json(capsys):

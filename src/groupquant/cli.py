@@ -1,6 +1,6 @@
 """The command line, ``python -m groupquant COMMAND``.
 
-Commands:
+Commands (``build_parser`` holds their help, which ``--help`` prints once):
     demo      the main job: train on scikit-learn's digits, quantize to every MX format, QAT (default)
     formats   the element format table (bits, bias, emax, max normal, min normal/subnormal, specials)
     describe  the settings of a format or a quantizer, by name
@@ -8,7 +8,7 @@ Commands:
 from __future__ import annotations
 
 import argparse
-import json
+import difflib
 import sys
 from typing import Dict, List, Optional, Sequence
 
@@ -21,17 +21,46 @@ __all__ = ["main", "build_parser", "format_table", "format_aliases"]
 _EXTRA_TABLE_FORMATS = ("float_ocp_e4m3", "float_fnuz_e4m3", "float_e4m3", "int4")
 
 
+def _mx_format_names() -> Dict[str, str]:
+    """Every name ``get_format`` accepts for an MX element format -> its canonical name."""
+    return {name: get_format(name).name for name in known_formats() if get_format(name).name in MX_FORMATS}
+
+
 def _split_formats(values: Sequence[str]) -> List[str]:
-    """``['fp4_e2m1,int8', 'fp8_e4m3']`` -> the names, each checked; errors name the bad one."""
-    names = [v.strip() for item in values for v in item.split(",") if v.strip()]
-    for name in names:
-        try:
-            get_format(name)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"unknown format {name!r}; MX formats: {', '.join(MX_FORMATS)} "
-                "(all names: python -m groupquant formats --all)") from None
+    """``['fp4_e2m1,int8', 'fp8_e4m3']`` -> the canonical MX names, in order, each once.
+
+    Raises ``argparse.ArgumentTypeError`` naming the first name that is not an MX format, or
+    saying that no name was given; both messages list the valid names.
+    """
+    mx_names = _mx_format_names()
+    valid = (f"MX formats: {', '.join(MX_FORMATS)} "
+             f"(also: {', '.join(sorted(n for n in mx_names if n not in MX_FORMATS))})")
+    names: List[str] = []
+    for name in (v.strip() for item in values for v in item.split(",")):
+        if not name:
+            continue
+        canonical = mx_names.get(name.lower())
+        if canonical is None:
+            if name.lower() in known_formats():
+                raise argparse.ArgumentTypeError(f"{name!r} is not an MX element format; {valid}")
+            guess = _suggest(name, list(mx_names))
+            hint = f" (did you mean {guess!r}?)" if guess else ""
+            raise argparse.ArgumentTypeError(f"unknown format {name!r}{hint}; {valid}")
+        if canonical not in names:
+            names.append(canonical)
+    if not names:
+        raise argparse.ArgumentTypeError(f"names no format; {valid}")
     return names
+
+
+class _FormatsAction(argparse.Action):
+    """Stores ``--formats`` as checked canonical names; a bad list is a usage error (exit 2)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            setattr(namespace, self.dest, _split_formats(values))
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
 
 
 def format_table(names: Sequence[str]) -> str:
@@ -80,6 +109,20 @@ def _find_quantizer(name: str) -> Optional[type]:
     return obj if isinstance(obj, type) and issubclass(obj, quantizers.QuantizerBase) else None
 
 
+def _quantizer_names() -> List[str]:
+    """The names of the quantizer classes ``groupquant.quantizers`` exports."""
+    from . import quantizers
+
+    return [name for name in quantizers.__all__ if _find_quantizer(name) is not None]
+
+
+def _suggest(name: str, candidates: Sequence[str]) -> Optional[str]:
+    """The candidate closest to ``name`` (case-insensitive), or None when none is close."""
+    by_key = {c.lower(): c for c in candidates}
+    match = difflib.get_close_matches(name.strip().lower(), list(by_key), n=1, cutoff=0.6)
+    return by_key[match[0]] if match else None
+
+
 def cmd_describe(args: argparse.Namespace) -> int:
     """Print a format's constants or a quantizer's resolved settings."""
     name = args.name
@@ -92,7 +135,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
     try:
         fmt = get_format(name)
     except ValueError:
-        print(f"error: {name!r} is neither a format nor a quantizer in groupquant.quantizers "
+        guess = _suggest(name, known_formats() + _quantizer_names())
+        hint = f"; did you mean {guess!r}?" if guess else ""
+        print(f"error: {name!r} is neither a format nor a quantizer in groupquant.quantizers{hint} "
               "(formats: python -m groupquant formats --all)", file=sys.stderr)
         return 2
     for key, value in fmt.describe().items():
@@ -132,12 +177,15 @@ def _non_negative_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with its three sub-commands."""
-    parser = argparse.ArgumentParser(prog="python -m groupquant", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    """The argument parser with its three sub-commands (the demo runs when none is named)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m groupquant",
+        description="Group-wise (OCP Microscaling) quantization: the demo and the format tables.",
+        epilog="Without a command (or with only options) the demo runs. "
+               "Help of one command: python -m groupquant COMMAND --help")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     demo = sub.add_parser("demo", help="train on digits, quantize to every MX format, QAT MXFP4 (default)")
-    demo.add_argument("--formats", nargs="+", default=[",".join(MX_FORMATS)], metavar="FMT",
+    demo.add_argument("--formats", nargs="+", default=list(MX_FORMATS), metavar="FMT", action=_FormatsAction,
                       help=f"formats to compare, space or comma separated (default: {','.join(MX_FORMATS)})")
     demo.add_argument("--epochs", type=_non_negative_int, default=15, help="float training epochs (default 15)")
     demo.add_argument("--qat-epochs", type=_non_negative_int, default=4,
@@ -162,9 +210,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["demo", *argv]
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        try:
-            args.formats = _split_formats(args.formats)
-        except argparse.ArgumentTypeError as exc:
-            parser.error(f"argument --formats: {exc}")
     return args.func(args)

@@ -1,0 +1,145 @@
+"""The set-up: `make demo` installs only the demo's extra and the demo runs with it; `make test`
+installs every package the test suite imports; a .venv made by one target gets what the other needs."""
+import ast
+import configparser
+import importlib.metadata as metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _make_extras(target: str) -> list:
+    """The extras the Makefile installs for ``target`` ('DEMO' or 'TEST'), e.g. ['demo']."""
+    match = re.search(rf"^{target}_EXTRAS \?= (\S+)$", (ROOT / "Makefile").read_text(), flags=re.M)
+    assert match, f"Makefile defines no {target}_EXTRAS"
+    return match.group(1).split(",")
+
+
+def _requirements(extras) -> list:
+    """install_requires plus the named extras of setup.cfg, as requirement strings."""
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    lines = cfg["options"]["install_requires"].split("\n")
+    for extra in extras:
+        lines += cfg["options.extras_require"][extra].split("\n")
+    return [line.strip() for line in lines if line.strip()]
+
+
+def _installed_closure(requirements) -> set:
+    """Canonical names of the distributions that installing ``requirements`` brings in (read from
+    the installed metadata; requirements not installed here are kept by name)."""
+    seen, todo = set(), [(req, frozenset()) for req in requirements]
+    while todo:
+        text, parent_extras = todo.pop()
+        req = Requirement(text)
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in {"", *parent_extras}):
+            continue
+        name = canonicalize_name(req.name)
+        key = (name, frozenset(req.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            requires = metadata.distribution(name).requires or []
+        except metadata.PackageNotFoundError:
+            continue
+        todo += [(r, frozenset(req.extras)) for r in requires]
+    return {name for name, _ in seen}
+
+
+def _module_to_distributions() -> dict:
+    return {mod: {canonicalize_name(d) for d in dists} for mod, dists in metadata.packages_distributions().items()}
+
+
+def _third_party_imports_of_the_tests() -> set:
+    """Top-level modules the test files import (statements and pytest.importorskip)."""
+    files = list((ROOT / "tests").rglob("*.py"))
+    local = {f.stem for f in files} | {"groupquant", "conftest"}
+    modules = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "importorskip"
+                  and node.args and isinstance(node.args[0], ast.Constant)):
+                modules.add(node.args[0].value.split(".")[0])
+    return {m for m in modules - local if m not in sys.stdlib_module_names and m != "__future__"}
+
+
+def test_make_test_installs_every_package_the_tests_import():
+    closure = _installed_closure(_requirements(_make_extras("TEST")))
+    dists = _module_to_distributions()
+    imports = _third_party_imports_of_the_tests()
+    assert {"torch", "onnxruntime", "nbclient", "hypothesis", "sklearn"} <= imports  # the scan sees them
+    missing = {m: sorted(dists.get(m, {"(not installed here)"})) for m in imports if not dists.get(m, set()) & closure}
+    assert not missing, f"the tests import packages that `make test` does not install: {missing}"
+
+
+def test_make_demo_installs_only_the_demo_extra():
+    assert _make_extras("DEMO") == ["demo"]
+    demo = set(_requirements(["demo"])) - set(_requirements([]))
+    assert {canonicalize_name(Requirement(r).name) for r in demo} == {"scikit-learn", "tqdm"}
+    assert set(_make_extras("TEST")) >= {"test", "export", "demo", "notebooks"}
+
+
+def test_demo_runs_with_only_its_extra(tmp_path):
+    """The demo in a fresh interpreter where every package outside install_requires + [demo]
+    (onnx, onnxruntime, nbclient, matplotlib, hypothesis, ...) fails to import."""
+    pytest.importorskip("sklearn", reason="the demo needs scikit-learn (the demo extra)")
+    pytest.importorskip("tqdm", reason="the demo needs tqdm (the demo extra)")
+    allowed = _installed_closure(_requirements(_make_extras("DEMO")))
+    blocked = sorted(m for m, dists in _module_to_distributions().items()
+                     if not dists & allowed and not m.startswith("_") and m.isidentifier() and m != "groupquant")
+    assert {"onnx", "onnxruntime", "nbclient", "matplotlib", "hypothesis", "ml_dtypes"} <= set(blocked)
+    code = ("import sys\n"
+            f"for name in {blocked!r}:\n    sys.modules[name] = None\n"
+            "from groupquant.cli import main\n"
+            "sys.exit(main(['demo', '--json', '--formats', 'fp4_e2m1', '--epochs', '1', '--qat-epochs', '1']))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert '"fmt": "fp4_e2m1"' in result.stdout
+
+
+def _make_dry_run(target: str, venv: Path) -> list:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    result = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, check=True)
+    return [line for line in result.stdout.splitlines() if "pip install" in line and "-e" in line]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_a_venv_made_by_one_target_gets_the_extras_of_the_other(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.touch()
+    past = time.time() - 60
+    os.utime(python, (past, past))  # an existing interpreter, older than the stamps below
+    demo_install, test_install = ['-e ".[demo]"'], ['-e ".[test,export,demo,notebooks]"']
+
+    def installs(target):
+        return [line.split("-q ", 1)[1] for line in _make_dry_run(target, venv)]
+
+    assert installs("demo") == demo_install and installs("test") == test_install  # a bare venv
+    (venv / ".installed-demo").touch()  # `make demo` was run
+    assert installs("demo") == [] and installs("test") == test_install
+    (venv / ".installed-demo").unlink()
+    (venv / ".installed-test-export-demo-notebooks").touch()  # `make test` was run
+    assert installs("test") == [] and installs("demo") == demo_install
+    (venv / ".installed-demo").touch()  # both
+    assert installs("test") == [] and installs("demo") == []
