@@ -122,7 +122,7 @@ def test_bad_arguments():
     spec = _spec(get_format("int8"), "tensor")
     with pytest.raises(ValueError, match="ste must be"):
         DynamicQuant(dataclasses.replace(spec, ste="none"))(x)
-    with pytest.raises(ValueError, match="scale_mode must be"):
+    with pytest.raises(ValueError, match="scale_rounding must be"):
         DynamicQuant(dataclasses.replace(spec, scale_rounding="log2"))(x)
     # the settings are checked where quantizers resolve into a spec, naming the setting at fault
     for setting, bad in [("ste", "none"), ("restrict_scaling_type", "log2"), ("scale_rounding", "bogus")]:

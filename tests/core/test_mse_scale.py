@@ -7,8 +7,12 @@ import numpy as np
 import pytest
 import torch
 
+
+
+
 import groupquant as gq
-from groupquant.core import MSEScale, ScaledQuant, ScaleGranularity, mse_scale
+from groupquant.core import MSEScale, QuantSpec, ScaledQuant, ScaleGranularity, build_tensor_quant, mse_scale
+from groupquant.ops import FakeQuantResult
 from groupquant.formats import get_format
 
 #: format name -> (emax, element rounding of a float64 array already divided by the scale)
@@ -93,7 +97,8 @@ def test_error_is_never_worse_than_the_floor_rule(name):
     x = _data(11)
     fmt = get_format(name)
     g = ScaleGranularity("group", -1, 32)
-    out = ScaledQuant(fmt, g, MSEScale(fmt, g))(x)
+    out = build_tensor_quant(QuantSpec("mse", fmt, "group", 32, -1, stats_op="mse"))(x)  # the quantizer route
+    assert isinstance(out, FakeQuantResult) and torch.equal(out.scale.nan_to_num(), mse_scale(x, fmt, g).nan_to_num())
     mse_value = g.unview(out.value, x.shape)
     floor_value = gq.fake_quant(x, name, 32, -1)
     finite = torch.isfinite(x).all(dim=1)

@@ -11,7 +11,15 @@ from groupquant.formats import FloatFormat, IntFormat, SpecialValues, get_format
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from groupquant.export.onnx_act_quant import DynamicGroupQuant, dynamic_fake_quant_of  # noqa: E402
+from groupquant.core import QuantSpec  # noqa: E402
+from groupquant.export.onnx_act_quant import dynamic_fake_quant_of  # noqa: E402
+
+
+def DynamicGroupQuant(fmt, block_size=32, dim=-1, scale_mode="floor"):  # noqa: N802
+    """The quantizer spec of a dynamic group quantizer with these settings."""
+    restrict = "fp" if scale_mode == "float" else "power_of_two"
+    return QuantSpec("test", fmt, "group", block_size, dim, restrict=restrict,
+                     scale_rounding="floor" if scale_mode == "float" else scale_mode)
 from groupquant.export.onnx_builder import GraphBuilder  # noqa: E402
 
 MODES = ["floor", "ceil", "even", "rceil", "float"]
@@ -96,7 +104,7 @@ def test_opsets(opset, onnx_fake_quant, bits_equal):
 
 
 def test_bad_settings_are_named():
-    with pytest.raises(ValueError, match="scale_mode"):
+    with pytest.raises(ValueError, match="scale_rounding"):
         DynamicGroupQuant(get_format("int8"), scale_mode="round")
     with pytest.raises(ValueError, match="dim=2"):
         dynamic_fake_quant_of(GraphBuilder(21), "x", 2, 8, DynamicGroupQuant(get_format("int8"), dim=2))

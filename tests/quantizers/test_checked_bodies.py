@@ -119,3 +119,25 @@ def test_a_solver_overriding_a_derived_value_is_refused_when_resolved():
     with pytest.raises(ConfigError) as info:
         quantizer_spec(Sneaky)
     assert info.value.setting == "max_normal"
+
+
+@pytest.mark.parametrize("name", ["MXFloat8e4m3WeightMSE", "MXFloat6e2m3WeightMSE", "MXFloat4e2m1WeightMSE",
+                                  "MXInt8WeightMSE"])
+def test_mse_quantizers_use_the_mse_search_along_the_input_features(name):
+    from groupquant.core import ScaleGranularity, mse_scale
+    from groupquant.ops import round_to_format
+
+    quant = getattr(gq.quantizers, name)
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(16, 70, generator=g) * torch.logspace(-3, 3, 70)
+    layer = QuantLinear(70, 16, weight_quant=quant)
+    layer.weight.data.copy_(w)
+    qt = layer.quant_weight()
+    fmt = qt.fmt
+    scale = mse_scale(w, fmt, ScaleGranularity("group", 1, 32))
+    assert torch.equal(qt.scale_, scale)
+    layout = qt.layout
+    expected = layout.expand(round_to_format(layout.contract(w) / scale, fmt, "even") * scale)
+    assert torch.equal(qt.value, expected)
+    x = torch.randn(3, 70)
+    assert torch.equal(layer(x), torch.nn.functional.linear(x, expected, layer.bias))

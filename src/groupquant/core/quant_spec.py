@@ -63,6 +63,22 @@ class QuantSpec:
     saturating: bool = True
     ste: str = "identity"
 
+    def __post_init__(self) -> None:
+        """Refuse a mode no module implements (quantizers check settings with named errors first)."""
+        allowed = {"granularity": ("tensor", "channel", "group"), "restrict": ("fp", "power_of_two"),
+                   "scale_rounding": ("floor", "ceil", "even", "rceil"),
+                   "scale_source": ("stats", "running_stats", "learned"), "stats_op": ("abs_max", "percentile", "mse"),
+                   "rounding": ("even", "nearest", "floor", "stochastic"), "ste": ("identity", "clipped")}
+        for name, choices in allowed.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"QuantSpec {name} must be one of {choices}, got {getattr(self, name)!r}")
+        size = self.group_size
+        if self.granularity == "group" and size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                                                 or size < 1):
+            raise ValueError(f"QuantSpec group_size must be a positive int (or None: the whole dim), got {size!r}")
+        if self.scale_source == "running_stats" and self.granularity != "tensor":
+            raise ValueError(f"QuantSpec running_stats scales are per tensor, got per {self.granularity}")
+
     @property
     def scale_mode(self) -> str:
         """The :func:`groupquant.ops.group_scale` mode: ``float`` for fp scales, else the rule."""

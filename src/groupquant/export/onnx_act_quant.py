@@ -13,39 +13,22 @@ Graph, for ``x`` of known rank with a known size ``C`` of the grouped dim:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
-
-from ..formats import ElementFormat
-from ..ops.shared_scale import SCALE_MODES
+from ..core import QuantSpec
 from .onnx_builder import GraphBuilder
 from .onnx_element_round import round_elements_of
 from .onnx_shared_scale import shared_scale_of
 
-__all__ = ["DynamicGroupQuant", "dynamic_fake_quant_of"]
+__all__ = ["dynamic_fake_quant_of"]
 
 
-@dataclass(frozen=True)
-class DynamicGroupQuant:
-    """Settings of a dynamic group quantizer: element format, block size (None: whole dim),
-    grouped dim (may be negative) and scale rule."""
-
-    fmt: ElementFormat
-    block_size: Optional[int] = 32
-    dim: int = -1
-    scale_mode: str = "floor"
-
-    def __post_init__(self) -> None:
-        if self.scale_mode not in SCALE_MODES:
-            raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {self.scale_mode!r}")
-
-
-def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spec: DynamicGroupQuant) -> str:
-    """Append the subgraph quantizing float32 ``x`` (``rank`` dims, ``dim_size`` along ``spec.dim``); returns its output."""
-    if not -rank <= spec.dim < rank:
-        raise ValueError(f"dim={spec.dim} is out of range for an input with {rank} dimensions")
-    d = spec.dim % rank
-    block = spec.block_size or dim_size
+def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spec: QuantSpec) -> str:
+    """Append the subgraph quantizing float32 ``x`` (``rank`` dims, ``dim_size`` along the spec's
+    group dim) by a dynamic group ``spec`` (format, group size, group dim, scale mode); returns its output."""
+    dim = -1 if spec.group_dim is None else spec.group_dim
+    if not -rank <= dim < rank:
+        raise ValueError(f"group_dim={dim} is out of range for an input with {rank} dimensions")
+    d = dim % rank
+    block = min(spec.group_size or dim_size, dim_size)
     k = -(-dim_size // block)
     pad = k * block - dim_size
     if pad:

@@ -18,12 +18,11 @@ from typing import Callable, List, Optional
 import torch
 from torch import nn
 
-from ..core import DynamicQuant
 from ..nn import QuantConv1d, QuantConv2d, QuantIdentity, QuantLinear, QuantReLU
 from ..proxy import QuantProxy
 from ..quant_tensor import plain
 from .export_error import ExportError
-from .onnx_act_quant import DynamicGroupQuant, dynamic_fake_quant_of
+from .onnx_act_quant import dynamic_fake_quant_of
 from .onnx_builder import GraphBuilder
 from .onnx_torch_modules import NodeInfo, conv_of, float_array, linear_of
 from .onnx_weight import SCALE_FORMATS, weight_dequant_of
@@ -52,20 +51,20 @@ def _act_quant(b: GraphBuilder, proxy: QuantProxy, x: str, shape: Optional[torch
     """The dynamic activation quantizer of ``proxy`` applied to ``x`` (identity when disabled)."""
     if not proxy.is_quant_enabled:
         return x
-    tq = proxy.tensor_quant
+    spec = proxy.spec
     what = f"{type(proxy).__name__} {which}"
-    if not isinstance(tq, DynamicQuant) or not tq.granularity.is_group:
-        kind = tq.granularity.kind if isinstance(tq, DynamicQuant) else type(tq).__name__
+    if not (spec.is_dynamic and spec.is_group):
+        kind = spec.granularity if spec.is_dynamic else f"{spec.scale_source}/{spec.stats_op}"
         raise ExportError(info.name, what, f"{which} uses {kind} scaling; only dynamic group-wise (MX) activation "
                           "quantizers export")
-    if tq.rounding != "even":
-        raise ExportError(info.name, what, f"{which} rounding={tq.rounding!r}; only 'even' exports")
+    if spec.rounding != "even" or not spec.saturating:
+        raise ExportError(info.name, what, f"{which} rounding={spec.rounding!r}, saturating={spec.saturating}; "
+                          "only 'even' saturating rounding exports")
     if shape is None:
         raise ExportError(info.name, what, "the shape of the quantized tensor is unknown")
-    g = tq.granularity
-    spec = DynamicGroupQuant(tq.fmt, g.group_size, g.dim, tq.scale_mode)
+    dim = -1 if spec.group_dim is None else spec.group_dim
     try:
-        return dynamic_fake_quant_of(b, x, len(shape), int(shape[g.dim]), spec)
+        return dynamic_fake_quant_of(b, x, len(shape), int(shape[dim]), spec)
     except ValueError as e:
         raise ExportError(info.name, what, str(e)) from e
 
