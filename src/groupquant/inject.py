@@ -37,6 +37,7 @@ from __future__ import annotations
 import copyreg
 import difflib
 import inspect
+import weakref
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Dict, FrozenSet, Mapping, Optional
@@ -236,7 +237,20 @@ def _nested_parent_reads(nested: type) -> set:
     return names
 
 
+_KNOWN: "weakref.WeakKeyDictionary[type, FrozenSet[str]]" = weakref.WeakKeyDictionary()
+
+
 def known_settings(injector: type) -> FrozenSet[str]:
+    """Every name ``let`` accepts for ``injector`` (computed once per class; see :func:`_known_settings`)."""
+    if not isinstance(injector, type(_BaseInjector)):
+        raise TypeError(f"expected an Injector subclass, got {injector!r}")
+    known = _KNOWN.get(injector)
+    if known is None:
+        known = _KNOWN[injector] = _known_settings(injector)
+    return known
+
+
+def _known_settings(injector: type) -> FrozenSet[str]:
     """Every name ``let`` accepts for ``injector``.
 
     Declared names (own and inherited), the argument names of solvers and of
@@ -303,12 +317,12 @@ def check_overrides(injector: Optional[type], overrides: Mapping[str, Any],
     With ``injector`` None any override is an error: nothing would read it.
     Derived values and other libraries' names are refused as :func:`check_name` says.
     """
-    if injector is None:
-        if overrides:
-            key = prefix + next(iter(overrides))
-            message = f"{context} got setting {key!r} but no quantizer is set"
-            raise UnknownSettingError(key, message)
+    if not overrides:
         return
+    if injector is None:
+        key = prefix + next(iter(overrides))
+        message = f"{context} got setting {key!r} but no quantizer is set"
+        raise UnknownSettingError(key, message)
     strict = _hook(injector, "__vocabulary__") is not None
     known = known_settings(injector)
     for key, given in overrides.items():

@@ -16,6 +16,7 @@ the last dim and scales channels along dim 0.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -96,12 +97,12 @@ class QuantSpec:
     def with_dims(self, group_dim: Optional[int], channel_dim: Optional[int], *,
                   force: bool = False) -> "QuantSpec":
         """This spec with the layer's dims filled in where the quantizer left them None
-        (``force``: replace them whatever the quantizer says, e.g. a 1-D bias)."""
+        (``force``: replace them whatever the quantizer says, e.g. a 1-D bias). Cached."""
         g = group_dim if force or self.group_dim is None else self.group_dim
         c = channel_dim if force or self.channel_dim is None else self.channel_dim
         if (g, c) == (self.group_dim, self.channel_dim):
             return self
-        return dataclasses.replace(self, group_dim=g, channel_dim=c)
+        return _with_dims(self, g, c)
 
     @property
     def scale_granularity(self) -> ScaleGranularity:
@@ -130,3 +131,9 @@ class QuantSpec:
         where = {"stats": "from each tensor", "running_stats": "running statistics",
                  "learned": "learned, initialised as"}[self.scale_source]
         return f"{kind}: {where} {rule}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _with_dims(spec: QuantSpec, group_dim: Optional[int], channel_dim: Optional[int]) -> QuantSpec:
+    """``spec`` with these dims (one record per distinct spec and dims)."""
+    return dataclasses.replace(spec, group_dim=group_dim, channel_dim=channel_dim)

@@ -52,8 +52,9 @@ class QuantLayerMixin:
                 raise ValueError(f"{context}: bias_quant / bias_* settings given but the layer has bias=False")
             self.bias_quant = BiasQuantProxy(bias_quant, bias.shape if bias is not None else (0,),
                                              routed["bias_"] if bias is not None else {}, context)
-            for proxy in (self.weight_quant, self.bias_quant, self.input_quant, self.output_quant):
-                proxy.to(weight.device)
+            if weight.device.type != "cpu":  # quantizer state (learned scales, running stats) beside the weight
+                for proxy in (self.weight_quant, self.bias_quant, self.input_quant, self.output_quant):
+                    proxy.to(weight.device)
 
     def quant_weight(self) -> Union[torch.Tensor, QuantTensor]:
         """The quantized weight: a quant tensor (``GroupwiseFloatQuantTensor`` for MXFP weights,
