@@ -209,6 +209,32 @@ def test_op_rejects_bad_arguments_by_name() -> None:
         op(x, record.pack()[:-1])
 
 
+def test_op_treats_a_block_size_beyond_the_dim_as_the_whole_dim() -> None:
+    # the op itself, given a huge block (it used to overflow the block count and return garbage)
+    x = make_input((3, 40), -1, torch.float32, seed=2).nan_to_num(0.0, 0.0, 0.0)
+    whole = kernel_params(make_spec(x, "fp8_e4m3", None), x.dtype)
+    for block in (41, 2 ** 40, sys.maxsize):
+        params = dataclasses.replace(whole, block_size=block).pack()
+        assert_same(torch.ops.groupquant.group_fake_quant(x, params), native_fake_quant(x, make_spec(x, "fp8_e4m3", None)),
+                    f"block {block}")
+        codes, scale, _ = torch.ops.groupquant.group_quantize(x, params, torch.uint8)
+        assert codes.shape == (3, 1, 40) and scale.shape == (3, 1, 1)
+        fake_codes = torch.library.opcheck(torch.ops.groupquant.group_quantize.default, (x, params, torch.uint8))
+        assert all(v == "SUCCESS" for v in fake_codes.values())
+
+
+def test_extension_reports_the_record_fields_in_order() -> None:
+    from groupquant.ops.kernel_params import KernelParams, check_field_names, field_names
+
+    names = torch.ops.groupquant.kernel_param_fields().split(",")
+    assert tuple(names) == tuple(f.name for f in dataclasses.fields(KernelParams)) == field_names()
+    check_field_names(names)
+    with pytest.raises(RuntimeError, match="parameter record"):
+        check_field_names(names[1:] + names[:1])  # same names, another order
+    with pytest.raises(RuntimeError, match="parameter record"):
+        check_field_names(names + ["new_field"])
+
+
 def test_opcheck_passes_on_every_op() -> None:
     x = torch.randn(3, 40, requires_grad=True)
     for rounding in ("even", "stochastic"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
