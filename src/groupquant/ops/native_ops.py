@@ -39,7 +39,7 @@ def _grouped_shape(x: torch.Tensor, params: Sequence[int], middle: Optional[int]
     the block size), with the block size resolved as the kernels do (at most the dim's size)."""
     d = params[field_index("dim")] % x.dim()
     size = x.shape[d]
-    block = min(params[field_index("block_size")], max(size, 1))
+    block = torch.sym_min(params[field_index("block_size")], torch.sym_max(size, 1))
     k = (size + block - 1) // block
     return list(x.shape[:d]) + [k, block if middle is None else middle] + list(x.shape[d + 1:])
 

@@ -88,6 +88,7 @@ def reference_fake_quant_parts(x: torch.Tensor, spec: GroupSpec, want_mask: bool
 
 
 def _fake_quant_parts(x: torch.Tensor, spec: GroupSpec, want_mask: bool) -> ReferenceFakeQuantParts:
+    """:func:`reference_fake_quant_parts` under the thread's current flush-denormal mode."""
     q = _quantize_values(x, spec)
     out = spec.layout.expand(q.elements * q.scale).to(x.dtype)
     mask = spec.layout.expand(q.scaled.abs() <= spec.fmt.max_normal) if want_mask else None
@@ -117,6 +118,7 @@ def reference_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
 
 
 def _quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
+    """:func:`reference_quantize` under the thread's current flush-denormal mode."""
     q = _quantize_values(x, spec)
     codes = encode(q.elements, spec.fmt)
     scale_codes = q.scale_codes if spec.scale_mode != "float" else None
