@@ -210,3 +210,19 @@ def test_native_equals_reference_bit_for_bit(name):
                     saturated = reference_fake_quant(x, dataclasses.replace(spec, saturating=True))[0]
                     overflowed += int((~torch.isfinite(ref) & torch.isfinite(saturated)).sum())
     assert overflowed > 0  # the non-saturating rule was exercised
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and a CUDA build of torch")
+def test_cuda_op_matches_cpu_op_non_saturating():
+    if not native.native_available(torch.device("cuda")):
+        pytest.skip("the extension was built without CUDA")
+    for name, fmt in FORMATS.items():
+        for i, (shape, dim, block) in enumerate([((6, 64), -1, 32), ((5, 45), 1, 7), ((3, 37, 5), 1, 8)]):
+            for rounding in ("even", "nearest", "stochastic"):
+                for dtype in (torch.float32, torch.bfloat16):
+                    x = _overflowing_input(shape, dtype, seed=i + len(rounding))
+                    spec = make_spec(x, fmt, block, dim, rounding, "floor", seed=5, saturating=False)
+                    what = f"{name} {shape} {rounding} {dtype}"
+                    assert torch.equal(_bits(native_fake_quant(x.cuda(), spec).cpu()), _bits(native_fake_quant(x, spec))), what
+                    qc, q = native_quantize(x.cuda(), spec), native_quantize(x, spec)
+                    assert torch.equal(qc.codes.cpu(), q.codes), what
