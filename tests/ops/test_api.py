@@ -1,6 +1,8 @@
 """Public fake_quant / quantize: hypothesis properties, straight-through gradients, stochastic seeds, bad input."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,7 @@ from hypothesis.extra.numpy import arrays
 
 import groupquant as gq
 import mx_oracle
+from groupquant.ops import make_spec, reference_fake_quant, reference_quantize
 from mx_oracle import MX
 
 FORMATS = list(MX)
@@ -267,8 +270,8 @@ def test_non_int_block_size(fn, block):
 
 
 @pytest.mark.parametrize("fn", ENTRY_POINTS)
-@pytest.mark.parametrize("block", [None, 0])
-def test_block_size_none_or_zero_means_whole_dim(fn, block):
+@pytest.mark.parametrize("block", [None, 0, 64, 65, 1000, 2 ** 40, sys.maxsize])
+def test_block_size_none_zero_or_at_least_the_dim_means_whole_dim(fn, block):
     out = fn(X, "fp8_e4m3", block)
     whole = fn(X, "fp8_e4m3", 64)
     if fn is gq.quantize:
@@ -277,6 +280,29 @@ def test_block_size_none_or_zero_means_whole_dim(fn, block):
         assert torch.equal(out.value, whole.value) and torch.equal(out.scale, whole.scale)
     else:
         assert torch.equal(out, whole)
+
+
+@pytest.mark.parametrize("block", [sys.maxsize, 2 ** 40])
+def test_huge_block_size_on_the_reference_is_one_block(block):
+    # (it used to allocate block_size elements of padding)
+    spec = make_spec(X, "fp8_e4m3", block)
+    assert spec.layout.block_size == 64
+    whole = make_spec(X, "fp8_e4m3", None)
+    assert torch.equal(reference_fake_quant(X, spec)[0], reference_fake_quant(X, whole)[0])
+    assert torch.equal(reference_quantize(X, spec).codes, reference_quantize(X, whole).codes)
+
+
+@pytest.mark.parametrize("fn", ENTRY_POINTS)
+@pytest.mark.parametrize("block", [2 ** 63, 2 ** 64, -(2 ** 64)])
+def test_block_size_beyond_int64_names_block_size(fn, block):
+    with pytest.raises(ValueError, match="block_size"):
+        fn(X, "fp8_e4m3", block)
+
+
+@pytest.mark.parametrize("fn", ENTRY_POINTS)
+def test_seed_and_generator_together_is_an_error_naming_both(fn):
+    with pytest.raises(ValueError, match="seed.*generator"):
+        fn(X, "fp8_e4m3", rounding="stochastic", seed=1, generator=torch.Generator().manual_seed(0))
 
 
 @pytest.mark.parametrize("fn", ENTRY_POINTS)

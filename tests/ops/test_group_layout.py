@@ -1,6 +1,8 @@
 """GroupLayout: contracted shapes, padding, contract/expand round trips along any dim, bad arguments."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -62,11 +64,20 @@ def test_block_size_none_or_zero_is_the_whole_dim(block):
     assert lay.contracted_shape == (3, 1, 50, 2)
 
 
-def test_block_larger_than_dim_pads_to_one_group():
-    lay = GroupLayout.build(torch.Size([5]), 0, 32)
-    assert (lay.num_groups, lay.pad) == (1, 27)
-    x = torch.randn(5)
+@pytest.mark.parametrize("block", [5, 6, 32, 2 ** 31, sys.maxsize])
+def test_block_at_least_the_dim_is_the_whole_dim(block):
+    # exactly as block_size=None: one block of the dim's size, no padding (never a huge allocation)
+    lay = GroupLayout.build(torch.Size([3, 5]), 1, block)
+    assert lay == GroupLayout.build(torch.Size([3, 5]), 1, None)
+    assert (lay.block_size, lay.num_groups, lay.pad) == (5, 1, 0)
+    x = torch.randn(3, 5)
     assert torch.equal(lay.expand(lay.contract(x)), x)
+
+
+@pytest.mark.parametrize("block", [2 ** 63, 2 ** 64, 10 ** 30])
+def test_block_beyond_int64_is_an_error_naming_block_size(block):
+    with pytest.raises(ValueError, match="block_size"):
+        GroupLayout.build(torch.Size([3, 5]), 1, block)
 
 
 def test_empty_dims():
@@ -87,7 +98,7 @@ def test_contract_expand_round_trip(shape, data):
     x = torch.randn(*shape)
     lay = GroupLayout.build(x.shape, dim, block)
     d = dim % ndim
-    b = shape[d] if not block else block
+    b = shape[d] if not block or block >= shape[d] else block
     k = -(-shape[d] // b)
     assert lay.contracted_shape == tuple(shape[:d]) + (k, b) + tuple(shape[d + 1:])
     xg = lay.contract(x)

@@ -7,6 +7,7 @@ dtypes, padded / odd sizes, any group dim, non-contiguous inputs and special blo
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -20,7 +21,8 @@ import torch
 import groupquant as gq
 from groupquant.formats import FloatFormat, IntFormat, SpecialValues
 from groupquant.ops import make_spec, native, reference_fake_quant, reference_quantize
-from groupquant.ops.native_ops import native_fake_quant, native_quantize, op_args
+from groupquant.ops.kernel_params import kernel_params, op_params
+from groupquant.ops.native_ops import native_fake_quant, native_quantize
 
 pytestmark = pytest.mark.skipif(not native.load(), reason="native kernels unavailable (no compiler)")
 
@@ -98,13 +100,13 @@ def check_against_reference(x: torch.Tensor, fmt, block_size, dim, rounding, sca
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, seed=1234)
     what = f"{fmt.name} {scale_mode} {rounding} {x.dtype} {tuple(x.shape)} dim={dim} block={block_size}"
     ref_out, ref_mask = reference_fake_quant(x, spec, want_mask=True)
-    out, mask = torch.ops.groupquant.group_fake_quant_masked(x, *op_args(spec, x.dtype))
+    out, mask = torch.ops.groupquant.group_fake_quant_masked(x, op_params(spec, x.dtype))
     assert_same(out, ref_out, what)
     assert torch.equal(mask, ref_mask), f"clipped-STE mask differs: {what}"
     assert_same(native_fake_quant(x, spec), ref_out, what)
     ref_q, q = reference_quantize(x, spec), native_quantize(x, spec)
     for want_mask in (False, True):  # values, mask and scales from one pass
-        out, mask, scale = torch.ops.groupquant.group_fake_quant_scale(x, *op_args(spec, x.dtype), want_mask)
+        out, mask, scale = torch.ops.groupquant.group_fake_quant_scale(x, op_params(spec, x.dtype), want_mask)
         assert_same(out, ref_out, f"with scale: {what}")
         assert torch.equal(mask, ref_mask) if want_mask else mask.numel() == 0, f"mask with scale: {what}"
         assert_same(scale, ref_q.scale, f"scale beside the values: {what}")
@@ -183,28 +185,65 @@ def test_stochastic_rounding_is_seeded_and_unbiased() -> None:
 
 def test_op_rejects_bad_arguments_by_name() -> None:
     x = torch.randn(4, 32)
-    args = list(op_args(make_spec(x, "fp8_e4m3"), x.dtype))
+    record = kernel_params(make_spec(x, "fp8_e4m3"), x.dtype)
+
+    def with_field(**change) -> list:
+        return dataclasses.replace(record, **change).pack()
+
+    op = torch.ops.groupquant.group_fake_quant
     with pytest.raises(ValueError, match="rounding"):
-        torch.ops.groupquant.group_fake_quant(x, *args[:-2], "banker", 0)
+        op(x, with_field(rounding=4))
     with pytest.raises(ValueError, match="scale_mode"):
-        torch.ops.groupquant.group_fake_quant(x, *args[:-3], "log", "even", 0)
+        op(x, with_field(scale_mode=-1))
     with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
-        torch.ops.groupquant.group_fake_quant(x.double(), *args)
+        op(x.double(), record.pack())
     with pytest.raises(ValueError, match="block_size"):
-        torch.ops.groupquant.group_fake_quant(x, args[0], 0, *args[2:])
+        op(x, with_field(block_size=0))
     with pytest.raises(ValueError, match="dim"):
-        torch.ops.groupquant.group_fake_quant(x, 5, *args[1:])
+        op(x, with_field(dim=5))
+    with pytest.raises(ValueError, match="emax"):  # does not fit the field's int32
+        op(x, with_field(emax=2 ** 40))
+    with pytest.raises(ValueError, match="saturating"):
+        op(x, dataclasses.replace(kernel_params(make_spec(x, "fp4_e2m1"), x.dtype), saturating=False).pack())
+    with pytest.raises(ValueError, match="params must hold"):
+        op(x, record.pack()[:-1])
+
+
+def test_op_treats_a_block_size_beyond_the_dim_as_the_whole_dim() -> None:
+    # the op itself, given a huge block (it used to overflow the block count and return garbage)
+    x = make_input((3, 40), -1, torch.float32, seed=2).nan_to_num(0.0, 0.0, 0.0)
+    whole = kernel_params(make_spec(x, "fp8_e4m3", None), x.dtype)
+    for block in (41, 2 ** 40, sys.maxsize):
+        params = dataclasses.replace(whole, block_size=block).pack()
+        assert_same(torch.ops.groupquant.group_fake_quant(x, params), native_fake_quant(x, make_spec(x, "fp8_e4m3", None)),
+                    f"block {block}")
+        codes, scale, _ = torch.ops.groupquant.group_quantize(x, params, torch.uint8)
+        assert codes.shape == (3, 1, 40) and scale.shape == (3, 1, 1)
+        fake_codes = torch.library.opcheck(torch.ops.groupquant.group_quantize.default, (x, params, torch.uint8))
+        assert all(v == "SUCCESS" for v in fake_codes.values())
+
+
+def test_extension_reports_the_record_fields_in_order() -> None:
+    from groupquant.ops.kernel_params import KernelParams, check_field_names, field_names
+
+    names = torch.ops.groupquant.kernel_param_fields().split(",")
+    assert tuple(names) == tuple(f.name for f in dataclasses.fields(KernelParams)) == field_names()
+    check_field_names(names)
+    with pytest.raises(RuntimeError, match="parameter record"):
+        check_field_names(names[1:] + names[:1])  # same names, another order
+    with pytest.raises(RuntimeError, match="parameter record"):
+        check_field_names(names + ["new_field"])
 
 
 def test_opcheck_passes_on_every_op() -> None:
     x = torch.randn(3, 40, requires_grad=True)
     for rounding in ("even", "stochastic"):
-        args = op_args(make_spec(x, "fp8_e4m3", 16, -1, rounding, seed=3), x.dtype)
-        torch.library.opcheck(torch.ops.groupquant.group_fake_quant.default, (x, *args))
-        torch.library.opcheck(torch.ops.groupquant.group_fake_quant_masked.default, (x, *args))
-        torch.library.opcheck(torch.ops.groupquant.group_quantize.default, (x.detach(), *args, torch.uint8))
+        params = op_params(make_spec(x, "fp8_e4m3", 16, -1, rounding, seed=3), x.dtype)
+        torch.library.opcheck(torch.ops.groupquant.group_fake_quant.default, (x, params))
+        torch.library.opcheck(torch.ops.groupquant.group_fake_quant_masked.default, (x, params))
+        torch.library.opcheck(torch.ops.groupquant.group_quantize.default, (x.detach(), params, torch.uint8))
         for want_mask in (False, True):
-            torch.library.opcheck(torch.ops.groupquant.group_fake_quant_scale.default, (x, *args, want_mask))
+            torch.library.opcheck(torch.ops.groupquant.group_fake_quant_scale.default, (x, params, want_mask))
 
 
 class _QuantMLP(torch.nn.Module):

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <cmath>
 
+#include "group_quant_params.h"
+
 #if defined(__CUDACC__)
 #define GQ_HD __host__ __device__ __forceinline__
 #else
@@ -119,26 +121,19 @@ GQ_HD uint16_t float_to_fp16_bits(float f) {
 
 // ---- the element format, as the op receives it ---------------------------------------------
 
-// All fields come from groupquant.formats (see ops/kernel_format.py); derived ones are filled by
+// The format fields are listed once, in group_quant_params.h (GQ_FORMAT_FIELDS: is_float,
+// is_signed, exponent_bits, mantissa_bits, bias, emin = 1 - bias, emax (the binade the shared scale
+// aligns to, OCP emax_elem), max_normal, qmin / qmax / frac_bits (integer formats), special
+// (Special), nan_code (-1: none), even_bits (mantissa width scale_mode='even' rounds amax to),
+// negative_zero (the format encodes -0), saturating (false: overflow gives Inf / NaN), exp_max (cap
+// of the shared exponent for this input dtype)); the derived ones are filled by
 // make_format_params (csrc/ops.cpp).
 struct FormatParams {
-  bool is_float;
-  bool is_signed;
-  int32_t exponent_bits;  // float formats
-  int32_t mantissa_bits;  // float formats
-  int32_t bias;           // float formats
-  int32_t emin;           // float formats: 1 - bias
-  int32_t emax;           // the binade the shared scale aligns to (OCP emax_elem)
-  float max_normal;
-  int32_t qmin, qmax, frac_bits;  // integer formats
-  int32_t special;                // Special
-  int32_t nan_code;               // -1: the format has no NaN code
-  int32_t even_bits;              // mantissa width that scale_mode='even' rounds amax to
-  bool negative_zero;             // the format encodes -0 (signed floats other than FNUZ)
-  int32_t exp_max;                // cap of the shared exponent for this input dtype (<= 127)
+  GQ_FORMAT_FIELDS(GQ_DECLARE_FIELD)
   // derived
   int32_t qemin, qmant;    // the quantum of s is 2^(max(floor_log2 s, qemin) - qmant)
-  float low, high;         // saturation bounds of element values
+  float low, high;         // element values below low / above high are out of range ...
+  float low_to, high_to;   // ... and become these (low / high when saturating, else -+Inf or NaN)
   float min_normal;        // 2^emin (float formats)
   float int_up;            // 2^frac_bits (integer formats)
   float rceil_sig;         // 2 * frexp(max_normal).mantissa, in [1, 2)
@@ -261,7 +256,9 @@ GQ_HD float round_integer(float y, const RoundRule& rule, float threshold) {
   return copysignf(whole + (up ? 1.0f : 0.0f), y);
 }
 
-// Round a scaled value s = x / scale onto the format's grid and saturate (round_to_format).
+// Round a scaled value s = x / scale onto the format's grid, as if the exponent range had no top,
+// then saturate (round_to_format): a result above high becomes high_to (high itself when
+// saturating, else +Inf / NaN), one below low becomes low_to.
 // Integer formats take the same path: their quantum is the constant 2^-frac_bits (qemin = 127
 // pins the exponent, qmant = 127 + frac_bits) and their saturation bounds are qmin/qmax * 2^-frac,
 // which scale exactly, so the result equals clamp(round(s * 2^frac), qmin, qmax) * 2^-frac.
@@ -274,8 +271,8 @@ GQ_HD float quantize_element(float s, const FormatParams& f, const RoundRule& ru
   const float y = s * exp2i(-quantum);  // exact: a power-of-two rescale
   const float n = Rint ? rintf(y) : round_integer(y, rule, threshold);
   float v = n * exp2i(quantum);
-  v = v < f.low ? f.low : v;  // comparisons keep NaN and -0, like torch.clamp
-  v = v > f.high ? f.high : v;
+  v = v < f.low ? f.low_to : v;  // comparisons keep NaN and -0, like torch.clamp
+  v = v > f.high ? f.high_to : v;
   return (f.negative_zero || v != 0.0f) ? v : 0.0f;  // no -0 in formats that cannot encode it
 }
 

@@ -7,10 +7,20 @@
 // inner > 1 a tile is one block of rows times a chunk of at most kTile columns, and the loops run
 // along the contiguous columns. Per tile: amax of each block from the bits (integer max), its
 // shared scale, then one pass over the elements that quantizes and stores.
+//
+// Results never depend on the thread's floating-point mode: each parallel chunk clears
+// flush-to-zero / denormals-are-zero (torch.set_flush_denormal(True) sets both) while it runs and
+// restores the caller's mode after, so subnormal inputs, scales and results are kept, as in the
+// reference.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdint>
+
+#if defined(__SSE__) || defined(__x86_64__) || defined(_M_X64)
+#include <xmmintrin.h>
+#define GQ_HAVE_MXCSR 1
+#endif
 
 #include "group_quant.h"
 #include "group_quant_job.h"
@@ -20,6 +30,27 @@ namespace {
 
 constexpr int64_t kTile = 2048;          // elements per tile (three float buffers of it stay in L1)
 constexpr int64_t kGrainElements = 1 << 15;  // elements per parallel task, at least
+
+// Keeps subnormals for its lifetime: clears MXCSR's flush-to-zero (bit 15) and denormals-are-zero
+// (bit 6) and restores the previous MXCSR on destruction. A no-op where there is no MXCSR.
+class KeepDenormals {
+ public:
+#if defined(GQ_HAVE_MXCSR)
+  KeepDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~(kFlushToZero | kDenormalsAreZero)); }
+  ~KeepDenormals() { _mm_setcsr(saved_); }
+#else
+  KeepDenormals() = default;
+#endif
+  KeepDenormals(const KeepDenormals&) = delete;
+  KeepDenormals& operator=(const KeepDenormals&) = delete;
+
+ private:
+#if defined(GQ_HAVE_MXCSR)
+  static constexpr unsigned kFlushToZero = 0x8000u;
+  static constexpr unsigned kDenormalsAreZero = 0x0040u;
+  unsigned saved_;
+#endif
+};
 
 // ---- storage types: how to load, store and take |x| bits ---------------------------------------
 
@@ -140,6 +171,7 @@ struct Driver {
     const int64_t total = job.outer * k;
     const int64_t grain = std::max<int64_t>(1, kGrainElements / bs);
     at::parallel_for(0, total, grain, [&](int64_t b0, int64_t b1) {
+      const KeepDenormals keep;
       alignas(64) float scale_buf[kTile];
       alignas(64) float inv_buf[kTile];
       alignas(64) uint32_t amax_blk[kTile];
@@ -209,6 +241,7 @@ struct Driver {
     const int64_t total = job.outer * k * chunks;
     const int64_t grain = std::max<int64_t>(1, kGrainElements / (bs * chunk));
     at::parallel_for(0, total, grain, [&](int64_t i0, int64_t i1) {
+      const KeepDenormals keep;
       alignas(64) uint32_t amax_buf[kTile];
       alignas(64) float scale_buf[kTile];
       alignas(64) float inv_buf[kTile];

@@ -14,24 +14,26 @@ void run_on_cuda(const Job& job, const at::Tensor& x) {
   TORCH_CHECK(err == 0, "groupquant: CUDA kernel failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
-at::Tensor fake_quant_cuda(GQ_OP_PARAMS) {
+at::Tensor fake_quant_cuda(const at::Tensor& x, at::IntArrayRef params) {
   const c10::cuda::CUDAGuard guard(x.device());
-  return std::get<0>(fake_quant_impl(GQ_OP_ARGS, false, run_on_cuda));
+  return std::get<0>(fake_quant_impl(x, params, false, run_on_cuda));
 }
 
-std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cuda(GQ_OP_PARAMS) {
+std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cuda(const at::Tensor& x, at::IntArrayRef params) {
   const c10::cuda::CUDAGuard guard(x.device());
-  return fake_quant_impl(GQ_OP_ARGS, true, run_on_cuda);
+  return fake_quant_impl(x, params, true, run_on_cuda);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_cuda(GQ_OP_PARAMS, bool want_mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_cuda(const at::Tensor& x, at::IntArrayRef params,
+                                                                     bool want_mask) {
   const c10::cuda::CUDAGuard guard(x.device());
-  return fake_quant_scale_impl(GQ_OP_ARGS, want_mask, run_on_cuda);
+  return fake_quant_scale_impl(x, params, want_mask, run_on_cuda);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cuda(GQ_OP_PARAMS, at::ScalarType code_dtype) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cuda(const at::Tensor& x, at::IntArrayRef params,
+                                                             at::ScalarType code_dtype) {
   const c10::cuda::CUDAGuard guard(x.device());
-  return quantize_impl(GQ_OP_ARGS, code_dtype, run_on_cuda);
+  return quantize_impl(x, params, code_dtype, run_on_cuda);
 }
 
 }  // namespace

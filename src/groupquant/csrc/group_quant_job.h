@@ -20,7 +20,8 @@ struct Job {
   const void* x = nullptr;
   int32_t dtype = kFloat32;
   int64_t outer = 0, dim_size = 0, inner = 0;
-  int64_t block_size = 0, num_blocks = 0;
+  int64_t block_size = 0, num_blocks = 0;  // block_size <= max(dim_size, 1)
+  int64_t dim = 0;                          // the grouped dim of the original tensor (op glue only)
   // fake-quant outputs (x's shape): dequantized values in x's dtype, optional bool mask
   // (|x / scale| <= max_normal, the clipped straight-through gradient).
   void* out = nullptr;

@@ -11,7 +11,7 @@ import torch
 
 from ..formats import ElementFormat, get_format
 from . import native
-from .element_round import ROUNDING_MODES
+from .element_round import ROUNDING_MODES, check_saturating
 from .group_layout import GroupLayout
 from .fake_quant_result import FakeQuantResult
 from .native_ops import native_fake_quant, native_fake_quant_with_scale, native_quantize
@@ -88,7 +88,12 @@ def _check_ste(ste: str) -> None:
 
 
 def _draw_seed(generator: Optional[torch.Generator], seed: Optional[int]) -> int:
-    """The seed of the stochastic-rounding hash: given, or drawn from ``generator`` (or torch's global RNG)."""
+    """The seed of the stochastic-rounding hash: given, or drawn from ``generator`` (or torch's global RNG).
+
+    ValueError when both are given (one would be silently ignored)."""
+    if seed is not None and generator is not None:
+        raise ValueError("give either seed or generator for rounding='stochastic', not both "
+                         f"(seed={seed!r}, generator={generator!r})")
     if seed is not None:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
@@ -101,7 +106,7 @@ def _draw_seed(generator: Optional[torch.Generator], seed: Optional[int]) -> int
 
 def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,
               rounding: str = "even", scale_mode: str = "floor", generator: Optional[torch.Generator] = None,
-              seed: Optional[int] = None) -> GroupSpec:
+              seed: Optional[int] = None, saturating: bool = True) -> GroupSpec:
     """Check every argument and bundle them; errors name the argument at fault."""
     _check_tensor(x)
     element_format = get_format(fmt)
@@ -109,14 +114,15 @@ def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optio
         raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
     if scale_mode not in SCALE_MODES:
         raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {scale_mode!r}")
+    check_saturating(saturating, element_format)
     layout = GroupLayout.build(x.shape, dim, block_size)
     drawn = _draw_seed(generator, seed) if rounding == "stochastic" else None
-    return GroupSpec(element_format, layout, rounding, scale_mode, drawn)
+    return GroupSpec(element_format, layout, rounding, scale_mode, drawn, saturating)
 
 
 def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,
                rounding: str = "even", scale_mode: str = "floor", *, generator: Optional[torch.Generator] = None,
-               seed: Optional[int] = None, ste: str = "identity") -> torch.Tensor:
+               seed: Optional[int] = None, ste: str = "identity", saturating: bool = True) -> torch.Tensor:
     """Quantize ``x`` group-wise to ``fmt`` and back (dequantized values, x's shape and dtype).
 
     Args:
@@ -124,16 +130,23 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
         fmt: format name (``'fp8_e4m3'``, ``'fp8_e5m2'``, ``'fp6_e3m2'``, ``'fp6_e2m3'``,
             ``'fp4_e2m1'``, ``'int8'``, ``'mxfp4_e2m1'``, ... see ``groupquant.known_formats()``) or
             an ``IntFormat`` / ``FloatFormat``.
-        block_size: elements sharing one scale along ``dim`` (32 for MX); ``None`` or ``0``
-            means the whole dim. A dim that is not a multiple is zero-padded internally.
+        block_size: elements sharing one scale along ``dim`` (32 for MX); ``None``, ``0`` or any
+            size at least the dim's means the whole dim (one block). A dim that is not a multiple
+            is zero-padded internally.
         dim: the dim along which groups run.
         rounding: ``'even'`` (nearest, ties to even; OCP), ``'nearest'`` (ties away from zero),
             ``'floor'`` (toward zero) or ``'stochastic'``.
         scale_mode: ``'floor'`` (OCP: 2**(floor(log2 amax) - emax)), ``'ceil'``, ``'even'``,
             ``'rceil'`` (E8M0 power-of-two scales) or ``'float'`` (amax / max_normal).
-        generator / seed: randomness for ``rounding='stochastic'``.
+        generator / seed: randomness for ``rounding='stochastic'`` (one of them, not both).
         ste: gradient rule: ``'identity'`` (straight-through) or ``'clipped'`` (zero gradient
             where ``|x / scale|`` exceeded max normal, i.e. the element saturated).
+        saturating: ``True`` (OCP MX): elements beyond max normal become +-max normal. ``False``
+            (non-saturating minifloats, as Brevitas offers them; formats with Inf or NaN codes
+            only): the element is rounded as if the exponent range had no top, and one whose
+            rounded magnitude exceeds max normal becomes +-Inf (formats with Inf, e.g.
+            ``fp8_e5m2``) or NaN (NaN-only formats such as ``fp8_e4m3``, FNUZ): for e4m3,
+            464 -> 448 (tie to even), 470 -> NaN.
 
     Returns:
         A tensor of ``x``'s shape, dtype and device holding ``element * scale`` per group: the values
@@ -141,8 +154,10 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
 
     Raises:
         TypeError: ``x`` is not a float32/bfloat16/float16 tensor, or ``fmt`` is neither a name nor
-            a format object. ValueError: an unknown format name, rounding, scale mode or ste, a
-            ``dim`` out of range, a negative ``block_size``. Each message names the argument.
+            a format object; ``block_size`` not an int (or one beyond int64). ValueError: an unknown
+            format name, rounding, scale mode or ste, a ``dim`` out of range, a negative
+            ``block_size``, both ``seed`` and ``generator``, ``saturating=False`` for a format
+            without Inf/NaN codes. Each message names the argument.
 
     Spec rules (OCP MX v1.0): elements round then saturate to +-max normal; subnormals are kept;
     the shared exponent is clamped to [-127, 127]; an all-zero group gets scale 2**-127; a group
@@ -159,7 +174,7 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
     the native C++/CUDA kernel when it is built (see ``groupquant.ops.backend()``), else in the
     PyTorch reference; both give the same bits.
     """
-    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
+    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating)
     _check_ste(ste)
     if _use_native(x):
         return native_fake_quant(x, spec, ste)
@@ -171,14 +186,14 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
 def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32,
                           dim: int = -1, rounding: str = "even", scale_mode: str = "floor", *,
                           generator: Optional[torch.Generator] = None, seed: Optional[int] = None,
-                          ste: str = "identity") -> FakeQuantResult:
+                          ste: str = "identity", saturating: bool = True) -> FakeQuantResult:
     """:func:`fake_quant` and the shared scales it used, from one pass over ``x``.
 
     Arguments as :func:`fake_quant`. ``result.value`` equals ``fake_quant(x, ...)`` bit for bit
     (same gradient); ``result.scale`` (float32, contracted scale shape ``S[:d] + (k, 1) + S[d+1:]``,
     no gradient) equals ``quantize(x, ...).scale``.
     """
-    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
+    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating)
     _check_ste(ste)
     if _use_native(x):
         return native_fake_quant_with_scale(x, spec, ste)
@@ -191,13 +206,14 @@ def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block
 
 def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,
              rounding: str = "even", scale_mode: str = "floor", *, generator: Optional[torch.Generator] = None,
-             seed: Optional[int] = None) -> GroupQuantized:
+             seed: Optional[int] = None, saturating: bool = True) -> GroupQuantized:
     """Quantize ``x`` group-wise to ``fmt``: element codes and shared scales (contracted layout).
 
     Arguments as :func:`fake_quant`. ``result.dequantize()`` equals ``fake_quant(x, ...)`` bit for bit.
-    ``result.codes`` holds the format's bit encodings, ``result.scale_codes`` the E8M0 bytes.
+    ``result.codes`` holds the format's bit encodings, ``result.scale_codes`` the E8M0 bytes; with
+    ``saturating=False`` an overflowing element is the format's Inf code (with its sign) or NaN code.
     """
-    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed)
+    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating)
     if _use_native(x):
         return native_quantize(x, spec)
     return reference_quantize(x, spec)

@@ -10,7 +10,10 @@ Rounding modes (``rounding=``):
 - ``floor``: toward zero (truncation of the magnitude).
 - ``stochastic``: up with probability equal to the fraction, from a counter-based hash of
   (seed, element index), so any backend reproduces it from the same seed.
-Values beyond max normal saturate to +-max normal; NaN stays NaN. Formats without a negative
+Values beyond max normal saturate to +-max normal (``saturating=True``, the OCP MX rule); with
+``saturating=False`` the value is rounded as if the exponent range had no top and a result
+beyond max normal becomes +-Inf (formats with Inf) or NaN (formats with NaN only, FNUZ); formats
+with neither cannot be non-saturating. NaN stays NaN. Formats without a negative
 zero (integers, unsigned, FNUZ) give +0 where the rounding of a negative value reaches zero, so
 fake-quant output equals the decoded codes bit for bit.
 """
@@ -23,7 +26,7 @@ import torch
 from ..formats import ElementFormat, FloatFormat, IntFormat, SpecialValues
 from .bits import exp2i, floor_log2
 
-__all__ = ["ROUNDING_MODES", "round_to_format", "uniform_from_hash"]
+__all__ = ["ROUNDING_MODES", "round_to_format", "uniform_from_hash", "check_saturating"]
 
 ROUNDING_MODES = ("even", "nearest", "floor", "stochastic")
 
@@ -65,12 +68,26 @@ def _round_magnitude(y: torch.Tensor, rounding: str, noise: Optional[torch.Tenso
     return torch.copysign(whole + up.to(whole.dtype), y)
 
 
+def check_saturating(saturating: object, fmt: ElementFormat) -> bool:
+    """``saturating`` validated for ``fmt``: TypeError unless a bool; ValueError for ``False`` on a
+    format with no Inf or NaN code (integers, FP6, FP4, ``special_values='none'``)."""
+    if not isinstance(saturating, bool):
+        raise TypeError(f"saturating must be a bool, got {saturating!r}")
+    if not saturating and not fmt.has_nan:
+        raise ValueError(f"saturating=False needs a format with Inf or NaN codes; {fmt.name} has none, so its "
+                         "out-of-range values can only saturate (use saturating=True)")
+    return saturating
+
+
 def round_to_format(x: torch.Tensor, fmt: ElementFormat, rounding: str = "even",
-                    noise: Optional[torch.Tensor] = None) -> torch.Tensor:
+                    noise: Optional[torch.Tensor] = None, saturating: bool = True) -> torch.Tensor:
     """Round float32 ``x`` onto ``fmt``'s value grid and saturate to its range (float32 out).
 
-    ``noise`` (uniform [0, 1), x's shape) is required for ``rounding='stochastic'``.
+    ``noise`` (uniform [0, 1), x's shape) is required for ``rounding='stochastic'``. With
+    ``saturating=False`` a rounded magnitude beyond max normal gives +-Inf (formats with Inf) or
+    NaN (see :func:`check_saturating`).
     """
+    check_saturating(saturating, fmt)
     x = x.float()
     if isinstance(fmt, IntFormat):
         y = x * float(2 ** fmt.frac_bits)
@@ -80,9 +97,22 @@ def round_to_format(x: torch.Tensor, fmt: ElementFormat, rounding: str = "even",
     quantum_exp = e - fmt.mantissa_bit_width
     y = x * exp2i(-quantum_exp)
     v = _round_magnitude(y, rounding, noise) * exp2i(quantum_exp)
-    low = 0.0 if not fmt.signed else -fmt.max_normal
-    v = v.clamp(low, fmt.max_normal)
+    v = _saturate(v, fmt) if saturating else _overflow(v, fmt)
     return v if _has_negative_zero(fmt) else _positive_zero(v)
+
+
+def _saturate(v: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """Clamp rounded values to [-max normal, max normal] (unsigned: [0, max normal])."""
+    low = 0.0 if not fmt.signed else -fmt.max_normal
+    return v.clamp(low, fmt.max_normal)
+
+
+def _overflow(v: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """Rounded values beyond max normal -> +-Inf (formats with Inf) or NaN; unsigned: negatives -> 0."""
+    if not fmt.signed:
+        v = v.clamp(min=0.0)
+    over = torch.full_like(v, float("inf") if fmt.has_inf else float("nan"))
+    return torch.where(v.abs() > fmt.max_normal, torch.copysign(over, v), v)
 
 
 def _has_negative_zero(fmt: FloatFormat) -> bool:

@@ -1,5 +1,6 @@
 """The contracted group layout: one dimension split into k groups of ``block_size`` elements.
 
+A block size of at least the dim's size is the whole dim (one block, no padding).
 A tensor of shape ``S`` grouped along ``dim = d`` becomes ``S[:d] + (k, block_size) + S[d+1:]``
 (a weight ``[O, I]`` grouped along its last dim gives ``[O, k, I/k]``), and a per-group quantity
 (the scale) has shape ``S[:d] + (k, 1) + S[d+1:]``. A dim whose size is not a multiple of the
@@ -16,14 +17,26 @@ import torch.nn.functional as F
 __all__ = ["GroupLayout", "normalize_block_size"]
 
 
+_INT64_MAX = 2 ** 63 - 1
+
+
 def normalize_block_size(block_size: Optional[int], dim_size: int) -> int:
-    """The block size to use: ``None`` or ``0`` means the whole dim (one block), else a positive int."""
-    if block_size is None or (isinstance(block_size, int) and not isinstance(block_size, bool) and block_size == 0):
+    """The block size to use along a dim of ``dim_size`` elements.
+
+    ``None``, ``0`` or any size at least ``dim_size`` means the whole dim (one block of
+    ``max(dim_size, 1)``); else a positive int. TypeError naming ``block_size`` for a non-int (or
+    bool), ValueError for a negative one or one beyond int64.
+    """
+    if block_size is None:
         return max(int(dim_size), 1)
     if isinstance(block_size, bool) or not isinstance(block_size, int):
         raise TypeError(f"block_size must be an int (or None / 0 for the whole dim), got {block_size!r}")
     if block_size < 0:
         raise ValueError(f"block_size must be positive (or None / 0 for the whole dim), got {block_size}")
+    if block_size > _INT64_MAX:
+        raise ValueError(f"block_size must fit in int64 (at most 2**63 - 1), got {block_size}")
+    if block_size == 0 or block_size >= dim_size:
+        return max(int(dim_size), 1)
     return block_size
 
 

@@ -2,7 +2,8 @@
 
 The extension in ``groupquant/csrc`` is compiled on first use with
 ``torch.utils.cpp_extension.load`` (ninja) into torch's extension cache, or into
-``GROUPQUANT_BUILD_DIR`` when set; a first build prints one line. Where it cannot be built (no
+``GROUPQUANT_BUILD_DIR`` when set, under a name keyed by the sources' contents and path (so
+switching between checkouts never rebuilds); every build prints one line. Where it cannot be built (no
 compiler), the PyTorch reference runs instead, after one warning.
 
 ``GROUPQUANT_BACKEND`` chooses: unset or ``auto`` (the default: native when it builds, else the
@@ -17,12 +18,12 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ["backend", "native_available", "load", "extension_name", "build_flags", "CSRC", "BACKEND_ENV",
-           "BUILD_DIR_ENV"]
+__all__ = ["backend", "native_available", "load", "extension_name", "needs_build", "build_message", "build_flags",
+           "CSRC", "BACKEND_ENV", "BUILD_DIR_ENV"]
 
 BACKEND_ENV = "GROUPQUANT_BACKEND"
 BUILD_DIR_ENV = "GROUPQUANT_BUILD_DIR"
@@ -69,46 +70,68 @@ def _cuda_build() -> bool:
     return CUDA_HOME is not None
 
 
-def _source_digest() -> str:
+def _source_digest(csrc: Path = CSRC) -> str:
     """Short hash of the kernel sources, so that checkouts with different kernels (two versions
     installed side by side, several worktrees) never load or overwrite each other's build."""
     digest = hashlib.sha1()
-    for path in sorted(CSRC.iterdir()):
+    for path in sorted(csrc.iterdir()):
         if path.suffix in (".h", ".cpp", ".cu"):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:10]
 
 
-def extension_name(cuda: bool) -> str:
-    """Cache name of the extension: one per CPU capability, CUDA choice and kernel sources."""
+def _path_digest(csrc: Path = CSRC) -> str:
+    """Short hash of the sources' absolute path: torch's build files name the sources by path, so
+    two checkouts of one commit sharing a build would rebuild it at every switch between them."""
+    return hashlib.sha1(str(csrc.resolve()).encode()).hexdigest()[:6]
+
+
+def extension_name(cuda: bool, csrc: Path = CSRC) -> str:
+    """Cache name of the extension: one per CPU capability, kernel sources, their checkout (path)
+    and CUDA choice."""
     cap = torch.backends.cpu.get_cpu_capability().lower()
-    return f"groupquant_ops_{cap}_{_source_digest()}" + ("_cuda" if cuda else "")
+    return f"groupquant_ops_{cap}_{_source_digest(csrc)}_{_path_digest(csrc)}" + ("_cuda" if cuda else "")
 
 
-def _build_dir(name: str) -> Optional[str]:
+def _build_dir(name: str) -> str:
+    """Where the extension ``name`` is built: ``GROUPQUANT_BUILD_DIR/name``, else torch's cache."""
     root = os.environ.get(BUILD_DIR_ENV)
-    if not root:
+    if root:
+        path = Path(root).expanduser() / name
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+    from torch.utils.cpp_extension import _get_build_directory  # private, stable since torch 1.x
+    return _get_build_directory(name, False)
+
+
+def _library_stamp(build_dir: str, name: str) -> Optional[Tuple[int, int]]:
+    """(mtime in ns, inode) of the built library, or None when there is none: changes iff a build ran."""
+    try:
+        st = (Path(build_dir) / f"{name}.so").stat()
+    except OSError:
         return None
-    path = Path(root).expanduser() / name
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
+    return (st.st_mtime_ns, st.st_ino)
 
 
-def _needs_build(name: str, build_dir: Optional[str], sources: List[str]) -> bool:
-    """True when no built library newer than the sources is in the cache (so a build will run)."""
-    if build_dir is None:
-        try:
-            from torch.utils.cpp_extension import _get_build_directory  # private: may move
-            build_dir = _get_build_directory(name, False)
-        except Exception:
-            return True
-    built = sorted(Path(build_dir).glob(f"{name}*.so"), key=lambda p: p.stat().st_mtime)
-    if not built:
+def needs_build(build_dir: str, name: str, sources: Sequence[str], csrc: Path = CSRC) -> bool:
+    """Whether loading will compile, decided as ninja decides: no library yet, a build file that
+    names other source paths (another checkout's, or none), or a source or header newer than it."""
+    library = Path(build_dir) / f"{name}.so"
+    ninja_file = Path(build_dir) / "build.ninja"
+    if not library.exists() or not ninja_file.exists():
         return True
-    newest_source = max(Path(s).stat().st_mtime for s in sources + [str(CSRC / "group_quant.h"),
-                                                                      str(CSRC / "group_quant_job.h"),
-                                                                      str(CSRC / "group_quant_ops.h")])
-    return built[-1].stat().st_mtime < newest_source
+    recipe = ninja_file.read_text(errors="replace")
+    if any(os.path.abspath(src) not in recipe for src in sources):
+        return True
+    inputs = list(sources) + [str(h) for h in csrc.glob("*.h")]
+    return max(Path(p).stat().st_mtime_ns for p in inputs) > library.stat().st_mtime_ns
+
+
+def build_message(cuda: bool, where: str, done: bool = False) -> str:
+    """The one line printed when the kernels are compiled (``done``: noticed only after the build)."""
+    kind = "CPU + CUDA" if cuda else "CPU"
+    tail = " (done)" if done else "; this happens once"
+    return f"groupquant: building the native kernels ({kind}) into {where}{tail}"
 
 
 def _build() -> None:
@@ -118,14 +141,16 @@ def _build() -> None:
     sources = [str(CSRC / s) for s in _CPU_SOURCES + (_CUDA_SOURCES if cuda else ())]
     name = extension_name(cuda)
     build_dir = _build_dir(name)
-    if _needs_build(name, build_dir, sources):
-        where = build_dir or "torch's extension cache"
-        print(f"groupquant: building the native kernels ({'CPU + CUDA' if cuda else 'CPU'}) into {where}; "
-              "this happens once", file=sys.stderr, flush=True)
+    before = _library_stamp(build_dir, name)
+    announced = needs_build(build_dir, name, sources)
+    if announced:
+        print(build_message(cuda, build_dir), file=sys.stderr, flush=True)
     cuda_flags = ["-O3", "--fmad=false", "-Xcompiler", "-ffp-contract=off"] if cuda else None
     cpp_extension.load(name=name, sources=sources, extra_cflags=build_flags(), extra_cuda_cflags=cuda_flags,
                        extra_ldflags=["-fopenmp"], build_directory=build_dir, is_python_module=False,
                        verbose=False)
+    if not announced and _library_stamp(build_dir, name) != before:  # a build the check did not foresee
+        print(build_message(cuda, build_dir, done=True), file=sys.stderr, flush=True)
     _state["cuda"] = cuda
 
 

@@ -1,7 +1,9 @@
 """The native ops from Python: fake (meta) kernels, autograd, and calls from a :class:`GroupSpec`.
 
 The schemas and the CPU/CUDA kernels are registered by the C++ extension (csrc/ops.cpp) once
-:func:`groupquant.ops.native.load` has loaded it; :func:`register` then adds
+:func:`groupquant.ops.native.load` has loaded it. Every op takes ``(x, params, ...)``, ``params``
+being the packed :class:`~.kernel_params.KernelParams` (:func:`~.kernel_params.op_params`).
+:func:`register` checks that the extension's record has the same fields, then adds
 
 - fake kernels, so ``torch.compile(fullgraph=True)`` traces through the ops;
 - autograd: ``group_fake_quant`` passes the gradient straight through; ``group_fake_quant_masked``
@@ -12,68 +14,55 @@ The schemas and the CPU/CUDA kernels are registered by the C++ extension (csrc/o
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Sequence
 
 import torch
 
 from .codes import code_dtype
 from .fake_quant_result import FakeQuantResult
-from .kernel_format import kernel_format
+from .kernel_params import check_field_names, field_index, op_params
 from .quantized import GroupQuantized
 from .reference import GroupSpec
-from .shared_scale import exponent_cap
 
-__all__ = ["register", "op_args", "native_fake_quant", "native_fake_quant_with_scale", "native_quantize", "OP_NAMES"]
+__all__ = ["register", "op_params", "native_fake_quant", "native_fake_quant_with_scale", "native_quantize", "OP_NAMES"]
 
 OP_NAMES = ("groupquant::group_fake_quant", "groupquant::group_fake_quant_masked", "groupquant::group_quantize",
             "groupquant::group_fake_quant_scale")
-_N_ARGS = 22  # inputs of the fake-quant ops (x + 21 settings)
+_N_ARGS = 2  # inputs of the fake-quant ops: x and the packed params
 _registered = {"done": False}
-
-
-def op_args(spec: GroupSpec, dtype: torch.dtype) -> Tuple[object, ...]:
-    """The op arguments after ``x`` (of ``dtype``) for ``spec``, in schema order."""
-    layout = spec.layout
-    seed = 0 if spec.seed is None else int(spec.seed)
-    return ((layout.dim, layout.block_size) + kernel_format(spec.fmt).op_args()
-            + (exponent_cap(dtype, spec.fmt), spec.scale_mode, spec.rounding, seed))
 
 
 # ---- fake kernels ------------------------------------------------------------------------------
 
-def _fake_fake_quant(x, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin, emax,
-                     max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero, exp_max,
-                     scale_mode, rounding, seed):
+def _grouped_shape(x: torch.Tensor, params: Sequence[int], middle: Optional[int]) -> List[int]:
+    """``x.shape[:d] + [k, middle] + x.shape[d+1:]`` for the grouping in ``params`` (middle None:
+    the block size), with the block size resolved as the kernels do (at most the dim's size)."""
+    d = params[field_index("dim")] % x.dim()
+    size = x.shape[d]
+    block = torch.sym_min(params[field_index("block_size")], torch.sym_max(size, 1))
+    k = (size + block - 1) // block
+    return list(x.shape[:d]) + [k, block if middle is None else middle] + list(x.shape[d + 1:])
+
+
+def _fake_fake_quant(x, params):
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-def _fake_fake_quant_masked(x, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin,
-                            emax, max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero,
-                            exp_max, scale_mode, rounding, seed):
+def _fake_fake_quant_masked(x, params):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return out, torch.empty(x.shape, dtype=torch.bool, device=x.device)
 
 
-def _fake_fake_quant_scale(x, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin,
-                           emax, max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero,
-                           exp_max, scale_mode, rounding, seed, want_mask):
+def _fake_fake_quant_scale(x, params, want_mask):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     mask = torch.empty(x.shape if want_mask else (0,), dtype=torch.bool, device=x.device)
-    scale = torch.empty(_grouped_shape(x, dim, block_size, 1), dtype=torch.float32, device=x.device)
+    scale = torch.empty(_grouped_shape(x, params, 1), dtype=torch.float32, device=x.device)
     return out, mask, scale
 
 
-def _grouped_shape(x: torch.Tensor, dim: int, block_size: int, middle: int) -> list:
-    d = dim % x.dim()
-    k = (x.shape[d] + block_size - 1) // block_size
-    return list(x.shape[:d]) + [k, middle] + list(x.shape[d + 1:])
-
-
-def _fake_quantize(x, dim, block_size, is_float, is_signed, exponent_bits, mantissa_bits, bias, emin, emax,
-                   max_normal, qmin, qmax, frac_bits, special, nan_code, even_bits, negative_zero, exp_max,
-                   scale_mode, rounding, seed, code_dtype):
-    codes = torch.empty(_grouped_shape(x, dim, block_size, block_size), dtype=code_dtype, device=x.device)
-    scale_shape = _grouped_shape(x, dim, block_size, 1)
+def _fake_quantize(x, params, code_dtype):
+    codes = torch.empty(_grouped_shape(x, params, None), dtype=code_dtype, device=x.device)
+    scale_shape = _grouped_shape(x, params, 1)
     scale = torch.empty(scale_shape, dtype=torch.float32, device=x.device)
     return codes, scale, torch.empty(scale_shape, dtype=torch.uint8, device=x.device)
 
@@ -110,6 +99,7 @@ def register() -> None:
     """Add fake kernels and autograd to the ops the extension defined (once per process)."""
     if _registered["done"]:
         return
+    check_field_names(torch.ops.groupquant.kernel_param_fields().split(","))
     torch.library.register_fake(OP_NAMES[0])(_fake_fake_quant)
     torch.library.register_fake(OP_NAMES[1])(_fake_fake_quant_masked)
     torch.library.register_fake(OP_NAMES[2])(_fake_quantize)
@@ -124,22 +114,22 @@ def register() -> None:
 
 def native_fake_quant(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> torch.Tensor:
     """Fake-quantize ``x`` by ``spec`` with the native op; gradient by ``ste`` (identity / clipped)."""
-    args = op_args(spec, x.dtype)
+    params = op_params(spec, x.dtype)
     if ste == "clipped" and torch.is_grad_enabled() and x.requires_grad:
-        return torch.ops.groupquant.group_fake_quant_masked(x, *args)[0]
-    return torch.ops.groupquant.group_fake_quant(x, *args)
+        return torch.ops.groupquant.group_fake_quant_masked(x, params)[0]
+    return torch.ops.groupquant.group_fake_quant(x, params)
 
 
 def native_fake_quant_with_scale(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> FakeQuantResult:
     """:func:`native_fake_quant` plus the float32 scales (``spec.layout.scale_shape``) from the same pass."""
     want_mask = ste == "clipped" and torch.is_grad_enabled() and x.requires_grad
-    out, _mask, scale = torch.ops.groupquant.group_fake_quant_scale(x, *op_args(spec, x.dtype), want_mask)
+    out, _mask, scale = torch.ops.groupquant.group_fake_quant_scale(x, op_params(spec, x.dtype), want_mask)
     return FakeQuantResult(out, scale)
 
 
 def native_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     """Codes and shared scales of ``x`` by ``spec`` with the native op (contracted layout)."""
-    codes, scale, scale_codes = torch.ops.groupquant.group_quantize(x.detach(), *op_args(spec, x.dtype),
+    codes, scale, scale_codes = torch.ops.groupquant.group_quantize(x.detach(), op_params(spec, x.dtype),
                                                                    code_dtype(spec.fmt))
     keep_codes = scale_codes if spec.scale_mode != "float" else None
     return GroupQuantized(codes, scale, keep_codes, spec.fmt, spec.layout, x.dtype)

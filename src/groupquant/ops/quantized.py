@@ -8,6 +8,7 @@ import torch
 
 from ..formats import ElementFormat
 from .codes import decode
+from .denormals import keeping_denormals
 from .group_layout import GroupLayout
 
 __all__ = ["GroupQuantized"]
@@ -54,9 +55,9 @@ class GroupQuantized:
         return decode(self.codes, self.fmt)
 
     def dequantize(self) -> torch.Tensor:
-        """``element * scale`` in the original shape and dtype: equal to ``fake_quant`` of the input."""
-        out = self.element_values() * self.scale
-        return self.layout.expand(out).to(self.dtype)
+        """``element * scale`` in the original shape and dtype: equal to ``fake_quant`` of the input
+        (subnormal products kept whatever ``torch.set_flush_denormal`` says)."""
+        return keeping_denormals(lambda: self.layout.expand(self.element_values() * self.scale).to(self.dtype))
 
     def to(self, device: torch.device) -> "GroupQuantized":
         """A copy on another device."""

@@ -13,6 +13,7 @@ import torch
 
 from ..formats import ElementFormat
 from .codes import encode
+from .denormals import keeping_denormals
 from .fake_quant_result import FakeQuantResult
 from .element_round import round_to_format, uniform_from_hash
 from .group_layout import GroupLayout
@@ -25,13 +26,18 @@ __all__ = ["GroupSpec", "reference_fake_quant", "reference_fake_quant_with_scale
 
 @dataclass(frozen=True)
 class GroupSpec:
-    """Validated arguments of one group-wise quantization call."""
+    """Validated arguments of one group-wise quantization call.
+
+    ``saturating=False`` (formats with Inf or NaN codes only): an element whose rounded magnitude
+    exceeds max normal becomes +-Inf / NaN instead of +-max normal (see :mod:`.element_round`).
+    """
 
     fmt: ElementFormat
     layout: GroupLayout
     rounding: str = "even"
     scale_mode: str = "floor"
     seed: Optional[int] = None  # for rounding='stochastic'
+    saturating: bool = True
 
 
 def stochastic_noise(spec: GroupSpec, device: torch.device) -> Optional[torch.Tensor]:
@@ -60,7 +66,7 @@ def _quantize_values(x: torch.Tensor, spec: GroupSpec) -> _Quantized:
     scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_mode, x.dtype)
     noise = stochastic_noise(spec, x.device)
     scaled = xg / scale
-    elements = round_to_format(scaled, spec.fmt, spec.rounding, noise)
+    elements = round_to_format(scaled, spec.fmt, spec.rounding, noise, spec.saturating)
     return _Quantized(elements, scale, scale_codes, scaled)
 
 
@@ -75,7 +81,14 @@ class ReferenceFakeQuantParts:
 
 
 def reference_fake_quant_parts(x: torch.Tensor, spec: GroupSpec, want_mask: bool = False) -> ReferenceFakeQuantParts:
-    """Quantize-dequantize ``x`` by ``spec``, keeping the mask (if ``want_mask``) and the scales."""
+    """Quantize-dequantize ``x`` by ``spec``, keeping the mask (if ``want_mask``) and the scales.
+
+    Subnormals are kept whatever ``torch.set_flush_denormal`` says (see :mod:`.denormals`)."""
+    return keeping_denormals(lambda: _fake_quant_parts(x, spec, want_mask))
+
+
+def _fake_quant_parts(x: torch.Tensor, spec: GroupSpec, want_mask: bool) -> ReferenceFakeQuantParts:
+    """:func:`reference_fake_quant_parts` under the thread's current flush-denormal mode."""
     q = _quantize_values(x, spec)
     out = spec.layout.expand(q.elements * q.scale).to(x.dtype)
     mask = spec.layout.expand(q.scaled.abs() <= spec.fmt.max_normal) if want_mask else None
@@ -100,7 +113,12 @@ def reference_fake_quant_with_scale(x: torch.Tensor, spec: GroupSpec) -> FakeQua
 
 
 def reference_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
-    """Element codes and shared scales of ``x`` by ``spec``."""
+    """Element codes and shared scales of ``x`` by ``spec`` (subnormals kept, see :mod:`.denormals`)."""
+    return keeping_denormals(lambda: _quantize(x, spec))
+
+
+def _quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
+    """:func:`reference_quantize` under the thread's current flush-denormal mode."""
     q = _quantize_values(x, spec)
     codes = encode(q.elements, spec.fmt)
     scale_codes = q.scale_codes if spec.scale_mode != "float" else None

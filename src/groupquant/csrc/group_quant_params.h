@@ -1,0 +1,104 @@
+// The op parameter record: the ONE C++ list of the settings a groupquant op receives.
+//
+// Python packs a frozen dataclass (ops/kernel_params.py, class KernelParams) into the op argument
+// `int[] params`, one int64 per field, in field order; this file lists the same fields in the same
+// order. X(type, name) below declares the struct members, unpacks the array and spells the names
+// the extension reports (op groupquant::kernel_param_fields), which Python compares with the
+// dataclass at load time. Adding a field: one line here, one field in KernelParams.
+//
+// Packing per type: bool as 0/1, int32/int64 as the integer, uint32 as 0 .. 2^32-1, float as the
+// bit pattern of the float32 value (0 .. 2^32-1).
+// No torch dependency (plain C++17 / CUDA): the CPU, CUDA and op sources all include it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace groupquant {
+
+// The call: how the tensor is grouped and how scales and elements round.
+#define GQ_CALL_FIELDS(X) \
+  X(int64_t, dim)         \
+  X(int64_t, block_size)  \
+  X(int32_t, scale_mode)  \
+  X(int32_t, rounding)    \
+  X(uint32_t, seed)
+
+// The element format (read off groupquant.formats), plus the input dtype's shared-exponent cap.
+#define GQ_FORMAT_FIELDS(X)   \
+  X(bool, is_float)           \
+  X(bool, is_signed)          \
+  X(int32_t, exponent_bits)   \
+  X(int32_t, mantissa_bits)   \
+  X(int32_t, bias)            \
+  X(int32_t, emin)            \
+  X(int32_t, emax)            \
+  X(float, max_normal)        \
+  X(int32_t, qmin)            \
+  X(int32_t, qmax)            \
+  X(int32_t, frac_bits)       \
+  X(int32_t, special)         \
+  X(int32_t, nan_code)        \
+  X(int32_t, even_bits)       \
+  X(bool, negative_zero)      \
+  X(bool, saturating)         \
+  X(int32_t, exp_max)
+
+#define GQ_DECLARE_FIELD(type, name) type name;
+
+// The call fields as one struct (the format fields live in FormatParams, group_quant.h).
+struct CallParams {
+  GQ_CALL_FIELDS(GQ_DECLARE_FIELD)
+};
+
+#define GQ_FIELD_NAME(type, name) #name ","
+// "dim,block_size,...,exp_max," (packed order; a trailing comma).
+constexpr const char kParamFieldNames[] = GQ_CALL_FIELDS(GQ_FIELD_NAME) GQ_FORMAT_FIELDS(GQ_FIELD_NAME);
+#undef GQ_FIELD_NAME
+
+#define GQ_COUNT_FIELD(type, name) +1
+constexpr int kNumParams = 0 GQ_CALL_FIELDS(GQ_COUNT_FIELD) GQ_FORMAT_FIELDS(GQ_COUNT_FIELD);
+#undef GQ_COUNT_FIELD
+
+// One packed int64 as a field of type T; false when it is out of that type's range.
+inline bool unpack_value(int64_t v, int64_t* out) {
+  *out = v;
+  return true;
+}
+inline bool unpack_value(int64_t v, int32_t* out) {
+  *out = static_cast<int32_t>(v);
+  return v >= INT32_MIN && v <= INT32_MAX;
+}
+inline bool unpack_value(int64_t v, uint32_t* out) {
+  *out = static_cast<uint32_t>(v);
+  return v >= 0 && v <= static_cast<int64_t>(UINT32_MAX);
+}
+inline bool unpack_value(int64_t v, bool* out) {
+  *out = v != 0;
+  return v == 0 || v == 1;
+}
+inline bool unpack_value(int64_t v, float* out) {
+  const uint32_t bits = static_cast<uint32_t>(v);
+  std::memcpy(out, &bits, sizeof bits);
+  return v >= 0 && v <= static_cast<int64_t>(UINT32_MAX);
+}
+
+// Fills call and format fields (F: FormatParams) from kNumParams packed values; returns the name of
+// the first field whose value does not fit its type, or nullptr when all fit.
+template <class F>
+const char* unpack_params(const int64_t* packed, CallParams* call, F* fmt) {
+  int i = 0;
+  const char* bad = nullptr;
+#define GQ_UNPACK_INTO(target, type, name) \
+  if (!unpack_value(packed[i++], &(target)->name) && bad == nullptr) bad = #name;
+#define GQ_UNPACK_CALL(type, name) GQ_UNPACK_INTO(call, type, name)
+#define GQ_UNPACK_FORMAT(type, name) GQ_UNPACK_INTO(fmt, type, name)
+  GQ_CALL_FIELDS(GQ_UNPACK_CALL)
+  GQ_FORMAT_FIELDS(GQ_UNPACK_FORMAT)
+#undef GQ_UNPACK_FORMAT
+#undef GQ_UNPACK_CALL
+#undef GQ_UNPACK_INTO
+  return bad;
+}
+
+}  // namespace groupquant
