@@ -56,9 +56,8 @@ def dynamic_fake_quant(x: torch.Tensor, spec: QuantSpec, contract: bool = True) 
     """
     g = spec.scale_granularity
     grouped, block, dim = _as_groups(x, g)
-    extra = {} if spec.saturating else {"saturating": False}
     result = fake_quant_with_scale(grouped, spec.fmt, block, dim, spec.rounding, spec.scale_mode,
-                                   ste=spec.ste, **extra)
+                                   ste=spec.ste, saturating=spec.saturating)
     if not g.is_group:
         return FakeQuantResult(_from_groups(result.value, x, g), result.scale.reshape(g.scale_shape(x.shape)))
     if not contract:

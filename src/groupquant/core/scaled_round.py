@@ -26,9 +26,8 @@ class _ScaledRound(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, scale: torch.Tensor, fmt: ElementFormat, rounding: str,  # type: ignore[override]
                 noise: Optional[torch.Tensor], clipped: bool, saturating: bool) -> torch.Tensor:
-        extra = {} if saturating else {"saturating": False}
-        out = round_to_format(x.float() / scale, fmt, rounding, noise, **extra) * scale
-        ctx.fmt, ctx.rounding, ctx.clipped, ctx.extra = fmt, rounding, clipped, extra
+        out = round_to_format(x.float() / scale, fmt, rounding, noise, saturating) * scale
+        ctx.fmt, ctx.rounding, ctx.clipped, ctx.saturating = fmt, rounding, clipped, saturating
         ctx.save_for_backward(x, scale, noise if noise is not None else torch.empty(0))
         ctx.has_noise = noise is not None
         return out.to(x.dtype)
@@ -48,7 +47,7 @@ class _ScaledRound(torch.autograd.Function):
             grad_x = grad if inside is None else grad * inside.to(grad.dtype)
             grad_x = grad_x.to(x.dtype)
         if need_s:
-            q = round_to_format(y, ctx.fmt, ctx.rounding, noise if ctx.has_noise else None, **ctx.extra)
+            q = round_to_format(y, ctx.fmt, ctx.rounding, noise if ctx.has_noise else None, ctx.saturating)
             d_scale = q - y if inside is None else torch.where(inside, q - y, q)
             grad_s = (grad.float() * d_scale).sum_to_size(scale.shape).to(scale.dtype)
         return grad_x, grad_s, None, None, None, None, None
