@@ -9,12 +9,12 @@ from the same pass (no second abs-max reduction).
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
-from ..ops import FakeQuantResult, fake_quant_with_scale
+from ..ops import FakeQuantResult, GroupSpec, fake_quant_spec_with_scale, make_spec
 from .granularity import ScaleGranularity
 from .quant_spec import QuantSpec
 
@@ -48,16 +48,37 @@ def _from_groups(y: torch.Tensor, x: torch.Tensor, granularity: ScaleGranularity
     return y.reshape(x.shape)
 
 
-def dynamic_fake_quant(x: torch.Tensor, spec: QuantSpec, contract: bool = True) -> FakeQuantResult:
-    """Quantize-dequantize ``x`` by ``spec`` with abs-max scales, from one kernel pass.
+_MAX_REMEMBERED = 64
+
+
+def _op_spec(grouped: torch.Tensor, spec: QuantSpec, block: int, dim: int,
+             remembered: Optional[Dict[tuple, GroupSpec]]) -> GroupSpec:
+    """The checked op spec (:func:`groupquant.ops.make_spec`) for ``grouped``; kept in ``remembered``
+    per shape and dtype (not for stochastic rounding, which draws a seed per call, nor while compiling)."""
+    keep = remembered is not None and spec.rounding != "stochastic" and not torch.compiler.is_compiling()
+    key = (grouped.shape, grouped.dtype)
+    op_spec = remembered.get(key) if keep else None
+    if op_spec is None:
+        op_spec = make_spec(grouped, spec.fmt, block, dim, spec.rounding, spec.scale_mode, saturating=spec.saturating)
+        if keep:
+            if len(remembered) >= _MAX_REMEMBERED:
+                remembered.clear()
+            remembered[key] = op_spec
+    return op_spec
+
+
+def dynamic_fake_quant(x: torch.Tensor, spec: QuantSpec, contract: bool = True,
+                       remembered: Optional[Dict[tuple, GroupSpec]] = None) -> FakeQuantResult:
+    """Quantize-dequantize ``x`` by ``spec`` with abs-max scales, from one kernel pass
+    (:func:`groupquant.ops.fake_quant_with_scale`'s route).
 
     Returns values (with the STE gradient) and float32 scales in the granularity's scale shape;
     group values are contracted (``result.layout``) when ``contract``, else in ``x``'s shape.
+    ``remembered``: a dict in which the op specs of the shapes seen are kept (a module's).
     """
     g = spec.scale_granularity
     grouped, block, dim = _as_groups(x, g)
-    result = fake_quant_with_scale(grouped, spec.fmt, block, dim, spec.rounding, spec.scale_mode,
-                                   ste=spec.ste, saturating=spec.saturating)
+    result = fake_quant_spec_with_scale(grouped, _op_spec(grouped, spec, block, dim, remembered), spec.ste)
     if not g.is_group:
         return FakeQuantResult(_from_groups(result.value, x, g), result.scale.reshape(g.scale_shape(x.shape)))
     if not contract:
@@ -72,6 +93,7 @@ class DynamicQuant(nn.Module):
     def __init__(self, spec: QuantSpec) -> None:
         super().__init__()
         self.spec = spec
+        self._op_specs: Dict[tuple, GroupSpec] = {}  # per input shape and dtype, checked once
 
     @property
     def fmt(self):
@@ -85,4 +107,8 @@ class DynamicQuant(nn.Module):
     def forward(self, x: torch.Tensor, contract: bool = True) -> FakeQuantResult:
         """Quantize-dequantize ``x``; group values contracted (unless ``contract`` is False: then
         in x's shape), scales beside them."""
-        return dynamic_fake_quant(x, self.spec, contract)
+        return dynamic_fake_quant(x, self.spec, contract, self._op_specs)
+
+    def __setstate__(self, state: dict) -> None:
+        state.setdefault("_op_specs", {})
+        super().__setstate__(state)

@@ -2,7 +2,8 @@
 
 The PyTorch reference here defines the numerics; native kernels must match it bit for bit.
 """
-from .api import SUPPORTED_DTYPES, backend, fake_quant, fake_quant_with_scale, make_spec, quantize
+from .api import (SUPPORTED_DTYPES, backend, fake_quant, fake_quant_spec_with_scale, fake_quant_with_scale, make_spec,
+                  quantize)
 from .codes import code_dtype, decode, encode
 from .fake_quant_result import FakeQuantResult
 from .element_round import ROUNDING_MODES, round_to_format
@@ -12,7 +13,7 @@ from .reference import GroupSpec, reference_fake_quant, reference_fake_quant_wit
 from .shared_scale import SCALE_MODES, e8m0_decode, e8m0_encode, group_scale, shared_exponent
 
 __all__ = [
-    "SUPPORTED_DTYPES", "backend", "fake_quant", "fake_quant_with_scale", "FakeQuantResult", "make_spec", "quantize",
+    "SUPPORTED_DTYPES", "backend", "fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale", "FakeQuantResult", "make_spec", "quantize",
     "code_dtype", "decode", "encode", "ROUNDING_MODES", "round_to_format", "GroupLayout", "GroupQuantized",
     "GroupSpec", "reference_fake_quant", "reference_fake_quant_with_scale", "reference_quantize", "SCALE_MODES",
     "e8m0_decode", "e8m0_encode", "group_scale", "shared_exponent",

@@ -19,7 +19,7 @@ from .quantized import GroupQuantized
 from .reference import GroupSpec, reference_fake_quant, reference_fake_quant_parts, reference_quantize
 from .shared_scale import SCALE_MODES
 
-__all__ = ["fake_quant", "fake_quant_with_scale", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
+__all__ = ["fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 STE_MODES = ("identity", "clipped")
@@ -58,12 +58,25 @@ def _native_cuda() -> bool:
     return native.native_available(torch.device("cuda"))
 
 
+_SERVED: dict = {}  # device type -> whether the native op serves it, once known (eager fast path)
+
+
 def _use_native(x: torch.Tensor) -> bool:
-    if x.device.type == "cpu":
-        return _native_cpu()
-    if x.device.type == "cuda":
-        return _native_cuda()
-    return False
+    """Whether the native op runs for ``x``'s device (the first call per device may build it)."""
+    kind = x.device.type
+    if not torch.compiler.is_compiling():
+        served = _SERVED.get(kind)
+        if served is not None:
+            return served
+    if kind == "cpu":
+        served = _native_cpu()
+    elif kind == "cuda":
+        served = _native_cuda()
+    else:
+        served = False
+    if not torch.compiler.is_compiling():
+        _SERVED[kind] = served
+    return served
 
 
 def backend() -> str:
@@ -195,6 +208,12 @@ def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block
     """
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating)
     _check_ste(ste)
+    return fake_quant_spec_with_scale(x, spec, ste)
+
+
+def fake_quant_spec_with_scale(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> FakeQuantResult:
+    """:func:`fake_quant_with_scale` for a spec that :func:`make_spec` made for a tensor of ``x``'s
+    shape and dtype (callers that quantize tensors of one shape again and again keep the spec)."""
     if _use_native(x):
         return native_fake_quant_with_scale(x, spec, ste)
     if torch.is_grad_enabled() and x.requires_grad:

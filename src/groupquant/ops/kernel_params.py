@@ -134,6 +134,21 @@ def kernel_params(spec: GroupSpec, dtype: torch.dtype) -> KernelParams:
                         **_format_fields(spec.fmt, dtype, spec.saturating))  # type: ignore[arg-type]
 
 
+_PACKED: Dict[tuple, List[int]] = {}
+
+
 def op_params(spec: GroupSpec, dtype: torch.dtype) -> List[int]:
-    """The op argument ``params`` for ``spec`` and input of ``dtype`` (packed :func:`kernel_params`)."""
-    return kernel_params(spec, dtype).pack()
+    """The op argument ``params`` for ``spec`` and input of ``dtype`` (packed :func:`kernel_params`).
+
+    Remembered per distinct (format, call settings, dtype) in eager mode, so a layer's call packs
+    nothing; the result is shared: do not mutate it."""
+    if torch.compiler.is_compiling():
+        return kernel_params(spec, dtype).pack()
+    layout = spec.layout
+    key = (spec.fmt, dtype, spec.saturating, layout.dim, layout.block_size, spec.scale_mode, spec.rounding, spec.seed)
+    packed = _PACKED.get(key)
+    if packed is None:
+        if len(_PACKED) > 4096:  # stochastic rounding draws a seed per call: keep the table small
+            _PACKED.clear()
+        packed = _PACKED[key] = kernel_params(spec, dtype).pack()
+    return packed

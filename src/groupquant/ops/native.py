@@ -31,7 +31,7 @@ BACKENDS = ("auto", "native", "reference")
 
 #: The kernel sources.
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
-_CPU_SOURCES = ("ops.cpp", "group_quant_cpu.cpp")
+_CPU_SOURCES = ("ops.cpp", "group_quant_cpu.cpp", "autograd.cpp")
 _CUDA_SOURCES = ("group_quant_cuda.cu", "group_quant_cuda_ops.cpp")
 
 _lock = threading.Lock()

@@ -1,12 +1,13 @@
-"""The native ops from Python: fake (meta) kernels, autograd, and calls from a :class:`GroupSpec`.
+"""The native ops from Python: fake (meta) kernels and calls from a :class:`GroupSpec`.
 
 The schemas and the CPU/CUDA kernels are registered by the C++ extension (csrc/ops.cpp) once
 :func:`groupquant.ops.native.load` has loaded it. Every op takes ``(x, params, ...)``, ``params``
 being the packed :class:`~.kernel_params.KernelParams` (:func:`~.kernel_params.op_params`).
 :func:`register` checks that the extension's record has the same fields, then adds
 
-- fake kernels, so ``torch.compile(fullgraph=True)`` traces through the ops;
-- autograd: ``group_fake_quant`` passes the gradient straight through; ``group_fake_quant_masked``
+- fake kernels, so ``torch.compile(fullgraph=True)`` traces through the ops.
+
+Their autograd is C++ (csrc/autograd.cpp, no Python per call): ``group_fake_quant`` passes the gradient straight through; ``group_fake_quant_masked``
   (the clipped straight-through estimator) multiplies it by the bool mask it returned, zero where
   the element saturated; ``group_fake_quant_scale`` (values, optional mask and the per-group
   float32 scales from the same pass) does either, by its ``want_mask`` flag. Nothing else is saved
@@ -28,7 +29,6 @@ __all__ = ["register", "op_params", "native_fake_quant", "native_fake_quant_with
 
 OP_NAMES = ("groupquant::group_fake_quant", "groupquant::group_fake_quant_masked", "groupquant::group_quantize",
             "groupquant::group_fake_quant_scale")
-_N_ARGS = 2  # inputs of the fake-quant ops: x and the packed params
 _registered = {"done": False}
 
 
@@ -67,46 +67,16 @@ def _fake_quantize(x, params, code_dtype):
     return codes, scale, torch.empty(scale_shape, dtype=torch.uint8, device=x.device)
 
 
-# ---- autograd ----------------------------------------------------------------------------------
-
-def _backward_identity(ctx, grad):
-    return (grad,) + (None,) * (_N_ARGS - 1)
-
-
-def _setup_masked(ctx, inputs, output):
-    ctx.save_for_backward(output[1])
-
-
-def _backward_masked(ctx, grad, _grad_mask):
-    (inside,) = ctx.saved_tensors
-    return (grad * inside.to(grad.dtype),) + (None,) * (_N_ARGS - 1)
-
-
-def _setup_scale(ctx, inputs, output):
-    ctx.mark_non_differentiable(output[2])  # the scales carry no gradient
-    ctx.masked = bool(inputs[-1])
-    ctx.save_for_backward(output[1] if ctx.masked else None)
-
-
-def _backward_scale(ctx, grad, _grad_mask, _grad_scale):
-    if ctx.masked:
-        (inside,) = ctx.saved_tensors
-        grad = grad * inside.to(grad.dtype)
-    return (grad,) + (None,) * _N_ARGS
-
-
 def register() -> None:
-    """Add fake kernels and autograd to the ops the extension defined (once per process)."""
+    """Add fake kernels to the ops the extension defined (once per process); their autograd is
+    registered in C++ (csrc/autograd.cpp)."""
     if _registered["done"]:
         return
     check_field_names(torch.ops.groupquant.kernel_param_fields().split(","))
     torch.library.register_fake(OP_NAMES[0])(_fake_fake_quant)
     torch.library.register_fake(OP_NAMES[1])(_fake_fake_quant_masked)
     torch.library.register_fake(OP_NAMES[2])(_fake_quantize)
-    torch.library.register_autograd(OP_NAMES[0], _backward_identity)
-    torch.library.register_autograd(OP_NAMES[1], _backward_masked, setup_context=_setup_masked)
     torch.library.register_fake(OP_NAMES[3])(_fake_fake_quant_scale)
-    torch.library.register_autograd(OP_NAMES[3], _backward_scale, setup_context=_setup_scale)
     _registered["done"] = True
 
 

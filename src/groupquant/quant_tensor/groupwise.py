@@ -40,8 +40,12 @@ class GroupwiseFields:
 
     @property
     def layout(self) -> GroupLayout:
-        """The group layout (contract / expand)."""
-        return GroupLayout.build(torch.Size(self.shape_), self.group_dim, self.group_size)
+        """The group layout (contract / expand); built once per quant tensor."""
+        memo = self.__dict__.get("_layout")
+        if memo is None:
+            memo = GroupLayout.build(torch.Size(self.shape_), self.group_dim, self.group_size)
+            object.__setattr__(self, "_layout", memo)
+        return memo
 
     @property
     def num_groups(self) -> int:
