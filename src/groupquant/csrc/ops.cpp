@@ -21,31 +21,39 @@
 namespace groupquant {
 namespace {
 
+// A number as text for an error message, without iostreams: with some torch builds, streaming an
+// integer into TORCH_CHECK's message from an extension crashes (a libstdc++ locale mismatch).
+std::string num(int64_t v) { return std::to_string(v); }
+std::string num(int32_t v) { return std::to_string(v); }
+std::string num(float v) { return std::to_string(v); }
+
 // Checks the format fields (already unpacked into f) and fills the derived constants.
 void make_format_params(FormatParams& f) {
   TORCH_CHECK_VALUE(f.exp_max >= -127 - 126 && f.exp_max <= kE8M0MaxExp,
-                    "groupquant: exp_max must be at most 127, got ", f.exp_max);
+                    "groupquant: exp_max must be at most 127, got ", num(f.exp_max));
   TORCH_CHECK_VALUE(std::isfinite(f.max_normal) && f.max_normal > 0.0f,
-                    "groupquant: max_normal must be a positive finite float32 value, got ", f.max_normal);
-  TORCH_CHECK_VALUE(f.emax >= -126 && f.emax <= 126, "groupquant: emax must be in [-126, 126], got ", f.emax);
+                    "groupquant: max_normal must be a positive finite float32 value, got ", num(f.max_normal));
+  TORCH_CHECK_VALUE(f.emax >= -126 && f.emax <= 126, "groupquant: emax must be in [-126, 126], got ", num(f.emax));
   TORCH_CHECK_VALUE(f.even_bits >= 0 && f.even_bits <= 100, "groupquant: even_bits must be in [0, 100], got ",
-                    f.even_bits);
+                    num(f.even_bits));
   if (f.is_float) {
     TORCH_CHECK_VALUE(f.exponent_bits >= 1 && f.mantissa_bits >= 0 && f.exponent_bits + f.mantissa_bits <= 16,
                       "groupquant: a float format needs exponent_bits >= 1, mantissa_bits >= 0 and at most "
-                      "16 bits, got e", f.exponent_bits, "m", f.mantissa_bits);
-    TORCH_CHECK_VALUE(f.emin == 1 - f.bias, "groupquant: emin must be 1 - bias, got emin=", f.emin, " bias=", f.bias);
+                      "16 bits, got e", num(f.exponent_bits), "m", num(f.mantissa_bits));
+    TORCH_CHECK_VALUE(f.emin == 1 - f.bias, "groupquant: emin must be 1 - bias, got emin=", num(f.emin), " bias=",
+                      num(f.bias));
     TORCH_CHECK_VALUE(f.emin - f.mantissa_bits >= -120 && f.emax <= 120,
-                      "groupquant: format range must lie inside 2^-120 .. 2^120, got emin=", f.emin, " emax=", f.emax);
+                      "groupquant: format range must lie inside 2^-120 .. 2^120, got emin=", num(f.emin),
+                      " emax=", num(f.emax));
     TORCH_CHECK_VALUE(f.special >= kSpecialNone && f.special <= kSpecialFnuz,
-                      "groupquant: special must be 0 (none), 1 (ieee), 2 (nan_only) or 3 (fnuz), got ", f.special);
+                      "groupquant: special must be 0 (none), 1 (ieee), 2 (nan_only) or 3 (fnuz), got ", num(f.special));
     TORCH_CHECK_VALUE(f.nan_code >= -1 && f.nan_code < (1 << 17),
-                      "groupquant: nan_code must be -1 (none) or a code, got ", f.nan_code);
+                      "groupquant: nan_code must be -1 (none) or a code, got ", num(f.nan_code));
   } else {
     TORCH_CHECK_VALUE(f.frac_bits >= 0 && f.frac_bits <= 24, "groupquant: frac_bits must be in [0, 24], got ",
-                      f.frac_bits);
+                      num(f.frac_bits));
     TORCH_CHECK_VALUE(f.qmin <= f.qmax && f.qmin >= -(1 << 16) && f.qmax < (1 << 16),
-                      "groupquant: need -2^16 <= qmin <= qmax < 2^16, got ", f.qmin, ", ", f.qmax);
+                      "groupquant: need -2^16 <= qmin <= qmax < 2^16, got ", num(f.qmin), ", ", num(f.qmax));
   }
   TORCH_CHECK_VALUE(f.saturating || (f.is_float && f.special != kSpecialNone),
                     "groupquant: saturating=false needs a float format with Inf or NaN codes");
@@ -99,21 +107,22 @@ int32_t code_type(at::ScalarType t) {
 // The job for x (made contiguous by the caller) with every numeric setting; outputs left null.
 // A block size of at least the dim's size is the whole dim (one block).
 Job make_job(const at::Tensor& x, at::IntArrayRef params) {
-  TORCH_CHECK_VALUE(static_cast<int64_t>(params.size()) == kNumParams, "groupquant: params must hold ", kNumParams,
-                    " values (", kParamFieldNames, "), got ", params.size());
+  TORCH_CHECK_VALUE(static_cast<int64_t>(params.size()) == kNumParams, "groupquant: params must hold ", num(kNumParams),
+                    " values (", kParamFieldNames, "), got ", num(static_cast<int64_t>(params.size())));
   CallParams call{};
   Job job;
   const char* bad = unpack_params(params.data(), &call, &job.fmt);
   TORCH_CHECK_VALUE(bad == nullptr, "groupquant: params field ", bad, " is out of range for its type");
   const int64_t nd = x.dim();
   TORCH_CHECK_VALUE(nd >= 1, "groupquant: cannot group a 0-d tensor");
-  TORCH_CHECK_VALUE(call.dim >= -nd && call.dim < nd, "groupquant: dim=", call.dim, " is out of range for a ", nd,
-                    "-d tensor");
-  TORCH_CHECK_VALUE(call.block_size >= 1, "groupquant: block_size must be >= 1, got ", call.block_size);
+  TORCH_CHECK_VALUE(call.dim >= -nd && call.dim < nd, "groupquant: dim=", num(call.dim), " is out of range for a ",
+                    num(nd), "-d tensor");
+  TORCH_CHECK_VALUE(call.block_size >= 1, "groupquant: block_size must be >= 1, got ", num(call.block_size));
   TORCH_CHECK_VALUE(call.scale_mode >= kScaleFloor && call.scale_mode <= kScaleFloat,
-                    "groupquant: scale_mode must be 0..4 (floor, ceil, even, rceil, float), got ", call.scale_mode);
+                    "groupquant: scale_mode must be 0..4 (floor, ceil, even, rceil, float), got ",
+                    num(call.scale_mode));
   TORCH_CHECK_VALUE(call.rounding >= kRoundEven && call.rounding <= kRoundStochastic,
-                    "groupquant: rounding must be 0..3 (even, nearest, floor, stochastic), got ", call.rounding);
+                    "groupquant: rounding must be 0..3 (even, nearest, floor, stochastic), got ", num(call.rounding));
   make_format_params(job.fmt);
   const int64_t d = call.dim < 0 ? call.dim + nd : call.dim;
   job.dim = d;
