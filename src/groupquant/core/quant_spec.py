@@ -104,9 +104,10 @@ class QuantSpec:
             return self
         return _with_dims(self, g, c)
 
-    @property
+    @functools.cached_property
     def scale_granularity(self) -> ScaleGranularity:
-        """The granularity record the layout helpers use (standalone dims where still None)."""
+        """The granularity record the layout helpers use (standalone dims where still None).
+        Computed once per spec (kept beside the fields; not part of equality or the hash)."""
         if self.granularity == "group":
             dim = STANDALONE_GROUP_DIM if self.group_dim is None else self.group_dim
             return ScaleGranularity("group", dim, self.group_size)

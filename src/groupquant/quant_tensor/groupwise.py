@@ -57,8 +57,12 @@ class GroupwiseFields:
 
     @property
     def value(self) -> torch.Tensor:
-        """Dequantized values in the original shape (a view of ``value_`` unless padded)."""
-        return self.layout.expand(self.value_)
+        """Dequantized values in the original shape (a view of ``value_``, made once, unless padded)."""
+        memo = self.__dict__.get("_value")
+        if memo is None:
+            memo = self.layout.expand(self.value_)
+            object.__setattr__(self, "_value", memo)
+        return memo
 
     @property
     def scale(self) -> torch.Tensor:
