@@ -8,6 +8,7 @@ from torch import nn
 
 from .conv import QuantConv1d, QuantConv2d
 from .linear import QuantLinear
+from .recipes import recipe as recipe_of
 
 __all__ = ["quantize_model", "REPLACEMENTS"]
 
@@ -91,7 +92,8 @@ def _shared_choice(module: nn.Module, names: List[str], include_p: Optional[List
 def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_quant: Optional[type] = None,
                    output_quant: Optional[type] = None, bias_quant: Optional[type] = None, *,
                    include: Patterns = None, exclude: Patterns = None,
-                   filter_fn: Optional[Callable[[str, nn.Module], bool]] = None, **quant_kwargs: Any) -> nn.Module:
+                   filter_fn: Optional[Callable[[str, nn.Module], bool]] = None, recipe: Any = None,
+                   **quant_kwargs: Any) -> nn.Module:
     """Replace every ``nn.Linear``, ``nn.Conv1d`` and ``nn.Conv2d`` of ``model`` (in place) by its
     quant layer with the given quantizers and prefixed keywords (``weight_bit_width=4``), keeping
     the weight and bias parameters themselves (so optimizers and tied weights keep working).
@@ -100,6 +102,9 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
         include: module-name patterns (``fnmatch``, e.g. ``"encoder.*"``) to convert; None: all.
         exclude: patterns to leave in float (e.g. the classifier ``"head"``).
         filter_fn: ``(name, module) -> bool``, a further filter.
+        recipe: a :class:`groupquant.nn.Recipe` or its name (``"mxfp8"``, ``"mxfp8_e4m3_e5m2"``,
+            ... see ``groupquant.nn.RECIPES``): quantizers for every operand of every GEMM, forward
+            and backward. Quantizers and slot keywords given here as well override the recipe's.
     Every include / exclude pattern must match some layer (a ValueError lists the names).
 
     A layer registered under several names (``model.a = model.b = lin``, ``Sequential(lin, act,
@@ -114,8 +119,10 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
     names = [name for _, slot_names in slots for name in slot_names]
     _check_matches(include_p, names, "include")
     _check_matches(exclude_p, names, "exclude")
-    quant_args = dict(weight_quant=weight_quant, input_quant=input_quant, output_quant=output_quant,
-                      bias_quant=bias_quant, **quant_kwargs)
+    quant_args = dict(recipe_of(recipe).layer_kwargs()) if recipe is not None else {}
+    given = dict(weight_quant=weight_quant, input_quant=input_quant, output_quant=output_quant, bias_quant=bias_quant)
+    quant_args.update({k: v for k, v in given.items() if v is not None or k not in quant_args})
+    quant_args.update(quant_kwargs)
     chosen = [(module, slot_names) for module, slot_names in slots
               if _shared_choice(module, slot_names, include_p, exclude_p, filter_fn)]
     for module, slot_names in chosen:

@@ -5,8 +5,11 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
+from ..inject import ConfigError
 from ..proxy import ActQuantProxy, BiasQuantProxy, WeightQuantProxy
 from ..quant_tensor import QuantTensor, plain
+from .backward_gemm import quantized_backward_gemm
+from .grad_slots import GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands, grad_slot_prefixes
 from .keywords import route_keywords
 from .lean_gemm import GemmOp, lean_applies, lean_quant_gemm
 
@@ -25,9 +28,16 @@ class QuantLayerMixin:
     fake-quantized weight before the weight gradient is allocated (peak memory near a float
     layer's, same results bit for bit). Set ``memory_lean_backward = False`` on the layer (or the
     class) for the plain autograd path.
+
+    Backward quantization (layers with a weight): the keywords ``grad_output_quant``,
+    ``weight_quant_for_grad_input``, ``grad_output_quant_for_grad_weight``,
+    ``input_quant_for_grad_weight`` and ``quantize_backprop`` (see :mod:`groupquant.nn.grad_slots`)
+    quantize each operand of each backward GEMM from its high-precision tensor, grouped along that
+    GEMM's reduction dim (:mod:`groupquant.nn.backward_gemm`).
     """
 
     memory_lean_backward: bool = True
+    quantize_backprop: bool = False
 
     def _init_quant(self, *, weight_quant: Optional[type] = None, bias_quant: Optional[type] = None,
                     input_quant: Optional[type] = None, output_quant: Optional[type] = None,
@@ -35,9 +45,13 @@ class QuantLayerMixin:
                     quant_kwargs: Mapping[str, Any]) -> None:
         """Build the proxies from the quantizers and the prefixed keywords in ``quant_kwargs``."""
         context = type(self).__name__
+        quant_kwargs = dict(quant_kwargs)
+        slots = {name: quant_kwargs.pop(name) for name in GRAD_SLOTS if name in quant_kwargs} if has_weight else {}
+        backprop = quant_kwargs.pop("quantize_backprop", None) if has_weight else None
         quants: Dict[str, Optional[type]] = {"input_": input_quant, "output_": output_quant}
         if has_weight:
             quants.update({"weight_": weight_quant, "bias_": bias_quant})
+            quants.update(grad_slot_prefixes({name: slots.get(name) for name in GRAD_SLOTS}))
         routed = route_keywords(quant_kwargs, quants, context)
         if not isinstance(return_quant_tensor, bool):
             raise TypeError(f"{context}: return_quant_tensor must be True or False, got {return_quant_tensor!r}")
@@ -52,9 +66,39 @@ class QuantLayerMixin:
                 raise ValueError(f"{context}: bias_quant / bias_* settings given but the layer has bias=False")
             self.bias_quant = BiasQuantProxy(bias_quant, bias.shape if bias is not None else (0,),
                                              routed["bias_"] if bias is not None else {}, context)
+            self._init_backward(slots, backprop, routed, context)
             if weight.device.type != "cpu":  # quantizer state (learned scales, running stats) beside the weight
                 for proxy in (self.weight_quant, self.bias_quant, self.input_quant, self.output_quant):
                     proxy.to(weight.device)
+
+    def _backward_dims(self) -> Dict[str, tuple]:
+        """(group dim, channel dim) of each backward operand: a linear layer's 2-D views (tokens x
+        features); a convolution's (batch, channels, ...) tensors, see :mod:`.backward_gemm`."""
+        if self.weight.dim() == 2:  # type: ignore[attr-defined]
+            return {"grad_output_quant": (1, 0), "weight_quant_for_grad_input": (0, 1),
+                    "grad_output_quant_for_grad_weight": (0, 1), "input_quant_for_grad_weight": (0, 1)}
+        return {"grad_output_quant": (1, 0), "weight_quant_for_grad_input": (0, 1),
+                "grad_output_quant_for_grad_weight": (0, 1), "input_quant_for_grad_weight": (0, 1)}
+
+    def _init_backward(self, slots: Mapping[str, Any], backprop: Optional[bool],
+                       routed: Mapping[str, Mapping[str, Any]], context: str) -> None:
+        """The backward proxies (registered as submodules) when backward quantization is on."""
+        enabled = backprop_enabled(slots, backprop, context)
+        given_keywords = [p for p, _ in GRAD_SLOTS.values() if routed.get(p)]
+        if not enabled:
+            if given_keywords:
+                raise ConfigError(given_keywords[0], f"{context}: {given_keywords[0]}* settings given but backward "
+                                                     "quantization is off (quantize_backprop=False)")
+            self.quantize_backprop = False
+            return
+        if getattr(self, "groups", 1) != 1 or getattr(self, "padding_mode", "zeros") != "zeros":
+            raise ConfigError("quantize_backprop", f"{context}: backward quantization needs groups=1 and zero "
+                                                   "padding (a block must lie inside one reduction)")
+        forward = {"weight_quant": self.weight_quant.quantizer, "input_quant": self.input_quant.quantizer}
+        proxies = build_backward_operands(slots, forward, routed, self._backward_dims(), context)
+        for name, proxy in proxies.items():
+            setattr(self, name, proxy)
+        self.quantize_backprop = True
 
     def quant_weight(self) -> Union[torch.Tensor, QuantTensor]:
         """The quantized weight: a quant tensor (``GroupwiseFloatQuantTensor`` for MXFP weights,
@@ -87,7 +131,11 @@ class QuantLayerMixin:
         qx = self.input_quant.quant_value(x)
         bias = self.bias  # type: ignore[attr-defined]
         qb = None if bias is None else self.bias_quant.quant_value(bias)
-        if self._lean(qx, op):
+        weight: torch.Tensor = self.weight  # type: ignore[attr-defined]
+        if self.quantize_backprop and torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad):
+            ops = backward_operands({name: getattr(self, name) for name in GRAD_SLOTS})
+            y = quantized_backward_gemm(qx, plain(self.quant_weight()), qb, plain(x), weight, ops, op)
+        elif self._lean(qx, op):
             y = lean_quant_gemm(qx, self.weight, qb, self.weight_quant, op)  # type: ignore[attr-defined]
         else:
             y = op.forward(qx, plain(self.quant_weight()), qb)
