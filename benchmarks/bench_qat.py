@@ -8,11 +8,13 @@ Compares, in one run, plain nn.Linear with groupquant.nn.QuantLinear (MX weight 
 32 along in-features, with and without MX input quant, groups of 32 along the last dim): median
 time of forward + backward (timed round-robin), and peak memory of one step (every tensor alive
 during it: parameters, input, activations, gradients, temporaries) from torch.profiler's memory
-timeline. QuantLinear takes its memory-lean backward (groupquant.nn.lean_linear: the quantized
+timeline. QuantLinear takes its memory-lean backward (groupquant.nn.lean_gemm: the quantized
 weight is used for the input gradient, then overwritten by the weight gradient); one row shows
 the same layer on plain autograd (memory_lean_backward = False). Two more rows are not library
 layers: the bare F.linear(fake_quant(x), fake_quant(W)) (the kernels' own share), and an
-experiment whose backward recomputes the quantized weight instead of keeping it.
+experiment whose backward recomputes the quantized weight instead of keeping it. One row per
+training recipe (``--recipes``): every operand of every GEMM quantized, six quantized operands
+(groupquant.nn.RECIPES). ``--device cuda`` times on a GPU (peak memory from the CUDA allocator).
 """
 from __future__ import annotations
 
@@ -91,12 +93,14 @@ def plain_autograd(layer: QuantLinear) -> QuantLinear:
 
 
 def step_fn(layer: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
-    grad = torch.ones(x.shape[0], layer.out_features)
+    grad = torch.randn(x.shape[0], layer.out_features, device=x.device)
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
 
     def step() -> None:
         layer.zero_grad(set_to_none=True)
         x.grad = None
         layer(x).backward(grad)
+        sync()
     return step
 
 
@@ -113,11 +117,15 @@ def median_ms_interleaved(fns: Dict[str, Callable[[], None]], reps: int) -> Dict
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
-def peak_mib(fn: Callable[[], None]) -> float:
-    """Peak bytes (MiB) of live CPU tensors during fn(), those alive before it included."""
+def peak_mib(fn: Callable[[], None], cuda: bool = False) -> float:
+    """Peak bytes (MiB) of live tensors during fn(), those alive before it included."""
     from torch.profiler._memory_profiler import Action
 
     fn()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        return torch.cuda.max_memory_allocated() / 2 ** 20
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         fn()
     current = peak = 0
@@ -137,17 +145,20 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--format", default="fp8_e4m3", choices=sorted(QUANTIZERS),
                         help="MX element format of weight and input")
+    parser.add_argument("--recipes", nargs="*", default=["mxfp8_e4m3_e5m2", "mxfp8", "mxfp4_fwd_mxfp8_bwd"],
+                        choices=sorted(gq.nn.RECIPES), help="training recipes to time (six quantized operands)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--no-input-grad", action="store_true",
                         help="input without requires_grad (a first layer: no input-gradient GEMM, and autograd "
                              "then keeps no copy of the quantized weight)")
     args = parser.parse_args(argv)
     torch.set_flush_denormal(True)
-    n, fmt = args.features, args.format
+    n, fmt, device = args.features, args.format, torch.device(args.device)
     print(f"groupquant backend: {gq.ops.backend()}; torch {torch.__version__}; threads {torch.get_num_threads()}; "
           f"Linear({n}, {n}), batch {args.batch}, {fmt}, forward + backward, median of {args.reps}; "
           f"input requires grad: {not args.no_input_grad}; torch.set_flush_denormal(True)")
     torch.manual_seed(0)
-    x = torch.randn(args.batch, n, requires_grad=not args.no_input_grad)  # a hidden activation by default
+    x = torch.randn(args.batch, n, device=device, requires_grad=not args.no_input_grad)  # a hidden activation
     wq, aq = QUANTIZERS[fmt]
     layers = {
         "nn.Linear (float)": torch.nn.Linear(n, n),
@@ -158,12 +169,14 @@ def main(argv: Optional[List[str]] = None) -> None:
         "fake_quant W + A, F.linear": FakeQuantLinear(n, n, fmt),
         f"(experiment) {fmt} W + A, recompute": RecomputeQuantLinear(n, n, fmt),
     }
+    layers.update({f"recipe {name}": QuantLinear(n, n, **gq.nn.recipe(name).layer_kwargs()) for name in args.recipes})
+    layers = {name: layer.to(device) for name, layer in layers.items()}
     steps = {name: step_fn(layer, x) for name, layer in layers.items()}
     times = median_ms_interleaved(steps, args.reps)
     base_ms = base_mem = None
     print(f"{'layer':46} {'ms':>8} {'x float':>8} {'peak MiB':>9} {'x float':>8}")
     for name, step in steps.items():
-        ms, mem = times[name], peak_mib(step)
+        ms, mem = times[name], peak_mib(step, device.type == "cuda")
         base_ms, base_mem = base_ms or ms, base_mem or mem
         print(f"{name:46} {ms:8.1f} {ms / base_ms:8.2f} {mem:9.1f} {mem / base_mem:8.2f}", flush=True)
 
