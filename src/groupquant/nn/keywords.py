@@ -66,9 +66,26 @@ def _act_setting(key: str) -> Optional[str]:
     return key[len("act_"):] if key.startswith("act_") else key
 
 
+#: Keywords of layers that run a GEMM (the backward slots); elsewhere they get their own message.
+_GEMM_ONLY = ("grad_output_", "weight_for_grad_input_", "grad_output_for_grad_weight_", "input_for_grad_weight_",
+              "weight_quant_for_grad_input", "grad_output_quant_for_grad_weight", "input_quant_for_grad_weight",
+              "quantize_backprop")
+
+
+def gemm_only_error(key: str, context: str) -> Optional[UnknownSettingError]:
+    """The error for a backward-GEMM keyword given to a layer without a GEMM (or None)."""
+    if not key.startswith(_GEMM_ONLY):
+        return None
+    return UnknownSettingError(key, f"{context} runs no GEMM, so it has no gradient quantizers: {key!r} belongs to "
+                                    "QuantLinear, QuantConv1d / QuantConv2d (grad_output_quant, ...) or QuantMatMul")
+
+
 def _unknown_act_keyword(key: str, setting: str, input_quant: Optional[type], act_quant: Optional[type],
                          context: str) -> UnknownSettingError:
     """The error for a keyword meant for the act quantizer that it does not know (or that has none)."""
+    gemm_only = gemm_only_error(key, context)
+    if gemm_only is not None:
+        return gemm_only
     act_known = sorted(n for n in known_settings(act_quant) if not n.startswith("_")) if act_quant else []
     input_known = sorted("input_" + n for n in known_settings(input_quant) if not n.startswith("_")) \
         if input_quant is not None else []
