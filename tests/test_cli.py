@@ -191,7 +191,8 @@ def test_demo_recipe_json(capsys):
     assert data["options"]["recipe"] == "mxfp8_e4m3_e5m2" and data["ptq"] == [] and data["qat_after"] is None
     assert rec["name"] == "mxfp8_e4m3_e5m2" and rec["layers"] == 3 and rec["backward_quantized"] is True
     assert rec["operands"]["input_quant"] == "MXFloat8e4m3Act"
-    assert rec["operands"]["grad_output_quant"] == rec["operands"]["grad_output_quant_for_grad_weight"] == "MXFloat8e5m2Act"
+    ops = rec["operands"]
+    assert ops["grad_output_quant"] == ops["grad_output_quant_for_grad_weight"] == "MXFloat8e5m2Act"
     assert len(rec["loss_curve"]) == len(data["float_loss_curve"]) == 3
     assert rec["test"]["accuracy"] > 0.85 and abs(rec["test"]["accuracy"] - data["float_test"]["accuracy"]) < 0.05
     assert rec["initial_grad_sqnr_db"] > 5

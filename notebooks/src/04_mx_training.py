@@ -20,9 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import groupquant as gq
-from groupquant.demo import TrainConfig, build_mlp, evaluate, load_digits_split, train_classifier
-from groupquant.demo.model import gemm_operands
-from groupquant.demo.training import gradient_sqnr_db
+from groupquant.demo import (TrainConfig, build_mlp, evaluate, gemm_operands, gradient_sqnr_db, load_digits_split,
+                             train_classifier)
 from groupquant.nn import RECIPES, recipe
 
 torch.set_num_threads(1)  # a tiny model: one thread is the fastest, and steady on a busy machine
@@ -84,8 +83,8 @@ w, xd = layer.weight.detach(), x.detach()
 by_hand = {
     "y  = x W^T   (fp4, along in)": (F.linear(gq.fake_quant(xd, "fp4_e2m1", 32, dim=1),
                                               gq.fake_quant(w, "fp4_e2m1", 32, dim=1), layer.bias), y),
-    "dX = dY W    (fp8, along out)": (gq.fake_quant(dy, "fp8_e4m3", 32, dim=1) @ gq.fake_quant(w, "fp8_e4m3", 32, dim=0),
-                                      x.grad),
+    "dX = dY W    (fp8, along out)": (gq.fake_quant(dy, "fp8_e4m3", 32, dim=1)
+                                      @ gq.fake_quant(w, "fp8_e4m3", 32, dim=0), x.grad),
     "dW = dY^T x  (fp8, along tokens)": (gq.fake_quant(dy, "fp8_e4m3", 32, dim=0).T
                                          @ gq.fake_quant(xd, "fp8_e4m3", 32, dim=0), layer.weight.grad),
 }

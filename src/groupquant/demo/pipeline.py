@@ -14,7 +14,8 @@ from typing import Dict, List, Optional, Tuple
 from ..formats import MX_FORMATS, get_format
 from ..nn import QuantLinear, recipe as recipe_of
 from .data import load_digits_split
-from .model import build_mlp, gemm_operands, mx_quantizers, packed_model_bytes, quantized_copy, recipe_copy, weight_sqnr_db
+from .model import (build_mlp, gemm_operands, mx_quantizers, packed_model_bytes, quantized_copy, recipe_copy,
+                    weight_sqnr_db)
 from .training import Evaluation, TrainConfig, evaluate, gradient_sqnr_db, train_classifier
 
 __all__ = ["DemoOptions", "FormatResult", "RecipeResult", "DemoReport", "run_demo", "SCALE_BITS", "BLOCK_SIZE"]
