@@ -112,6 +112,7 @@ def test_demo_json(capsys):
     data = json.loads(captured.out)
     assert [row["fmt"] for row in data["ptq"]] == ["fp6_e2m3"]
     assert data["options"]["float_epochs"] == 2 and data["options"]["qat_epochs"] == 1
+    assert data["recipe"] is None and data["options"]["recipe"] is None
     assert "float training" not in captured.err  # --json hides the progress bars
 
 
@@ -135,3 +136,64 @@ def test_demo_without_its_extra_says_how_to_install(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
     assert main(["demo", "--no-progress"]) == 2
     assert "pip install 'groupquant[demo]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, guess", [("mxfp_8", "mxfp8"), ("mxfp4_fwd_mxfp8", "mxfp4_fwd_mxfp8_bwd")])
+def test_demo_rejects_an_unknown_recipe_with_a_suggestion_and_the_list(capsys, name, guess):
+    from groupquant.nn import RECIPES
+
+    err = _usage_error(capsys, ["demo", "--recipe", name])
+    assert "usage: python -m groupquant demo" in err and "error: argument --recipe:" in err
+    assert f"unknown recipe {name!r}" in err and f"did you mean {guess!r}?" in err and "Traceback" not in err
+    assert all(recipe in err for recipe in RECIPES)
+    err = _usage_error(capsys, ["--recipe", "zzzz"])  # without the command too
+    assert "error: argument --recipe: unknown recipe 'zzzz'" in err and "did you mean" not in err
+
+
+def test_demo_recipe_alone_skips_ptq_and_qat_unless_asked(monkeypatch):
+    pytest.importorskip("sklearn", reason="the demo needs scikit-learn (the demo extra)")
+    pytest.importorskip("tqdm", reason="the demo needs tqdm (the demo extra)")
+    import groupquant.demo as demo
+
+    seen = []
+    monkeypatch.setattr(demo, "run_demo", lambda options: seen.append(options) or 1 / 0)
+    for argv in (["demo", "--recipe", "mxfp8", "--epochs", "3"], ["demo"],
+                 ["--recipe", "mxint8", "--formats", "fp4_e2m1", "--qat-epochs", "2"]):
+        with pytest.raises(ZeroDivisionError):  # stop once the options are built
+            main(argv + ["--no-progress"])
+    assert (seen[0].recipe, seen[0].formats, seen[0].qat_epochs, seen[0].float_epochs) == ("mxfp8", (), 0, 3)
+    assert (seen[1].recipe, seen[1].formats, seen[1].qat_epochs) == (None, tuple(demo.DemoOptions().formats), 4)
+    assert (seen[2].recipe, seen[2].formats, seen[2].qat_epochs) == ("mxint8", ("fp4_e2m1",), 2)
+
+
+def test_demo_recipe_trains_with_the_recipe_and_prints_float_vs_recipe(capsys):
+    pytest.importorskip("sklearn", reason="the demo needs scikit-learn (the demo extra)")
+    pytest.importorskip("tqdm", reason="the demo needs tqdm (the demo extra)")
+    assert main(["demo", "--recipe", "mxfp4_fwd_mxfp8_bwd", "--epochs", "3", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "post-training" not in out and "QAT" not in out
+    assert re.search(r"forward +y += x W\^T +x: +MXFloat4e2m1Act +W: +MXFloat4e2m1Weight", out), out
+    assert re.search(r"dX = dY W +dY: +MXFloat8e4m3Act +W: +MXFloat8e4m3Weight", out), out
+    assert re.search(r"dW = dY\^T x +dY: +MXFloat8e4m3Act +x: +MXFloat8e4m3Act", out), out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("float32 ", "mxfp4_fwd"))}
+    float_acc, recipe_acc = (float(rows[k][1].rstrip("%")) for k in ("float32", "mxfp4_fwd_mxfp8_bwd"))
+    assert recipe_acc > 85 and abs(recipe_acc - float_acc) < 5
+    assert rows["mxfp4_fwd_mxfp8_bwd"][-1] == "dB" and float(rows["mxfp4_fwd_mxfp8_bwd"][-2]) > 5
+
+
+def test_demo_recipe_json(capsys):
+    pytest.importorskip("sklearn", reason="the demo needs scikit-learn (the demo extra)")
+    pytest.importorskip("tqdm", reason="the demo needs tqdm (the demo extra)")
+    assert main(["demo", "--json", "--recipe", "mxfp8_e4m3_e5m2", "--epochs", "3"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    rec = data["recipe"]
+    assert data["options"]["recipe"] == "mxfp8_e4m3_e5m2" and data["ptq"] == [] and data["qat_after"] is None
+    assert rec["name"] == "mxfp8_e4m3_e5m2" and rec["layers"] == 3 and rec["backward_quantized"] is True
+    assert rec["operands"]["input_quant"] == "MXFloat8e4m3Act"
+    ops = rec["operands"]
+    assert ops["grad_output_quant"] == ops["grad_output_quant_for_grad_weight"] == "MXFloat8e5m2Act"
+    assert len(rec["loss_curve"]) == len(data["float_loss_curve"]) == 3
+    assert rec["test"]["accuracy"] > 0.85 and abs(rec["test"]["accuracy"] - data["float_test"]["accuracy"]) < 0.05
+    assert rec["initial_grad_sqnr_db"] > 5
+    assert "recipe mxfp8_e4m3_e5m2" not in captured.err  # --json hides the progress bars

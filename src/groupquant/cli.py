@@ -1,7 +1,8 @@
 """The command line, ``python -m groupquant COMMAND``.
 
 Commands (``build_parser`` holds their help, which ``--help`` prints once):
-    demo      the main job: train on scikit-learn's digits, quantize to every MX format, QAT (default)
+    demo      the main job: train on scikit-learn's digits, quantize to every MX format, QAT (default);
+              with --recipe, train with an MX training recipe and compare with float
     formats   the element format table (bits, bias, emax, max normal, min normal/subnormal, specials)
     describe  the settings of a format or a quantizer, by name
 """
@@ -54,12 +55,34 @@ def _split_formats(values: Sequence[str]) -> List[str]:
 
 
 class _FormatsAction(argparse.Action):
-    """Stores ``--formats`` as checked canonical names; a bad list is a usage error (exit 2)."""
+    """Stores ``--formats`` as checked canonical names (and ``formats_given``); a bad list is a
+    usage error (exit 2)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         try:
             setattr(namespace, self.dest, _split_formats(values))
         except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        namespace.formats_given = True
+
+
+def _recipe_names() -> List[str]:
+    from .nn import RECIPES
+
+    return list(RECIPES)
+
+
+class _RecipeAction(argparse.Action):
+    """Stores ``--recipe`` as a recipe name; an unknown one is a usage error (exit 2) with a
+    did-you-mean and the list of recipes."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .inject import UnknownSettingError
+        from .nn import recipe
+
+        try:
+            setattr(namespace, self.dest, recipe(values.strip()).name)
+        except UnknownSettingError as exc:
             raise argparse.ArgumentError(self, str(exc)) from None
 
 
@@ -154,8 +177,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    options = DemoOptions(formats=tuple(args.formats), float_epochs=args.epochs, qat_epochs=args.qat_epochs,
-                          seed=args.seed, progress=not (args.json or args.no_progress))
+    recipe_only = args.recipe is not None  # the recipe run alone, unless PTQ formats or QAT epochs are asked for
+    formats = () if recipe_only and not args.formats_given else tuple(args.formats)
+    qat_epochs = args.qat_epochs if args.qat_epochs is not None else (0 if recipe_only else _QAT_EPOCHS)
+    options = DemoOptions(formats=formats, float_epochs=args.epochs, qat_epochs=qat_epochs, seed=args.seed,
+                          progress=not (args.json or args.no_progress), recipe=args.recipe)
     from .ops import backend
 
     backend()  # build the native kernels now (once per install, one printed line), not in the middle of a progress bar
@@ -167,6 +193,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         torch.set_num_threads(threads)
     print(report_to_json(report) if args.json else format_report(report))
     return 0
+
+
+_QAT_EPOCHS = 4
 
 
 def _non_negative_int(text: str) -> int:
@@ -187,13 +216,21 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="train on digits, quantize to every MX format, QAT MXFP4 (default)")
     demo.add_argument("--formats", nargs="+", default=list(MX_FORMATS), metavar="FMT", action=_FormatsAction,
                       help=f"formats to compare, space or comma separated (default: {','.join(MX_FORMATS)})")
-    demo.add_argument("--epochs", type=_non_negative_int, default=15, help="float training epochs (default 15)")
-    demo.add_argument("--qat-epochs", type=_non_negative_int, default=4,
-                      help="QAT fine-tuning epochs for MXFP4, 0 to skip (default 4)")
+    demo.add_argument("--epochs", type=_non_negative_int, default=15,
+                      help="float training epochs, and the --recipe run's (default 15)")
+    demo.add_argument("--qat-epochs", type=_non_negative_int, default=None,
+                      help=f"QAT fine-tuning epochs for MXFP4, 0 to skip (default {_QAT_EPOCHS}; 0 with --recipe)")
+    demo.add_argument("--recipe", action=_RecipeAction, metavar="NAME", default=None,
+                      help="train with an MX training recipe (every operand of the forward and both backward "
+                           "GEMMs quantized) from the float model's initial weights, from scratch with the same "
+                           "epochs, learning rate and batch order, so that every training step runs on the "
+                           "recipe's GEMMs; then compare with float: test accuracy and loss, final training loss, "
+                           "gradient SQNR at init. Skips the PTQ table and QAT unless --formats / --qat-epochs "
+                           "are given. NAME: " + ", ".join(_recipe_names()))
     demo.add_argument("--seed", type=int, default=0, help="data split, initialization and batch order (default 0)")
     demo.add_argument("--json", action="store_true", help="print the results as JSON (no progress bars)")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    demo.set_defaults(func=cmd_demo)
+    demo.set_defaults(func=cmd_demo, formats_given=False)
     fmts = sub.add_parser("formats", help="print the element format table")
     fmts.add_argument("--all", action="store_true", help="every format name groupquant knows")
     fmts.set_defaults(func=cmd_formats)

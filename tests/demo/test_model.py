@@ -6,8 +6,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import groupquant as gq
-from groupquant.demo.model import (MX_QUANTIZERS, build_mlp, mx_quantizers, packed_model_bytes, quantized_copy,
-                                   weight_sqnr_db)
+from groupquant.demo.model import (GEMM_SLOTS, MX_QUANTIZERS, build_mlp, gemm_operands, mx_quantizers,
+                                   packed_model_bytes, quantized_copy, recipe_copy, weight_sqnr_db)
+from groupquant.inject import UnknownSettingError
 
 
 def test_build_mlp_shapes_seed_and_global_rng_untouched():
@@ -85,3 +86,60 @@ def test_packed_bytes_by_hand():
     assert packed_model_bytes(quantized_copy(model, "fp4_e2m1")) == 320 + 20 + 40 + 15 + 3
     # 6 bits: 640 * 6 / 8 = 480; 30 * 6 / 8 = 22.5 -> 23 (the bit stream ends in a whole byte)
     assert packed_model_bytes(quantized_copy(model, "fp6_e3m2")) == 480 + 20 + 40 + 23 + 3
+
+
+def test_recipe_copy_quantizes_every_gemm_operand_and_leaves_the_original():
+    model = build_mlp(64, (32,), 10, seed=0)
+    q = recipe_copy(model, "mxfp8")
+    assert [type(m).__name__ for m in q] == ["QuantLinear", "ReLU", "QuantLinear"]
+    assert type(model[0]) is nn.Linear and q[0].weight is not model[0].weight
+    assert torch.equal(q[0].weight, model[0].weight)  # the same starting weights
+    for layer in (q[0], q[2]):
+        assert layer.quantize_backprop
+        assert all(getattr(layer, slot) is not None for slot in GEMM_SLOTS[2:])  # the backward proxies
+        assert gemm_operands(layer) == {
+            "input_quant": "MXFloat8e4m3Act", "weight_quant": "MXFloat8e4m3Weight",
+            "grad_output_quant": "MXFloat8e4m3Act", "weight_quant_for_grad_input": "MXFloat8e4m3Weight",
+            "grad_output_quant_for_grad_weight": "MXFloat8e4m3Act", "input_quant_for_grad_weight": "MXFloat8e4m3Act"}
+
+
+def test_gemm_operands_of_mixed_and_weight_only_recipes():
+    model = build_mlp(64, (32,), 10, seed=0)
+    mixed = gemm_operands(recipe_copy(model, "mxfp4_fwd_mxfp8_bwd")[0])
+    assert mixed["input_quant"] == "MXFloat4e2m1Act" and mixed["weight_quant"] == "MXFloat4e2m1Weight"
+    assert mixed["weight_quant_for_grad_input"] == "MXFloat8e4m3Weight"
+    assert mixed["grad_output_quant"] == mixed["grad_output_quant_for_grad_weight"] == "MXFloat8e4m3Act"
+    assert mixed["input_quant_for_grad_weight"] == "MXFloat8e4m3Act"
+    e5m2 = gemm_operands(recipe_copy(model, "mxfp8_e4m3_e5m2")[0])
+    assert e5m2["input_quant"] == "MXFloat8e4m3Act" and e5m2["grad_output_quant"] == "MXFloat8e5m2Act"
+    weight_only = recipe_copy(model, "mxfp4_weight_only")[0]
+    assert not weight_only.quantize_backprop
+    assert gemm_operands(weight_only) == {slot: ("MXFloat4e2m1Weight" if slot == "weight_quant" else None)
+                                          for slot in GEMM_SLOTS}
+
+
+def test_recipe_copy_rejects_an_unknown_recipe_with_a_suggestion():
+    with pytest.raises(UnknownSettingError, match="did you mean 'mxfp8'"):
+        recipe_copy(build_mlp(64, (32,), 10), "mxfp_8")
+
+
+@pytest.mark.parametrize("name, fwd, bwd", [("mxfp8", "fp8_e4m3", "fp8_e4m3"),
+                                            ("mxfp4_fwd_mxfp8_bwd", "fp4_e2m1", "fp8_e4m3")])
+def test_recipe_gradients_are_gemms_of_quantized_operands(name, fwd, bwd):
+    """dX = Q(dY | out) Q(W | out), dW = Q(dY | tokens)^T Q(x | tokens), rebuilt with gq.fake_quant."""
+    gen = torch.Generator().manual_seed(1)
+    layer = recipe_copy(nn.Sequential(nn.Linear(64, 32)), name)[0]
+    x = torch.randn(48, 64, generator=gen).requires_grad_(True)
+    dy = torch.randn(48, 32, generator=gen)
+    y = layer(x)
+    w = layer.weight.detach()
+    expected_y = F.linear(gq.fake_quant(x.detach(), fwd, 32, dim=1), gq.fake_quant(w, fwd, 32, dim=1), layer.bias)
+    assert torch.allclose(y, expected_y, rtol=1e-5, atol=1e-5)
+    y.backward(dy)
+    expected_dx = gq.fake_quant(dy, bwd, 32, dim=1) @ gq.fake_quant(w, bwd, 32, dim=0)
+    expected_dw = gq.fake_quant(dy, bwd, 32, dim=0).T @ gq.fake_quant(x.detach(), bwd, 32, dim=0)
+    assert torch.allclose(x.grad, expected_dx, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(layer.weight.grad, expected_dw, rtol=1e-5, atol=1e-5)
+    # not the straight-through gradient of the forward quantizers (today's QAT)
+    assert not torch.allclose(layer.weight.grad, dy.T @ gq.fake_quant(x.detach(), fwd, 32, dim=1), rtol=1e-3)
+    assert torch.equal(layer.bias.grad, dy.sum(0))

@@ -4,22 +4,29 @@
 ``nn.Linear`` becomes a ``QuantLinear`` whose weight and input are quantized to one MX element
 format (the default MX quantizers: blocks of 32 along the input features, E8M0 floor scales,
 round to nearest even). One call gives the post-training-quantized model; training the copy is QAT.
+``recipe_copy`` converts a deep copy with a training recipe (``groupquant.nn.RECIPES``): every
+operand of the forward GEMM and of both backward GEMMs quantized; ``gemm_operands`` names them.
 """
 from __future__ import annotations
 
 import copy
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 from torch import nn
 
 from ..export import packed_state_dict
-from ..nn import QuantLinear, quantize_model
+from ..nn import QuantLinear, quantize_model, recipe
+from ..nn.grad_slots import GRAD_SLOTS
 from ..packing import PackedTensor
 from ..quant_tensor import plain
 from ..quantizers import MX_QUANTIZERS, MXQuantizerPair, mx_quantizers
 
-__all__ = ["MXQuantizerPair", "MX_QUANTIZERS", "mx_quantizers", "build_mlp", "quantized_copy", "weight_sqnr_db", "packed_model_bytes"]
+__all__ = ["MXQuantizerPair", "MX_QUANTIZERS", "mx_quantizers", "build_mlp", "quantized_copy", "recipe_copy",
+           "gemm_operands", "GEMM_SLOTS", "weight_sqnr_db", "packed_model_bytes"]
+
+#: The six operand slots of a linear layer's three GEMMs, in the order ``gemm_operands`` lists them.
+GEMM_SLOTS = ("input_quant", "weight_quant", *GRAD_SLOTS)
 
 
 def build_mlp(in_features: int = 64, hidden: Sequence[int] = (128, 128), classes: int = 10,
@@ -45,6 +52,26 @@ def quantized_copy(model: nn.Module, fmt: str) -> nn.Module:
     """A deep copy of ``model`` with every ``nn.Linear`` a ``QuantLinear`` quantizing weight and input to ``fmt``."""
     pair = mx_quantizers(fmt)
     return quantize_model(copy.deepcopy(model), weight_quant=pair.weight, input_quant=pair.act)
+
+
+def recipe_copy(model: nn.Module, name: str) -> nn.Module:
+    """A deep copy of ``model`` with every ``nn.Linear`` a ``QuantLinear`` set up by the training
+    recipe ``name`` (``groupquant.nn.RECIPES``; an unknown name is an UnknownSettingError)."""
+    return quantize_model(copy.deepcopy(model), recipe=recipe(name))
+
+
+def gemm_operands(layer: QuantLinear) -> Dict[str, Optional[str]]:
+    """What quantizes each operand of ``layer``'s three GEMMs: slot name (``GEMM_SLOTS``) -> the
+    quantizer class's name, or None where that operand stays in high precision. With backward
+    quantization off, the four backward operands are None (the straight-through estimator)."""
+    proxies = {"input_quant": layer.input_quant, "weight_quant": layer.weight_quant}
+    if layer.quantize_backprop:
+        proxies.update({name: getattr(layer, name) for name in GRAD_SLOTS})
+    out: Dict[str, Optional[str]] = {}
+    for name in GEMM_SLOTS:
+        quantizer = getattr(proxies.get(name), "quantizer", None)
+        out[name] = None if quantizer is None else quantizer.__name__
+    return out
 
 
 @torch.no_grad()

@@ -1,19 +1,24 @@
-"""The main job, end to end: float training, post-training quantization to each MX format, QAT.
+"""The main job, end to end: float training, post-training quantization to each MX format, QAT,
+and (``recipe=...``) training from scratch with an MX training recipe.
 
 :func:`run_demo` returns a :class:`DemoReport`; ``groupquant.demo.report`` prints it.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..formats import MX_FORMATS, get_format
+from ..nn import QuantLinear, recipe as recipe_of
 from .data import load_digits_split
-from .model import build_mlp, mx_quantizers, packed_model_bytes, quantized_copy, weight_sqnr_db
-from .training import Evaluation, TrainConfig, evaluate, train_classifier
+from .model import (build_mlp, gemm_operands, mx_quantizers, packed_model_bytes, quantized_copy, recipe_copy,
+                    weight_sqnr_db)
+from .training import Evaluation, TrainConfig, evaluate, gradient_sqnr_db, train_classifier
 
-__all__ = ["DemoOptions", "FormatResult", "DemoReport", "run_demo", "SCALE_BITS", "BLOCK_SIZE"]
+__all__ = ["DemoOptions", "FormatResult", "RecipeResult", "DemoReport", "run_demo", "SCALE_BITS", "BLOCK_SIZE"]
 
 BLOCK_SIZE = 32
 SCALE_BITS = 8  # one E8M0 byte per block
@@ -24,13 +29,18 @@ class DemoOptions:
     """Settings of the demo.
 
     Fields:
-        formats: MX element formats to post-training quantize to (names as ``groupquant.get_format`` takes).
-        float_epochs: epochs of float training.
+        formats: MX element formats to post-training quantize to (names as ``groupquant.get_format`` takes);
+            may be empty when ``recipe`` is set.
+        float_epochs: epochs of float training (and of training with ``recipe``).
         qat_epochs: epochs of QAT fine-tuning (0 skips QAT).
         qat_format: the format fine-tuned with QAT (MXFP4, the coarsest, by default).
         seed: data split, initialization and batch order.
         hidden: hidden layer widths of the MLP.
         progress: show progress bars (on stderr).
+        recipe: a training recipe's name (``groupquant.nn.RECIPES``) or None. When set, a copy of
+            the float model's initial weights is converted with it and trained from scratch with
+            the float run's settings (epochs, learning rate, batch order): every GEMM of training,
+            forward and backward, runs on quantized operands.
     """
 
     formats: Tuple[str, ...] = tuple(MX_FORMATS)
@@ -40,12 +50,15 @@ class DemoOptions:
     seed: int = 0
     hidden: Tuple[int, ...] = (128, 128)
     progress: bool = True
+    recipe: Optional[str] = None
 
     def __post_init__(self) -> None:
-        if not self.formats:
-            raise ValueError("formats must name at least one format")
+        if not self.formats and self.recipe is None:
+            raise ValueError("formats must name at least one format (or give a recipe)")
         for name in (*self.formats, self.qat_format):
             mx_quantizers(name)
+        if self.recipe is not None:
+            recipe_of(self.recipe)  # an unknown name: UnknownSettingError with a did-you-mean
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,27 @@ class FormatResult:
     packed_bytes: int
 
 
+@dataclass(frozen=True)
+class RecipeResult:
+    """The model trained from scratch with a training recipe, beside the float model.
+
+    ``operands``: what quantizes each operand of each GEMM (slot -> quantizer class name, None for
+    high precision, see :func:`groupquant.demo.model.gemm_operands`), the same in every layer;
+    ``layers``: the quantized layers; ``backward_quantized``: whether the backward GEMMs quantize
+    (False: straight-through, as weight-only recipes do). ``initial_grad_sqnr_db``: SQNR of the
+    weight gradients at the initial weights (one pass over the training set) against float's.
+    ``test`` is its test accuracy and loss, ``loss_curve`` the training loss of each epoch.
+    """
+
+    name: str
+    operands: Dict[str, Optional[str]]
+    layers: int
+    backward_quantized: bool
+    initial_grad_sqnr_db: float
+    test: Evaluation
+    loss_curve: List[float]
+
+
 @dataclass
 class DemoReport:
     """Everything the demo measured (see :func:`run_demo`). Times in seconds."""
@@ -80,6 +114,7 @@ class DemoReport:
     qat_before: Optional[Evaluation] = None
     qat_after: Optional[Evaluation] = None
     qat_loss_curve: List[float] = field(default_factory=list)
+    recipe: Optional[RecipeResult] = None
     seconds: float = 0.0
 
 
@@ -89,12 +124,15 @@ def bits_per_element(fmt: str, block_size: int = BLOCK_SIZE) -> float:
 
 
 def run_demo(options: DemoOptions = DemoOptions()) -> DemoReport:
-    """Train a float MLP on digits, quantize it to each format, then QAT-tune ``options.qat_format``."""
+    """Train a float MLP on digits, quantize it to each format, QAT-tune ``options.qat_format``,
+    and train a copy of the initial model with ``options.recipe``."""
     start = time.perf_counter()
     data = load_digits_split(seed=options.seed)
     model = build_mlp(data.num_features, options.hidden, seed=options.seed)
-    history = train_classifier(model, data.x_train, data.y_train, TrainConfig(
-        epochs=options.float_epochs, seed=options.seed, progress=options.progress, desc="float training"))
+    initial = copy.deepcopy(model)
+    train_config = TrainConfig(epochs=options.float_epochs, seed=options.seed, progress=options.progress,
+                               desc="float training")
+    history = train_classifier(model, data.x_train, data.y_train, train_config)
     report = DemoReport(
         options=options, train_size=len(data.y_train), test_size=len(data.y_test),
         num_parameters=sum(p.numel() for p in model.parameters()),
@@ -116,5 +154,20 @@ def run_demo(options: DemoOptions = DemoOptions()) -> DemoReport:
             desc=f"QAT {report.qat_format}"))
         report.qat_after = evaluate(qmodel, data.x_test, data.y_test)
         report.qat_loss_curve = qat.epoch_loss
+    if options.recipe is not None:
+        report.recipe = _train_recipe(options.recipe, initial, data, train_config)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _train_recipe(name: str, initial, data, config: TrainConfig) -> RecipeResult:
+    """Convert a copy of ``initial`` (the float model before training) with recipe ``name`` and
+    train it exactly as the float model was (same epochs, learning rate and batch order)."""
+    qmodel = recipe_copy(initial, name)
+    layers = [m for m in qmodel.modules() if isinstance(m, QuantLinear)]
+    sqnr = gradient_sqnr_db(initial, qmodel, data.x_train, data.y_train)
+    history = train_classifier(qmodel, data.x_train, data.y_train,
+                               dataclasses.replace(config, desc=f"recipe {name}"))
+    return RecipeResult(name=recipe_of(name).name, operands=gemm_operands(layers[0]), layers=len(layers),
+                        backward_quantized=all(m.quantize_backprop for m in layers), initial_grad_sqnr_db=sqnr,
+                        test=evaluate(qmodel, data.x_test, data.y_test), loss_curve=history.epoch_loss)

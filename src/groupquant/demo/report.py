@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
-from .pipeline import DemoReport
+from .pipeline import DemoReport, RecipeResult
 
 __all__ = ["format_report", "report_to_dict", "report_to_json"]
 
@@ -15,18 +15,56 @@ def _pct(x: float) -> str:
     return f"{100.0 * x:.1f}%"
 
 
+def _operand(quantizer: Optional[str]) -> str:
+    return "float" if quantizer is None else quantizer
+
+
+def _recipe_lines(report: DemoReport, r: RecipeResult) -> List[str]:
+    """The recipe section: which quantizer takes each GEMM operand, then float vs recipe."""
+    o = {k: _operand(v) for k, v in r.operands.items()}
+    width = max(len(v) for v in o.values()) + 1
+    ft, rt = report.float_test, r.test
+    sqnr = "inf" if math.isinf(r.initial_grad_sqnr_db) else f"{r.initial_grad_sqnr_db:.1f} dB"
+    lines = [
+        f"training recipe {r.name!r}: the float model's initial weights trained again with the same epochs, "
+        "learning rate and batch order;",
+        f"each of its {r.layers} layers quantizes (blocks along each GEMM's reduction dim):",
+        f"  forward   y  = x W^T   x:  {o['input_quant']:<{width}} W: {o['weight_quant']:<{width}} (along inputs)",
+        f"  backward  dX = dY W    dY: {o['grad_output_quant']:<{width}} W: "
+        f"{o['weight_quant_for_grad_input']:<{width}} (along outputs)",
+        f"  backward  dW = dY^T x  dY: {o['grad_output_quant_for_grad_weight']:<{width}} x: "
+        f"{o['input_quant_for_grad_weight']:<{width}} (along tokens)",
+    ]
+    if not r.backward_quantized:
+        lines.append("  (backward GEMMs in float: the straight-through gradient of the quantized forward)")
+    return lines + [
+        "",
+        f"{'model':<22} {'test acc':>8} {'test loss':>9} {'final train loss':>16} {'grad SQNR at init':>17}",
+        f"{'float32':<22} {_pct(ft.accuracy):>8} {ft.loss:>9.4f} {_last(report.float_loss_curve):>16} {'-':>17}",
+        f"{r.name:<22} {_pct(rt.accuracy):>8} {rt.loss:>9.4f} {_last(r.loss_curve):>16} {sqnr:>17}",
+        "grad SQNR at init: weight gradients of the recipe model vs float's, same weights, whole training set.",
+    ]
+
+
+def _last(curve: List[float]) -> str:
+    return f"{curve[-1]:.4f}" if curve else "-"
+
+
 def format_report(report: DemoReport) -> str:
-    """The human-readable summary: float model, the PTQ table, and the QAT result."""
+    """The human-readable summary: float model, the PTQ table, the QAT result, the recipe's run."""
     ft = report.float_test
     lines = [
         f"digits: {report.train_size} train / {report.test_size} test images (8x8), "
         f"MLP {report.num_parameters} parameters",
         f"float32 model: test accuracy {_pct(ft.accuracy)}, test loss {ft.loss:.4f}, "
         f"{report.float_bytes} bytes",
-        "",
-        "post-training quantization (weights and activations, blocks of 32, E8M0 scales):",
-        f"{'format':<10} {'bits/elem':>9} {'weight SQNR':>11} {'test acc':>8} {'test loss':>9} {'packed bytes':>12}",
     ]
+    if report.ptq:
+        lines += [
+            "",
+            "post-training quantization (weights and activations, blocks of 32, E8M0 scales):",
+            f"{'format':<10} {'bits/elem':>9} {'weight SQNR':>11} {'test acc':>8} {'test loss':>9} {'packed bytes':>12}",
+        ]
     for r in report.ptq:
         sqnr = "inf" if math.isinf(r.weight_sqnr_db) else f"{r.weight_sqnr_db:.1f} dB"
         lines.append(f"{r.fmt:<10} {r.bits_per_element:>9.2f} {sqnr:>11} {_pct(r.test.accuracy):>8} "
@@ -39,6 +77,8 @@ def format_report(report: DemoReport) -> str:
             f"{_pct(b.accuracy)} -> {_pct(a.accuracy)}, test loss {b.loss:.4f} -> {a.loss:.4f} "
             f"(float: {_pct(ft.accuracy)}, {ft.loss:.4f})",
         ]
+    if report.recipe is not None:
+        lines += ["", *_recipe_lines(report, report.recipe)]
     lines.append(f"done in {report.seconds:.1f} s")
     return "\n".join(lines)
 
@@ -51,6 +91,8 @@ def report_to_dict(report: DemoReport) -> Dict[str, Any]:
     for row in data["ptq"]:
         if math.isinf(row["weight_sqnr_db"]):
             row["weight_sqnr_db"] = None
+    if data["recipe"] is not None and math.isinf(data["recipe"]["initial_grad_sqnr_db"]):
+        data["recipe"]["initial_grad_sqnr_db"] = None
     return data
 
 

@@ -5,6 +5,7 @@ of a quantized copy (the same loop: the quantized layers pass gradients straight
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import List
 
@@ -12,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["TrainConfig", "TrainHistory", "Evaluation", "train_classifier", "evaluate"]
+__all__ = ["TrainConfig", "TrainHistory", "Evaluation", "train_classifier", "evaluate", "gradient_sqnr_db"]
 
 
 @dataclass(frozen=True)
@@ -90,3 +91,30 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Evaluation:
     logits = model(x)
     accuracy = float((logits.argmax(dim=1) == y).float().mean())
     return Evaluation(accuracy=accuracy, loss=float(F.cross_entropy(logits, y)))
+
+
+def _weight_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> List[torch.Tensor]:
+    """The weight gradients of ``model``'s Linear layers (quant ones included) for the mean loss on ``(x, y)``."""
+    weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+    was_training = model.training
+    model.train()
+    try:
+        grads = torch.autograd.grad(F.cross_entropy(model(x), y), weights)
+    finally:
+        model.train(was_training)
+    return [g.detach().double() for g in grads]
+
+
+def gradient_sqnr_db(reference: nn.Module, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """How close ``model``'s weight gradients are to ``reference``'s on one batch: SQNR in dB over
+    all Linear weights together, ``10 log10(sum g^2 / sum (g - g_model)^2)`` (inf when equal).
+
+    Give both the same weights (a float model and its quantized copy) to see what quantizing the
+    forward and backward GEMMs does to the gradient. Leaves ``.grad`` of both models untouched.
+    """
+    ref, got = _weight_grads(reference, x, y), _weight_grads(model, x, y)
+    if len(ref) != len(got) or not ref or any(a.shape != b.shape for a, b in zip(ref, got)):
+        raise ValueError("the two models' Linear layers do not match")
+    signal = sum(float(g.pow(2).sum()) for g in ref)
+    noise = sum(float((a - b).pow(2).sum()) for a, b in zip(ref, got))
+    return float("inf") if noise == 0 else 10.0 * math.log10(signal / noise)
