@@ -1,0 +1,172 @@
+"""Quantizing the functional calls of a model's forward: matmul / bmm / ``@``, scaled dot-product
+attention and ``F.linear``, through a ``TorchFunctionMode`` entered around the forward.
+
+Attention in most transformers is functional (``torch.matmul`` or
+``F.scaled_dot_product_attention``), so swapping modules leaves its GEMMs in float.
+:func:`quantize_functional` registers a forward pre-hook and a forward hook on the model that
+enter and leave a :class:`FunctionalQuantMode` (nothing global is patched; the returned handle
+removes both hooks). Inside the forward:
+
+- ``torch.matmul``, ``torch.bmm``, ``Tensor.matmul``, ``@`` between tensors of at least 2 dims run
+  as :class:`~groupquant.nn.QuantMatMul` with the recipe's input quantizer on both operands (along
+  K) and its gradient quantizers in backward;
+- ``F.scaled_dot_product_attention`` runs decomposed exactly as torch defines it:
+  ``Q(q) Q(k)^T`` (along the head dim) times ``scale``, plus the mask (``attn_mask`` bool or float,
+  ``is_causal``), softmax over the keys, dropout, then ``Q(P) Q(v)`` (along the keys);
+  ``enable_gqa`` repeats the key / value heads as torch does;
+- ``F.linear`` (a functional linear, not a converted layer) runs with the recipe's weight and input
+  quantizers (a converted ``QuantLinear``'s own call is never quantized twice).
+"""
+from __future__ import annotations
+
+import contextvars
+import math
+from typing import Any, Callable, Dict, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from .grad_slots import SAME
+from .linear import QuantLinear
+from .matmul import QuantMatMul
+from .recipes import Recipe
+
+__all__ = ["FunctionalQuantMode", "quantize_functional", "FunctionalHandle", "in_quant_layer"]
+
+#: Set while a groupquant layer computes: its own torch calls are not intercepted again.
+_INSIDE_LAYER: contextvars.ContextVar[bool] = contextvars.ContextVar("groupquant_inside_layer", default=False)
+
+_MATMULS = (torch.matmul, torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.bmm)
+
+
+class in_quant_layer:  # noqa: N801 (a context manager used like a function)
+    """Context manager: the functional mode passes calls through while it is active."""
+
+    def __enter__(self) -> None:
+        self._token = _INSIDE_LAYER.set(True)
+
+    def __exit__(self, *exc: Any) -> None:
+        _INSIDE_LAYER.reset(self._token)
+
+
+def _matmul_module(r: Recipe) -> QuantMatMul:
+    """Activation x activation products: the recipe's input quantizer on both operands."""
+    slots: Dict[str, Any] = {"grad_output_quant": r.grad_output_quant}
+    if r.grad_output_quant_for_grad_weight is not SAME:
+        slots["grad_output_quant_for_grad_b"] = r.grad_output_quant_for_grad_weight
+    if r.input_quant_for_grad_weight is not SAME:
+        slots["a_quant_for_grad_b"] = r.input_quant_for_grad_weight
+        slots["b_quant_for_grad_a"] = r.input_quant_for_grad_weight
+    return QuantMatMul(a_quant=r.input_quant, b_quant=r.input_quant, quantize_backprop=r.quantize_backprop, **slots)
+
+
+class _FunctionalLinear(nn.Module):
+    """``F.linear(x, W, b)`` with the recipe's quantizers, through a weightless QuantLinear's route."""
+
+    def __init__(self, r: Recipe) -> None:
+        super().__init__()
+        self.recipe = r
+        self._layers: Dict[tuple, QuantLinear] = {}
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        key = (tuple(weight.shape), bias is not None, weight.device, weight.dtype)
+        layer = self._layers.get(key)
+        if layer is None:
+            layer = QuantLinear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta",
+                                **self.recipe.layer_kwargs())
+            self._layers[key] = layer
+        layer.weight, layer.bias = weight, bias  # type: ignore[assignment]  (borrowed for this call)
+        try:
+            return layer._quant_gemm(x, layer._gemm_op() if hasattr(layer, "_gemm_op") else _linear_op())
+        finally:
+            layer.weight = layer.bias = None  # type: ignore[assignment]
+
+
+def _linear_op():
+    from .lean_gemm import LINEAR
+    return LINEAR
+
+
+def _sdpa_bias(q: torch.Tensor, k: torch.Tensor, attn_mask: Optional[torch.Tensor], is_causal: bool) -> Optional[torch.Tensor]:
+    """The additive attention bias torch's definition builds from ``attn_mask`` and ``is_causal``."""
+    if attn_mask is None and not is_causal:
+        return None
+    L, S = q.size(-2), k.size(-2)
+    bias = torch.zeros(L, S, dtype=q.dtype, device=q.device)
+    if is_causal:
+        if attn_mask is not None:
+            raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+        keep = torch.ones(L, S, dtype=torch.bool, device=q.device).tril(diagonal=0)
+        return bias.masked_fill(keep.logical_not(), float("-inf"))
+    if attn_mask.dtype == torch.bool:
+        return bias.masked_fill(attn_mask.logical_not(), float("-inf"))
+    if not attn_mask.is_floating_point():
+        raise TypeError(f"scaled_dot_product_attention: attn_mask must be bool or a float tensor, got {attn_mask.dtype}")
+    return attn_mask + bias
+
+
+class FunctionalQuantMode(TorchFunctionMode):
+    """Routes a forward's functional GEMMs through groupquant's quantizers (see module doc)."""
+
+    def __init__(self, r: Recipe) -> None:
+        super().__init__()
+        self.recipe = r
+        self.matmul = _matmul_module(r)
+        self.linear = _FunctionalLinear(r)
+
+    def _sdpa(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+              dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+              enable_gqa: bool = False) -> torch.Tensor:
+        """torch's definition of scaled dot-product attention, with quantized GEMMs."""
+        scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+        if enable_gqa:
+            key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
+            value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
+        scores = self.matmul(query, key.transpose(-2, -1)) * scale
+        bias = _sdpa_bias(query, key, attn_mask, is_causal)
+        if bias is not None:
+            scores = scores + bias
+        weights = torch.softmax(scores, dim=-1)
+        if dropout_p > 0.0:
+            weights = torch.dropout(weights, dropout_p, train=True)
+        return self.matmul(weights, value)
+
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        if _INSIDE_LAYER.get():
+            return func(*args, **kwargs)
+        if func in _MATMULS and len(args) == 2 and all(isinstance(a, torch.Tensor) and a.dim() >= 2
+                                                       and a.is_floating_point() for a in args):
+            return self.matmul(*args)
+        if func is F.scaled_dot_product_attention:
+            return self._sdpa(*args, **kwargs)
+        if func is F.linear and self.recipe.weight_quant is not None:
+            return self.linear(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+class FunctionalHandle:
+    """Removes what :func:`quantize_functional` registered (``handle.remove()``)."""
+
+    def __init__(self, *hooks: Any) -> None:
+        self._hooks = hooks
+
+    def remove(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+
+def quantize_functional(model: nn.Module, r: Recipe) -> FunctionalHandle:
+    """Enter a :class:`FunctionalQuantMode` for ``r`` around every forward of ``model``."""
+    mode = FunctionalQuantMode(r)
+    model._groupquant_functional = mode  # keeps the mode's state with the model (and in printouts' reach)
+
+    def enter(module: nn.Module, args: Any) -> None:
+        mode.__enter__()
+
+    def leave(module: nn.Module, args: Any, output: Any) -> None:
+        mode.__exit__(None, None, None)
+
+    return FunctionalHandle(model.register_forward_pre_hook(enter), model.register_forward_hook(leave, always_call=True))
