@@ -120,7 +120,13 @@ void quant_span(const typename S::T* __restrict x, int64_t n, const float* __res
 template <typename C>
 void encode_span(const float* __restrict vals, int64_t n, const FormatParams& fmt, C* __restrict codes) {
   const FormatParams f = fmt;
-  for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<C>(encode_element(vals[i], f));
+  if (f.is_float) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<C>(encode_float_element(vals[i], f));
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<C>(encode_int_element(vals[i], f));
+  }
 }
 
 void encode_any(const float* vals, int64_t n, const Job& job, int64_t offset) {
