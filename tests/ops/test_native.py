@@ -96,9 +96,11 @@ def assert_same(native_out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
                                   f"{native_out[diff][:4].tolist()} reference {ref[diff][:4].tolist()}")
 
 
-def check_against_reference(x: torch.Tensor, fmt, block_size, dim, rounding, scale_mode) -> None:
-    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, seed=1234)
-    what = f"{fmt.name} {scale_mode} {rounding} {x.dtype} {tuple(x.shape)} dim={dim} block={block_size}"
+def check_against_reference(x: torch.Tensor, fmt, block_size, dim, rounding, scale_mode, saturating: bool = True,
+                            seed: int = 1234) -> None:
+    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, seed=seed, saturating=saturating)
+    what = (f"{fmt.name} {scale_mode} {rounding} {x.dtype} {tuple(x.shape)} dim={dim} block={block_size} "
+            f"saturating={saturating}")
     ref_out, ref_mask = reference_fake_quant(x, spec, want_mask=True)
     out, mask = torch.ops.groupquant.group_fake_quant_masked(x, op_params(spec, x.dtype))
     assert_same(out, ref_out, what)

@@ -279,16 +279,21 @@ GQ_HD float quantize_element(float s, const FormatParams& f, const RoundRule& ru
 // ---- element codes (codes.py encode) ----------------------------------------------------
 
 // Bit encoding of an element value v already on the format's grid (NaN allowed), as int32.
-// Branch-free (selects only), so the loop over a block vectorizes: a normal value's exponent field
-// is its float32 exponent rebiased and its mantissa field the top m bits of the float32 mantissa
-// (exact, v is on the grid); a subnormal's code is its count of min-subnormal steps.
-GQ_HD int32_t encode_element(float v, const FormatParams& f) {
+// Branch-free (selects only), so a loop over a block vectorizes; the integer and the float case are
+// separate functions, so that a loop that calls one of them has no control flow (encode_element
+// picks by the format). Integer formats: the two's complement integer v * 2^frac_bits (NaN: 0).
+GQ_HD int32_t encode_int_element(float v, const FormatParams& f) {
+  const bool nan = (f2u(v) & 0x7FFFFFFFu) > 0x7F800000u;
+  return nan ? 0 : static_cast<int32_t>(v * f.int_up);
+}
+
+// Float formats: a normal value's exponent field is its float32 exponent rebiased and its mantissa
+// field the top m bits of the float32 mantissa (exact, v is on the grid); a subnormal's code is its
+// count of min-subnormal steps.
+GQ_HD int32_t encode_float_element(float v, const FormatParams& f) {
   const uint32_t vb = f2u(v);
   const uint32_t ab = vb & 0x7FFFFFFFu;
   const bool nan = ab > 0x7F800000u;
-  if (!f.is_float) {
-    return nan ? 0 : static_cast<int32_t>(v * f.int_up);
-  }
   const int32_t m = f.mantissa_bits;
   const bool inf = ab == 0x7F800000u;
   const uint32_t fb = (nan || inf) ? 0u : ab;  // finite magnitude bits; keeps the conversions in range
@@ -303,6 +308,10 @@ GQ_HD int32_t encode_element(float v, const FormatParams& f) {
   const bool neg = f.is_signed && (vb >> 31) != 0 && !nan && (f.special != kSpecialFnuz || ab != 0);
   code |= static_cast<int32_t>(neg) << (f.exponent_bits + m);
   return (nan && f.nan_code >= 0) ? f.nan_code : code;
+}
+
+GQ_HD int32_t encode_element(float v, const FormatParams& f) {
+  return f.is_float ? encode_float_element(v, f) : encode_int_element(v, f);
 }
 
 }  // namespace groupquant

@@ -2,11 +2,13 @@
 // inner loops over contiguous spans that the compiler vectorizes (no per-element branches; dtype,
 // rounding kind and power-of-two or float scale are template parameters).
 //
-// Work is cut into tiles of at most kTile elements that stay in L1: for the last-dim case
-// (inner == 1) a tile is a run of consecutive blocks (contiguous in memory, across rows too); for
-// inner > 1 a tile is one block of rows times a chunk of at most kTile columns, and the loops run
-// along the contiguous columns. Per tile: amax of each block from the bits (integer max), its
-// shared scale, then one pass over the elements that quantizes and stores.
+// Work is cut into tiles: for the last-dim case (inner == 1) a tile is a run of consecutive blocks
+// of at most kTile elements (contiguous in memory, across rows too); for grouping along a leading
+// or middle dim (inner > 1) a tile is one block of rows times a chunk of at most kColumns
+// contiguous columns, and every loop runs along the columns. Per tile: amax of each block from the
+// bits (integer max; for inner > 1 a running max per column over the block's rows), the blocks'
+// shared scales in one loop, then one pass over the elements (the tile still in cache) that
+// quantizes and stores.
 //
 // Results never depend on the thread's floating-point mode: each parallel chunk clears
 // flush-to-zero / denormals-are-zero (torch.set_flush_denormal(True) sets both) while it runs and
@@ -29,6 +31,7 @@ namespace groupquant {
 namespace {
 
 constexpr int64_t kTile = 2048;          // elements per tile (three float buffers of it stay in L1)
+constexpr int64_t kColumns = 1024;       // columns per work item when grouping along a leading dim
 constexpr int64_t kGrainElements = 1 << 15;  // elements per parallel task, at least
 
 // Keeps subnormals for its lifetime: clears MXCSR's flush-to-zero (bit 15) and denormals-are-zero
@@ -120,7 +123,13 @@ void quant_span(const typename S::T* __restrict x, int64_t n, const float* __res
 template <typename C>
 void encode_span(const float* __restrict vals, int64_t n, const FormatParams& fmt, C* __restrict codes) {
   const FormatParams f = fmt;
-  for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<C>(encode_element(vals[i], f));
+  if (f.is_float) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<C>(encode_float_element(vals[i], f));
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<C>(encode_int_element(vals[i], f));
+  }
 }
 
 void encode_any(const float* vals, int64_t n, const Job& job, int64_t offset) {
@@ -138,6 +147,32 @@ float padding_value(const BlockScale& sc, const Job& job) {
   const float s = job.pow2_scale() ? 0.0f * sc.inv : 0.0f / sc.scale;
   const RoundRule rule = round_rule(job.rounding);
   return quantize_element(s, job.fmt, rule, rule.threshold);
+}
+
+// Shared scales of n blocks from their amax (float32 bits of |x|): scale, inv (power-of-two modes)
+// and E8M0 code per block, in a loop over blocks that vectorizes (no per-block branches).
+template <bool Pow2>
+void block_scales(const uint32_t* __restrict amax, int64_t n, const Job& job, float* __restrict scale,
+                  float* __restrict inv, uint8_t* __restrict code) {
+  const FormatParams f = job.fmt;
+  const int32_t mode = job.scale_mode;
+  if (Pow2) {
+#pragma omp simd
+    for (int64_t t = 0; t < n; ++t) {
+      const BlockScale sc = pow2_block_scale(amax[t], f, mode);
+      scale[t] = sc.scale;
+      inv[t] = sc.inv;
+      code[t] = sc.code;
+    }
+  } else {
+#pragma omp simd
+    for (int64_t t = 0; t < n; ++t) {
+      const BlockScale sc = float_block_scale(amax[t], f);
+      scale[t] = sc.scale;
+      inv[t] = sc.inv;
+      code[t] = sc.code;
+    }
+  }
 }
 
 // ---- drivers -----------------------------------------------------------------------------------
@@ -178,6 +213,7 @@ struct Driver {
       alignas(64) int32_t len_blk[kTile];
       alignas(64) float scale_blk[kTile];
       alignas(64) float inv_blk[kTile];
+      alignas(64) uint8_t code_blk[kTile];
       const T* x = static_cast<const T*>(job.x);
       int64_t o = b0 / k, kb = b0 % k;
       int64_t b = b0;
@@ -208,19 +244,7 @@ struct Driver {
           if (++kb == k) { kb = 0; ++o; }
           len = std::min(bs, dim - kb * bs);
         }
-        const FormatParams f = job.fmt;
-        const int32_t mode = job.scale_mode;
-        if (Pow2) {
-#pragma omp simd
-          for (int64_t t = 0; t < nb; ++t) {
-            const BlockScale sc = pow2_block_scale(amax_blk[t], f, mode);
-            scale_blk[t] = sc.scale;
-            inv_blk[t] = sc.inv;
-          }
-        } else {
-#pragma omp simd
-          for (int64_t t = 0; t < nb; ++t) scale_blk[t] = float_block_scale(amax_blk[t], f).scale;
-        }
+        block_scales<Pow2>(amax_blk, nb, job, scale_blk, inv_blk, code_blk);
         if (job.scale != nullptr) std::copy(scale_blk, scale_blk + nb, job.scale + b_first);
         for (int64_t t = 0, off = 0; t < nb; off += len_blk[t], ++t) {
           fill(scale_buf + off, len_blk[t], scale_blk[t]);
@@ -231,90 +255,99 @@ struct Driver {
     });
   }
 
-  // Any job with inner > 1, and quantize with inner == 1: one block of rows x a chunk of columns
-  // per work item (for inner == 1 the "row" is the whole block, one column wide).
-  static void blocks(const Job& job) {
-    const int64_t bs = job.block_size, k = job.num_blocks, dim = job.dim_size, inner = job.inner;
-    const bool last_dim = inner == 1;
-    const int64_t chunk = last_dim ? 1 : std::min(inner, kTile);
-    const int64_t chunks = (inner + chunk - 1) / chunk;
-    const int64_t total = job.outer * k * chunks;
-    const int64_t grain = std::max<int64_t>(1, kGrainElements / (bs * chunk));
+  // Quantize with inner == 1 (grouping along the last dim): one block per work item.
+  static void last_dim_blocks(const Job& job) {
+    const int64_t bs = job.block_size, k = job.num_blocks, dim = job.dim_size;
+    const int64_t total = job.outer * k;
+    const int64_t grain = std::max<int64_t>(1, kGrainElements / bs);
     at::parallel_for(0, total, grain, [&](int64_t i0, int64_t i1) {
       const KeepDenormals keep;
-      alignas(64) uint32_t amax_buf[kTile];
       alignas(64) float scale_buf[kTile];
       alignas(64) float inv_buf[kTile];
       alignas(64) float vals[kTile];
-      BlockScale scales[1];
       const T* x = static_cast<const T*>(job.x);
-      for (int64_t item = i0; item < i1; ++item) {
-        const int64_t cc = item % chunks, ob = item / chunks;
+      for (int64_t ob = i0; ob < i1; ++ob) {
         const int64_t o = ob / k, kb = ob % k;
-        const int64_t c0 = cc * chunk, cols = std::min(chunk, inner - c0);
         const int64_t j0 = kb * bs, len = std::min(bs, dim - j0);
-        const int64_t base = (o * dim + j0) * inner + c0;          // first element in x
-        const int64_t scale_at = (o * k + kb) * inner + c0;        // first scale
-        const int64_t code_base = ((o * k + kb) * bs) * inner + c0;  // first code
-        if (last_dim) {
-          const BlockScale sc = block_scale(amax_span<S>(x + base, len), job.fmt, job.scale_mode);
-          scales[0] = sc;
-          if (job.scale != nullptr) job.scale[scale_at] = sc.scale;
-          if (job.scale_codes != nullptr) job.scale_codes[scale_at] = sc.code;
-          for (int64_t off = 0; off < len; off += kTile) {
-            const int64_t n = std::min(kTile, len - off);
-            fill(scale_buf, n, sc.scale);
-            fill(inv_buf, n, sc.inv);
-            span(job, base + off, n, scale_buf, inv_buf, vals);
-            if (job.codes != nullptr) {
-              encode_any(vals, n, job, code_base + off);
-            }
-          }
-          if (job.codes != nullptr && len < bs) {
-            fill(vals, std::min(bs - len, kTile), padding_value(sc, job));
-            for (int64_t off = len; off < bs; off += kTile) {
-              const int64_t n = std::min(kTile, bs - off);
-              encode_any(vals, n, job, code_base + off);
-            }
-          }
-          continue;
-        }
-        // inner > 1: per-column amax over the block's rows, then row by row along the columns
-        for (int64_t c = 0; c < cols; ++c) amax_buf[c] = 0;
-        for (int64_t j = 0; j < len; ++j) {
-          const T* row = x + base + j * inner;
-#pragma omp simd
-          for (int64_t c = 0; c < cols; ++c) amax_buf[c] = std::max(amax_buf[c], S::abs_bits(row[c]));
-        }
-        for (int64_t c = 0; c < cols; ++c) {
-          const BlockScale sc = block_scale(S::widen_abs(amax_buf[c]), job.fmt, job.scale_mode);
-          scale_buf[c] = sc.scale;
-          inv_buf[c] = sc.inv;
-          if (job.scale != nullptr) job.scale[scale_at + c] = sc.scale;
-          if (job.scale_codes != nullptr) job.scale_codes[scale_at + c] = sc.code;
-        }
-        for (int64_t j = 0; j < len; ++j) {
-          span(job, base + j * inner, cols, scale_buf, inv_buf, vals);
-          if (job.codes != nullptr) {
-            encode_any(vals, cols, job, code_base + j * inner);
-          }
+        const int64_t base = o * dim + j0;  // first element in x
+        const int64_t code_base = ob * bs;  // first code
+        const BlockScale sc = block_scale(amax_span<S>(x + base, len), job.fmt, job.scale_mode);
+        if (job.scale != nullptr) job.scale[ob] = sc.scale;
+        if (job.scale_codes != nullptr) job.scale_codes[ob] = sc.code;
+        for (int64_t off = 0; off < len; off += kTile) {
+          const int64_t n = std::min(kTile, len - off);
+          fill(scale_buf, n, sc.scale);
+          fill(inv_buf, n, sc.inv);
+          span(job, base + off, n, scale_buf, inv_buf, vals);
+          if (job.codes != nullptr) encode_any(vals, n, job, code_base + off);
         }
         if (job.codes != nullptr && len < bs) {
-          for (int64_t c = 0; c < cols; ++c) {
-            const BlockScale sc{scale_buf[c], inv_buf[c], 0};
-            vals[c] = padding_value(sc, job);
-          }
-          for (int64_t j = len; j < bs; ++j) {
-            encode_any(vals, cols, job, code_base + j * inner);
+          fill(vals, std::min(bs - len, kTile), padding_value(sc, job));
+          for (int64_t off = len; off < bs; off += kTile) {
+            encode_any(vals, std::min(kTile, bs - off), job, code_base + off);
           }
         }
       }
     });
   }
 
+  // Grouping along a leading or middle dim (inner > 1), fake-quant and quantize. A work item is one
+  // block of rows (the block_size rows of one group along the grouped dim) times a chunk of at most
+  // kColumns contiguous columns; work is split over (outer, block row, column chunk). Pass 1
+  // streams the item's rows and keeps a running amax per column; the columns' scales follow in one
+  // vectorized loop; pass 2 streams the same rows again while they are still in cache and quantizes
+  // them along the contiguous columns. Every inner loop runs over contiguous memory.
+  static void columns(const Job& job) {
+    const int64_t bs = job.block_size, k = job.num_blocks, dim = job.dim_size, inner = job.inner;
+    const int64_t chunk = std::min(inner, kColumns);
+    const int64_t chunks = (inner + chunk - 1) / chunk;
+    const int64_t total = job.outer * k * chunks;
+    const int64_t grain = std::max<int64_t>(1, kGrainElements / (bs * chunk));
+    at::parallel_for(0, total, grain, [&](int64_t i0, int64_t i1) {
+      const KeepDenormals keep;
+      alignas(64) uint32_t amax_buf[kColumns];
+      alignas(64) float scale_buf[kColumns];
+      alignas(64) float inv_buf[kColumns];
+      alignas(64) uint8_t code_buf[kColumns];
+      alignas(64) float vals[kColumns];
+      const T* x = static_cast<const T*>(job.x);
+      for (int64_t item = i0; item < i1; ++item) {
+        const int64_t cc = item % chunks, ob = item / chunks;
+        const int64_t o = ob / k, kb = ob % k;
+        const int64_t c0 = cc * chunk, cols = std::min(chunk, inner - c0);
+        const int64_t j0 = kb * bs, len = std::min(bs, dim - j0);
+        const int64_t base = (o * dim + j0) * inner + c0;  // first element in x
+        const int64_t scale_at = ob * inner + c0;          // first scale
+        const int64_t code_base = ob * bs * inner + c0;    // first code
+        // pass 1: running amax per column over the block's rows
+        std::fill(amax_buf, amax_buf + cols, 0u);
+        for (int64_t j = 0; j < len; ++j) {
+          const T* row = x + base + j * inner;
+#pragma omp simd
+          for (int64_t c = 0; c < cols; ++c) amax_buf[c] = std::max(amax_buf[c], S::abs_bits(row[c]));
+        }
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) amax_buf[c] = S::widen_abs(amax_buf[c]);
+        block_scales<Pow2>(amax_buf, cols, job, scale_buf, inv_buf, code_buf);
+        if (job.scale != nullptr) std::copy(scale_buf, scale_buf + cols, job.scale + scale_at);
+        if (job.scale_codes != nullptr) std::copy(code_buf, code_buf + cols, job.scale_codes + scale_at);
+        // pass 2: the same rows again, quantized along the columns
+        for (int64_t j = 0; j < len; ++j) {
+          span(job, base + j * inner, cols, scale_buf, inv_buf, vals);
+          if (job.codes != nullptr) encode_any(vals, cols, job, code_base + j * inner);
+        }
+        if (job.codes != nullptr && len < bs) {  // padding rows of the last block: codes of 0
+          for (int64_t c = 0; c < cols; ++c) vals[c] = padding_value(BlockScale{scale_buf[c], inv_buf[c], 0}, job);
+          for (int64_t j = len; j < bs; ++j) encode_any(vals, cols, job, code_base + j * inner);
+        }
+      }
+    });
+  }
+
   static void run(const Job& job) {
-    if (job.inner == 1 && job.codes == nullptr) fake_rows(job);
-    else blocks(job);
+    if (job.inner > 1) columns(job);
+    else if (job.codes == nullptr) fake_rows(job);
+    else last_dim_blocks(job);
   }
 };
 
