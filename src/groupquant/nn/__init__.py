@@ -10,7 +10,7 @@ existing model, with quantizers or a training recipe (``RECIPES``).
 """
 from .activation import QuantIdentity, QuantReLU
 from .conv import QuantConv1d, QuantConv2d
-from .convert import quantize_model
+from .convert import quantize_model, remove_functional
 from .grad_slots import DISABLED, SAME
 from .linear import QuantLinear
 from .matmul import QuantMatMul, quant_matmul
@@ -18,4 +18,5 @@ from .quant_layer import QuantLayerMixin
 from .recipes import RECIPES, Recipe, recipe
 
 __all__ = ["DISABLED", "SAME", "QuantConv1d", "QuantConv2d", "QuantIdentity", "QuantLayerMixin", "QuantLinear",
-           "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "quant_matmul", "quantize_model", "recipe"]
+           "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "quant_matmul", "quantize_model", "recipe",
+           "remove_functional"]

@@ -8,9 +8,10 @@ from torch import nn
 
 from .conv import QuantConv1d, QuantConv2d
 from .linear import QuantLinear
+from .functional_mode import quantize_functional
 from .recipes import recipe as recipe_of
 
-__all__ = ["quantize_model", "REPLACEMENTS"]
+__all__ = ["quantize_model", "remove_functional", "REPLACEMENTS"]
 
 #: Exact float type -> its quant layer (subclasses are left alone, e.g. attention's out_proj).
 REPLACEMENTS: Dict[Type[nn.Module], Type[nn.Module]] = {
@@ -93,7 +94,7 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
                    output_quant: Optional[type] = None, bias_quant: Optional[type] = None, *,
                    include: Patterns = None, exclude: Patterns = None,
                    filter_fn: Optional[Callable[[str, nn.Module], bool]] = None, recipe: Any = None,
-                   **quant_kwargs: Any) -> nn.Module:
+                   functional: Optional[bool] = None, **quant_kwargs: Any) -> nn.Module:
     """Replace every ``nn.Linear``, ``nn.Conv1d`` and ``nn.Conv2d`` of ``model`` (in place) by its
     quant layer with the given quantizers and prefixed keywords (``weight_bit_width=4``), keeping
     the weight and bias parameters themselves (so optimizers and tied weights keep working).
@@ -105,6 +106,11 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
         recipe: a :class:`groupquant.nn.Recipe` or its name (``"mxfp8"``, ``"mxfp8_e4m3_e5m2"``,
             ... see ``groupquant.nn.RECIPES``): quantizers for every operand of every GEMM, forward
             and backward. Quantizers and slot keywords given here as well override the recipe's.
+        functional: also quantize the forward's functional GEMMs (``torch.matmul`` / ``bmm`` / ``@``
+            between activations, ``F.scaled_dot_product_attention``, ``F.linear``) by the recipe,
+            through a torch function mode entered around ``model``'s forward
+            (:mod:`groupquant.nn.functional_mode`). Default: on when a recipe is given.
+            ``groupquant.nn.remove_functional(model)`` takes it off again.
     Every include / exclude pattern must match some layer (a ValueError lists the names).
 
     A layer registered under several names (``model.a = model.b = lin``, ``Sequential(lin, act,
@@ -132,4 +138,19 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
                 return new
             parent_name, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent_name), child, new)
+    if functional if functional is not None else recipe is not None:
+        if recipe is None:
+            raise ValueError("quantize_model(functional=True) needs a recipe: the functional GEMMs take its quantizers")
+        remove_functional(model)
+        model._groupquant_functional_handle = quantize_functional(model, recipe_of(recipe))
     return model
+
+
+def remove_functional(model: nn.Module) -> bool:
+    """Take off the functional quantization :func:`quantize_model` put on ``model``; whether any was on."""
+    handle = model.__dict__.pop("_groupquant_functional_handle", None)
+    model.__dict__.pop("_groupquant_functional", None)
+    if handle is None:
+        return False
+    handle.remove()
+    return True

@@ -19,7 +19,6 @@ removes both hooks). Inside the forward:
 """
 from __future__ import annotations
 
-import contextvars
 import math
 from typing import Any, Callable, Dict, Optional
 
@@ -29,26 +28,15 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from .grad_slots import SAME
+from .inside import inside_quant_layer
+from .lean_gemm import LINEAR
 from .linear import QuantLinear
 from .matmul import QuantMatMul
 from .recipes import Recipe
 
-__all__ = ["FunctionalQuantMode", "quantize_functional", "FunctionalHandle", "in_quant_layer"]
-
-#: Set while a groupquant layer computes: its own torch calls are not intercepted again.
-_INSIDE_LAYER: contextvars.ContextVar[bool] = contextvars.ContextVar("groupquant_inside_layer", default=False)
+__all__ = ["FunctionalQuantMode", "quantize_functional", "FunctionalHandle"]
 
 _MATMULS = (torch.matmul, torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.bmm)
-
-
-class in_quant_layer:  # noqa: N801 (a context manager used like a function)
-    """Context manager: the functional mode passes calls through while it is active."""
-
-    def __enter__(self) -> None:
-        self._token = _INSIDE_LAYER.set(True)
-
-    def __exit__(self, *exc: Any) -> None:
-        _INSIDE_LAYER.reset(self._token)
 
 
 def _matmul_module(r: Recipe) -> QuantMatMul:
@@ -70,23 +58,14 @@ class _FunctionalLinear(nn.Module):
         self.recipe = r
         self._layers: Dict[tuple, QuantLinear] = {}
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         key = (tuple(weight.shape), bias is not None, weight.device, weight.dtype)
         layer = self._layers.get(key)
         if layer is None:
             layer = QuantLinear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta",
                                 **self.recipe.layer_kwargs())
             self._layers[key] = layer
-        layer.weight, layer.bias = weight, bias  # type: ignore[assignment]  (borrowed for this call)
-        try:
-            return layer._quant_gemm(x, layer._gemm_op() if hasattr(layer, "_gemm_op") else _linear_op())
-        finally:
-            layer.weight = layer.bias = None  # type: ignore[assignment]
-
-
-def _linear_op():
-    from .lean_gemm import LINEAR
-    return LINEAR
+        return layer._quant_gemm(x, LINEAR, weight, bias)
 
 
 def _sdpa_bias(q: torch.Tensor, k: torch.Tensor, attn_mask: Optional[torch.Tensor], is_causal: bool) -> Optional[torch.Tensor]:
@@ -135,7 +114,7 @@ class FunctionalQuantMode(TorchFunctionMode):
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
-        if _INSIDE_LAYER.get():
+        if inside_quant_layer():
             return func(*args, **kwargs)
         if func in _MATMULS and len(args) == 2 and all(isinstance(a, torch.Tensor) and a.dim() >= 2
                                                        and a.is_floating_point() for a in args):
@@ -161,7 +140,7 @@ class FunctionalHandle:
 def quantize_functional(model: nn.Module, r: Recipe) -> FunctionalHandle:
     """Enter a :class:`FunctionalQuantMode` for ``r`` around every forward of ``model``."""
     mode = FunctionalQuantMode(r)
-    model._groupquant_functional = mode  # keeps the mode's state with the model (and in printouts' reach)
+    model.__dict__["_groupquant_functional"] = mode  # not a submodule: no state, not in state_dict
 
     def enter(module: nn.Module, args: Any) -> None:
         mode.__enter__()

@@ -19,6 +19,7 @@ from torch import nn
 from ..proxy import ActQuantProxy
 from ..quant_tensor import QuantTensor, plain
 from .backward_gemm import quantized_backward_matmul
+from .inside import in_quant_layer
 from .grad_slots import (MATMUL_GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands,
                          grad_slot_prefixes)
 from .keywords import route_keywords
@@ -55,7 +56,10 @@ class QuantMatMul(nn.Module):
                 setattr(self, name, proxy)
 
     def forward(self, a: torch.Tensor | QuantTensor, b: torch.Tensor | QuantTensor) -> torch.Tensor:
-        a, b = plain(a), plain(b)
+        with in_quant_layer():
+            return self._matmul(plain(a), plain(b))
+
+    def _matmul(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if a.dim() < 2 or b.dim() < 2:
             raise ValueError(f"QuantMatMul needs operands with at least 2 dims (groups run along K), got "
                              f"{tuple(a.shape)} @ {tuple(b.shape)}; unsqueeze vectors first")

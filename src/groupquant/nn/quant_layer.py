@@ -11,9 +11,12 @@ from ..quant_tensor import QuantTensor, plain
 from .backward_gemm import quantized_backward_gemm
 from .grad_slots import GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands, grad_slot_prefixes
 from .keywords import route_keywords
+from .inside import in_quant_layer
 from .lean_gemm import GemmOp, lean_applies, lean_quant_gemm
 
 __all__ = ["QuantLayerMixin"]
+
+_OWN = object()  # "the layer's own bias" (None is a real value: no bias)
 
 
 class QuantLayerMixin:
@@ -115,31 +118,34 @@ class QuantLayerMixin:
         bias = self.bias  # type: ignore[attr-defined]
         return None if bias is None else self.bias_quant(bias)
 
-    def _lean(self, qx: torch.Tensor, op: GemmOp) -> bool:
+    def _lean(self, qx: torch.Tensor, op: GemmOp, weight: torch.Tensor) -> bool:
         """Whether this call takes the memory-lean path: a training step (grad recorded, not
         traced for export, no autocast) whose weight quantizer lets it (see :func:`lean_applies`)."""
-        weight: torch.Tensor = self.weight  # type: ignore[attr-defined]
         if not (self.memory_lean_backward and torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
             return False
         if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.is_autocast_enabled(qx.device.type):
             return False
         return lean_applies(self.weight_quant) and op.lean_supported(qx, weight)
 
-    def _quant_gemm(self, x: Union[torch.Tensor, QuantTensor], op: GemmOp) -> Union[torch.Tensor, QuantTensor]:
+    def _quant_gemm(self, x: Union[torch.Tensor, QuantTensor], op: GemmOp, weight: Optional[torch.Tensor] = None,
+                    bias: Any = _OWN) -> Union[torch.Tensor, QuantTensor]:
         """``output_quant(op(input_quant(x), weight_quant(W), bias_quant(b)))``: one route for
-        every weight layer; the lean path differs only in what backward keeps alive."""
-        qx = self.input_quant.quant_value(x)
-        bias = self.bias  # type: ignore[attr-defined]
-        qb = None if bias is None else self.bias_quant.quant_value(bias)
-        weight: torch.Tensor = self.weight  # type: ignore[attr-defined]
-        if self.quantize_backprop and torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad):
-            ops = backward_operands({name: getattr(self, name) for name in GRAD_SLOTS})
-            y = quantized_backward_gemm(qx, plain(self.quant_weight()), qb, plain(x), weight, ops, op)
-        elif self._lean(qx, op):
-            y = lean_quant_gemm(qx, self.weight, qb, self.weight_quant, op)  # type: ignore[attr-defined]
-        else:
-            y = op.forward(qx, plain(self.quant_weight()), qb)
-        return self._finish(y)
+        every weight layer; the lean path differs only in what backward keeps alive, the
+        quantized-backward path in what the backward GEMMs compute. ``weight`` / ``bias``: the
+        layer's own unless given (a functional ``F.linear`` borrows a layer's quantizers)."""
+        with in_quant_layer():
+            weight = self.weight if weight is None else weight  # type: ignore[attr-defined]
+            bias = self.bias if bias is _OWN else bias  # type: ignore[attr-defined]
+            qx = self.input_quant.quant_value(x)
+            qb = None if bias is None else self.bias_quant.quant_value(bias)
+            if self.quantize_backprop and torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad):
+                ops = backward_operands({name: getattr(self, name) for name in GRAD_SLOTS})
+                y = quantized_backward_gemm(qx, plain(self.weight_quant(weight)), qb, plain(x), weight, ops, op)
+            elif self._lean(qx, op, weight):
+                y = lean_quant_gemm(qx, weight, qb, self.weight_quant, op)
+            else:
+                y = op.forward(qx, plain(self.weight_quant(weight)), qb)
+            return self._finish(y)
 
     def _finish(self, y: torch.Tensor) -> Union[torch.Tensor, QuantTensor]:
         """Apply ``output_quant`` and unwrap unless ``return_quant_tensor``."""

@@ -1,0 +1,128 @@
+"""Functional GEMMs inside a model (matmul / @ / bmm, scaled dot-product attention, F.linear),
+quantized by quantize_model(recipe=...) through a torch function mode, against the composition."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import groupquant as gq
+from groupquant.nn import QuantLinear, recipe, remove_functional
+
+
+def _fq(t, dim, fmt="fp8_e4m3"):
+    return gq.fake_quant(t, fmt, 32, dim)
+
+
+class Attention(nn.Module):
+    """Functional attention on given q, k, v (no weights): what the mode sees in a transformer."""
+
+    def __init__(self, **sdpa):
+        super().__init__()
+        self.sdpa = sdpa
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, **self.sdpa)
+
+
+def _composition(q, k, v, mask=None, is_causal=False, scale=None, gqa=False):
+    """torch's definition of SDPA with Q(q) Q(k)^T along the head dim and Q(P) Q(v) along the keys."""
+    if gqa:
+        k = k.repeat_interleave(q.size(-3) // k.size(-3), -3)
+        v = v.repeat_interleave(q.size(-3) // v.size(-3), -3)
+    scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
+    s = torch.matmul(_fq(q, -1), _fq(k.transpose(-2, -1), -2)) * scale
+    L, S = q.size(-2), k.size(-2)
+    if is_causal:
+        s = s + torch.zeros(L, S).masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+    elif mask is not None:
+        s = s + (torch.zeros(L, S).masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else mask)
+    return torch.matmul(_fq(torch.softmax(s, -1), -1), _fq(v, -2))
+
+
+def _qkv(heads=4, kv_heads=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.logspace(-3, 3, 40, base=2.0).reshape(40, 1)  # tokens spanning binades
+    q = torch.randn(2, heads, 40, 48, generator=g) * scale
+    k = torch.randn(2, kv_heads, 40, 48, generator=g) * scale
+    v = torch.randn(2, kv_heads, 40, 48, generator=g) * scale
+    return q, k, v
+
+
+@pytest.mark.parametrize("sdpa, gqa", [({}, False), ({"is_causal": True}, False), ({"scale": 0.3}, False),
+                                       ({"enable_gqa": True}, True)])
+def test_sdpa_is_decomposed_with_quantized_gemms(sdpa, gqa):
+    model = Attention(**sdpa)
+    q, k, v = _qkv(kv_heads=2 if gqa else 4)
+    gq.quantize_model(model, recipe="mxfp8")
+    out = model(q, k, v)
+    expected = _composition(q, k, v, is_causal=sdpa.get("is_causal", False), scale=sdpa.get("scale"), gqa=gqa)
+    assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_sdpa_masks(kind):
+    q, k, v = _qkv(seed=1)
+    g = torch.Generator().manual_seed(2)
+    mask = torch.rand(40, 40, generator=g) > 0.3
+    mask[:, 0] = True
+    if kind == "float":
+        mask = torch.randn(40, 40, generator=g)
+    model = Attention(attn_mask=mask)
+    gq.quantize_model(model, recipe="mxfp8")
+    assert torch.equal(model(q, k, v), _composition(q, k, v, mask=mask))
+
+
+def test_bad_mask_dtype_is_named():
+    q, k, v = _qkv(seed=3)
+    bad = Attention(attn_mask=torch.ones(40, 40, dtype=torch.int64))
+    gq.quantize_model(bad, recipe="mxfp8")
+    with pytest.raises(TypeError, match="attn_mask must be bool or a float tensor"):
+        bad(q, k, v)
+
+
+def test_unquantized_decomposition_equals_torch():
+    q, k, v = _qkv(seed=4)
+    model = Attention(is_causal=True)
+    gq.quantize_model(model, recipe=recipe("mxfp8").replace(input_quant=None, grad_output_quant=None))
+    torch.testing.assert_close(model(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                               rtol=1e-5, atol=1e-5)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(48, 48)
+        self.w = nn.Parameter(torch.randn(48, 48) / 7)
+
+    def forward(self, a, b):
+        return self.proj(a @ b) + F.linear(a, self.w)
+
+
+def test_matmul_linear_and_layers_are_each_quantized_once():
+    model = Block()
+    a = torch.randn(3, 40, 48) * torch.logspace(-2, 2, 48, base=2.0)
+    b = torch.randn(3, 48, 48)
+    w, proj_w, proj_b = model.w.detach().clone(), model.proj.weight.detach().clone(), model.proj.bias.detach().clone()
+    gq.quantize_model(model, recipe="mxfp8")
+    ab = torch.matmul(_fq(a, -1), _fq(b, -2))
+    expected = F.linear(_fq(ab, -1), _fq(proj_w, 1), proj_b) + F.linear(_fq(a, -1), _fq(w, 1))
+    assert torch.equal(model(a, b), expected)
+    assert isinstance(model.proj, QuantLinear)
+    assert remove_functional(model) and not remove_functional(model)
+    plain_matmul = F.linear(_fq(a @ b, -1), _fq(proj_w, 1), proj_b) + F.linear(a, w)
+    assert torch.equal(model(a, b), plain_matmul)  # the mode is gone; the converted layer stays
+
+
+def test_backward_through_functional_attention_is_quantized():
+    q, k, v = (t.requires_grad_(True) for t in _qkv(seed=5))
+    model = Attention()
+    gq.quantize_model(model, recipe="mxfp8_e4m3_e5m2")
+    model(q, k, v).sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    q2, k2, v2 = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    F.scaled_dot_product_attention(q2, k2, v2).sum().backward()
+    assert not torch.equal(q.grad, q2.grad)  # quantized GEMMs in backward
+    cos = F.cosine_similarity(q.grad.flatten(), q2.grad.flatten(), dim=0)
+    assert cos > 0.9
