@@ -71,7 +71,7 @@ def test_hand_built_ties_overflow_and_subnormals_bf16():
         one + 2 ** -8: one,                    # tie, 1.0 is even
         one + 3 * 2 ** -8: one + 2 ** -6,      # tie, goes up to the even neighbour
         BF16_MAX + 2.0 ** 119: float("inf"),   # max bf16 + half ulp: the tie rounds to the Inf code
-        BF16_MAX + 2.0 ** 119 - 2.0 ** 103: BF16_MAX,  # one float32 step below that threshold -> max normal
+        BF16_MAX + 2.0 ** 119 - 2.0 ** 104: BF16_MAX,  # one float32 step below that threshold -> max normal
         2.0 ** -133: 2.0 ** -133,              # min bf16 subnormal kept
         2.0 ** -134: 0.0,                      # half of it: tie to even (0)
         -(2.0 ** -134) * 1.5: -(2.0 ** -133),  # above half: up
