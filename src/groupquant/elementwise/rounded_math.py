@@ -1,0 +1,150 @@
+"""The basic operations of element-wise arithmetic, each result rounded to an element precision.
+
+:class:`RoundedMath` is the kit the forward and backward formulas of every op in this package are
+written with (it records no autograd graph). Each method computes one basic operation and rounds it:
+
+- ``+ - * /`` and ``sqrt`` are computed in float32 (correctly rounded by IEEE), then rounded to the
+  precision (double rounding float32 -> precision is the definition, as in microxcaling).
+- ``exp, exp2, log, tanh, erf, pow, rsqrt`` are evaluated in float64, rounded to float32, then to the
+  precision: the float32 intermediate is then (up to a float64 ulp) the correctly rounded value, so the
+  result does not depend on the float32 libm of the device (microxcaling uses torch's float32 kernels).
+- ``sum`` accumulates in float64, rounds to float32, then to the precision; ``mean`` is
+  ``round(round(sum) / n)`` with ``n`` exact, as microxcaling's ``vec_reduce_mean``.
+- ``max`` of rounded values needs no rounding.
+Python-float constants are used as given in float32 (``const`` rounds one to the precision first).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Callable, Optional, Sequence, Tuple, Union
+
+import torch
+
+from ..ops.precision import ElementPrecision, PrecisionLike, resolve_precision, round_to_precision
+
+__all__ = ["RoundedMath", "Operand", "Dims", "math_for"]
+
+Operand = Union[torch.Tensor, float]
+Dims = Optional[Union[int, Sequence[int]]]
+
+
+def math_for(precision: PrecisionLike) -> "RoundedMath":
+    """The :class:`RoundedMath` of a precision or a precision name."""
+    return RoundedMath(resolve_precision(precision))
+
+
+def _f32(v: Operand) -> torch.Tensor:
+    """A float32 tensor of ``v`` (a python number becomes a 0-d float32 tensor)."""
+    return v.float() if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=torch.float32)
+
+
+@dataclass(frozen=True)
+class RoundedMath:
+    """Basic operations rounded to ``precision``; float32 tensors in and out."""
+
+    precision: ElementPrecision
+
+    def q(self, x: Operand) -> torch.Tensor:
+        """``x`` rounded to the precision (float32)."""
+        return round_to_precision(_f32(x), self.precision)
+
+    def const(self, c: float) -> float:
+        """A python constant rounded to the precision (e.g. ln 2 in bfloat16)."""
+        return float(self.q(c))
+
+    def add(self, a: Operand, b: Operand) -> torch.Tensor:
+        """round(a + b)."""
+        return self.q(_f32(a) + _f32(b))
+
+    def sub(self, a: Operand, b: Operand) -> torch.Tensor:
+        """round(a - b)."""
+        return self.q(_f32(a) - _f32(b))
+
+    def mul(self, a: Operand, b: Operand) -> torch.Tensor:
+        """round(a * b)."""
+        return self.q(_f32(a) * _f32(b))
+
+    def div(self, a: Operand, b: Operand) -> torch.Tensor:
+        """round(a / b)."""
+        return self.q(_f32(a) / _f32(b))
+
+    def recip(self, x: Operand) -> torch.Tensor:
+        """round(1 / x)."""
+        return self.q(1.0 / _f32(x))
+
+    def sqrt(self, x: Operand) -> torch.Tensor:
+        """round(sqrt(x))."""
+        return self.q(torch.sqrt(_f32(x)))
+
+    def _via64(self, fn: Callable[[torch.Tensor], torch.Tensor], x: Operand) -> torch.Tensor:
+        """round(float32(fn(float64 x)))."""
+        return self.q(fn(_f32(x).double()).float())
+
+    def exp(self, x: Operand) -> torch.Tensor:
+        """round(e**x)."""
+        return self._via64(torch.exp, x)
+
+    def exp2(self, x: Operand) -> torch.Tensor:
+        """round(2**x)."""
+        return self._via64(torch.exp2, x)
+
+    def log(self, x: Operand) -> torch.Tensor:
+        """round(ln x)."""
+        return self._via64(torch.log, x)
+
+    def tanh(self, x: Operand) -> torch.Tensor:
+        """round(tanh x)."""
+        return self._via64(torch.tanh, x)
+
+    def erf(self, x: Operand) -> torch.Tensor:
+        """round(erf x)."""
+        return self._via64(torch.erf, x)
+
+    def rsqrt(self, x: Operand) -> torch.Tensor:
+        """round(1 / sqrt(x)), one rounding (a single basic operation)."""
+        return self._via64(lambda v: 1.0 / torch.sqrt(v), x)
+
+    def pow(self, x: Operand, exponent: float) -> torch.Tensor:
+        """round(x ** exponent) for a python-number exponent."""
+        return self._via64(lambda v: torch.pow(v, float(exponent)), x)
+
+    def sum(self, x: torch.Tensor, dims: Dims = None, keepdim: bool = False) -> torch.Tensor:
+        """round(sum of x over dims), accumulated in float64 (all dims when None)."""
+        s = x.double().sum() if dims is None else x.double().sum(dim=_dims(dims, x.dim()), keepdim=keepdim)
+        if dims is None and keepdim:
+            s = s.reshape([1] * x.dim())
+        return self.q(s.float())
+
+    def mean(self, x: torch.Tensor, dims: Dims = None, keepdim: bool = False) -> torch.Tensor:
+        """round(round(sum over dims) / n), n the number of elements summed (exact)."""
+        return self.div(self.sum(x, dims, keepdim), float(count(x.shape, dims)))
+
+    def sum_to_shape(self, g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        """A gradient of a broadcast operand: ``g`` summed (rounded) over the broadcast dims to ``shape``;
+        ``g`` itself when the shapes agree."""
+        if g.shape == shape:
+            return g
+        lead = g.dim() - len(shape)
+        dims = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
+        return self.sum(g, dims, keepdim=True).reshape(shape) if dims else g.reshape(shape)
+
+
+def _dims(dims: Dims, ndim: int) -> Tuple[int, ...]:
+    """``dims`` as a tuple of non-negative ints (all dims when None)."""
+    if dims is None:
+        return tuple(range(ndim))
+    return tuple(d % ndim for d in ((dims,) if isinstance(dims, int) else dims))
+
+
+def count(shape: torch.Size, dims: Dims) -> int:
+    """How many elements a reduction over ``dims`` of ``shape`` combines."""
+    return prod(shape[d] for d in _dims(dims, len(shape))) if len(shape) else 1
+
+
+def expand_back(g: torch.Tensor, shape: torch.Size, dims: Dims, keepdim: bool) -> torch.Tensor:
+    """A reduced gradient broadcast back to the input ``shape`` (re-inserting the reduced dims)."""
+    if not keepdim:
+        for d in sorted(_dims(dims, len(shape))):
+            g = g.unsqueeze(d)
+    return g.expand(shape)
