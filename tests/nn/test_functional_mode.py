@@ -126,3 +126,41 @@ def test_backward_through_functional_attention_is_quantized():
     assert not torch.equal(q.grad, q2.grad)  # quantized GEMMs in backward
     cos = F.cosine_similarity(q.grad.flatten(), q2.grad.flatten(), dim=0)
     assert cos > 0.9
+
+
+class Mixer(nn.Module):
+    """Element-wise ops a transformer block calls functionally."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(48)
+
+    def forward(self, a, b):
+        h = F.gelu(a) + torch.tanh(b)          # same-shape add of two activations
+        return self.norm(torch.softmax(h, dim=-1) * torch.sigmoid(a))
+
+
+def test_elementwise_precision_routes_each_op_to_its_rounded_version():
+    from groupquant import elementwise as ew
+
+    model = Mixer()
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(3, 40, 48, generator=g) * 4, torch.randn(3, 40, 48, generator=g)
+    gq.quantize_model(model, recipe=recipe("mxfp8").replace(elementwise="bfloat16"))
+    h = ew.add(ew.gelu(a), ew.tanh(b))
+    expected = ew.layer_norm(ew.mul(ew.softmax(h, -1), ew.sigmoid(a)), (48,), model.norm.weight, model.norm.bias,
+                             model.norm.eps)
+    assert torch.equal(model(a, b), expected)
+    with pytest.raises(gq.inject.ConfigError) as info:
+        recipe("mxfp8").replace(elementwise="e9m30")
+    assert info.value.setting == "elementwise"
+
+
+def test_attention_softmax_in_the_recipes_precision():
+    from groupquant import elementwise as ew
+
+    q, k, v = _qkv(seed=8)
+    model = Attention()
+    gq.quantize_model(model, recipe=recipe("mxfp8").replace(elementwise="bfloat16"))
+    s = torch.matmul(_fq(q, -1), _fq(k.transpose(-2, -1), -2)) * (1 / math.sqrt(48))
+    assert torch.equal(model(q, k, v), torch.matmul(_fq(ew.softmax(s, -1), -1), _fq(v, -2)))

@@ -15,7 +15,10 @@ removes both hooks). Inside the forward:
   ``is_causal``), softmax over the keys, dropout, then ``Q(P) Q(v)`` (along the keys);
   ``enable_gqa`` repeats the key / value heads as torch does;
 - ``F.linear`` (a functional linear, not a converted layer) runs with the recipe's weight and input
-  quantizers (a converted ``QuantLinear``'s own call is never quantized twice).
+  quantizers (a converted ``QuantLinear``'s own call is never quantized twice);
+- with ``Recipe.elementwise`` set (e.g. ``"bfloat16"``), softmax (the attention's too), GELU, SiLU,
+  sigmoid, tanh, ReLU, layer / RMS / group norm and same-shape adds and multiplies run in that
+  precision (:mod:`.elementwise_calls`, :mod:`groupquant.elementwise`).
 """
 from __future__ import annotations
 
@@ -27,6 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from .. import elementwise as ew
+from ..ops.precision import resolve_precision
+from .elementwise_calls import elementwise_handler
 from .grad_slots import SAME
 from .inside import inside_quant_layer
 from .lean_gemm import LINEAR
@@ -94,6 +100,7 @@ class FunctionalQuantMode(TorchFunctionMode):
         self.recipe = r
         self.matmul = _matmul_module(r)
         self.linear = _FunctionalLinear(r)
+        self.precision = None if r.elementwise is None else resolve_precision(r.elementwise)
 
     def _sdpa(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
               dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
@@ -107,7 +114,8 @@ class FunctionalQuantMode(TorchFunctionMode):
         bias = _sdpa_bias(query, key, attn_mask, is_causal)
         if bias is not None:
             scores = scores + bias
-        weights = torch.softmax(scores, dim=-1)
+        weights = (torch.softmax(scores, dim=-1) if self.precision is None
+                   else ew.softmax(scores, -1, self.precision).to(scores.dtype))
         if dropout_p > 0.0:
             weights = torch.dropout(weights, dropout_p, train=True)
         return self.matmul(weights, value)
@@ -123,6 +131,12 @@ class FunctionalQuantMode(TorchFunctionMode):
             return self._sdpa(*args, **kwargs)
         if func is F.linear and self.recipe.weight_quant is not None:
             return self.linear(*args, **kwargs)
+        if self.precision is not None:
+            handler = elementwise_handler(func)
+            if handler is not None:
+                out = handler(self.precision, *args, **kwargs)
+                if out is not NotImplemented:
+                    return out
         return func(*args, **kwargs)
 
 

@@ -27,10 +27,11 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from ..inject import UnknownSettingError
+from ..inject import ConfigError, UnknownSettingError
 from ..quantizers import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight, MXFloat6e3m2Act,
                           MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Act, MXInt8Act,
                           MXInt8Weight)
+from ..ops.precision import resolve_precision
 from .grad_slots import SAME, check_grad_slot
 
 __all__ = ["Recipe", "RECIPES", "recipe"]
@@ -52,11 +53,17 @@ class Recipe:
     grad_output_quant_for_grad_weight: Any = SAME
     input_quant_for_grad_weight: Any = SAME
     quantize_backprop: Optional[bool] = None
+    elementwise: Optional[str] = None  # e.g. "bfloat16": element-wise ops of the forward in that precision
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             if f.name.endswith("_quant") or "_quant_for_" in f.name:
                 check_grad_slot(f.name, getattr(self, f.name), f"Recipe {self.name!r}")
+        if self.elementwise is not None:
+            try:
+                resolve_precision(self.elementwise)
+            except (ValueError, TypeError) as err:
+                raise ConfigError("elementwise", f"Recipe {self.name!r}: {err}") from None
 
     def replace(self, **slots: Any) -> "Recipe":
         """A copy with some slots changed (``name`` too); an unknown slot is an UnknownSettingError."""
@@ -71,7 +78,7 @@ class Recipe:
 
     def layer_kwargs(self) -> Dict[str, Any]:
         """The keywords a GEMM layer takes for this recipe (slots left at their default omitted)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("name", "elementwise")}
         return {k: v for k, v in out.items() if v is not SAME and not (k == "quantize_backprop" and v is None)}
 
     def describe(self) -> str:
