@@ -7,6 +7,7 @@ Every basic operation of every op, forward and backward, is rounded to an
 from ..ops.precision import ElementPrecision, resolve_precision, round_to_precision
 from .activations import gelu, relu, sigmoid, silu, tanh
 from .arithmetic import add, div, mul, residual_add, residual_mul, sub
+from .modules import GELU, GroupNorm, LayerNorm, ReLU, RMSNorm, Sigmoid, SiLU, Softmax, Tanh
 from .normalization import batch_norm, group_norm, layer_norm, rms_norm
 from .reductions import amax, mean, sum
 from .rounded_math import RoundedMath, math_for
@@ -19,4 +20,5 @@ __all__ = [
     "exp", "exp2", "log", "sqrt", "rsqrt", "reciprocal", "erf", "pow", "tanh",
     "sum", "mean", "amax", "softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm",
     "gelu", "silu", "sigmoid", "relu",
+    "GELU", "GroupNorm", "LayerNorm", "ReLU", "RMSNorm", "Sigmoid", "SiLU", "Softmax", "Tanh",
 ]
