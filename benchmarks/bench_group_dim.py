@@ -16,13 +16,12 @@ regardless: they clear the flush mode while they run).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
 import groupquant as gq
+from bench_fake_quant import paired_ms  # the same paired timing (this folder is on sys.path when run as a script)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 OPS = {
@@ -32,19 +31,6 @@ OPS = {
 }
 # (shape, grouped dims to time against dim=-1)
 SHAPES: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = [((4096, 4096), (0,)), ((8, 2048, 1024), (1,))]
-
-
-def paired_ms(fn: Callable[[], object], base: Callable[[], object], reps: int) -> Tuple[float, float]:
-    """Median ms of fn() and of base(), timed alternately, after one warm-up call of each."""
-    fn()
-    base()
-    t_fn, t_base = [], []
-    for _ in range(reps):
-        for f, acc in ((fn, t_fn), (base, t_base)):
-            t0 = time.perf_counter()
-            f()
-            acc.append(time.perf_counter() - t0)
-    return statistics.median(t_fn) * 1e3, statistics.median(t_base) * 1e3
 
 
 def run(shapes: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]], dtypes: Sequence[str], formats: Sequence[str],
