@@ -164,3 +164,12 @@ def test_attention_softmax_in_the_recipes_precision():
     gq.quantize_model(model, recipe=recipe("mxfp8").replace(elementwise="bfloat16"))
     s = torch.matmul(_fq(q, -1), _fq(k.transpose(-2, -1), -2)) * (1 / math.sqrt(48))
     assert torch.equal(model(q, k, v), torch.matmul(_fq(ew.softmax(s, -1), -1), _fq(v, -2)))
+
+
+def test_functional_mode_under_torch_compile():
+    q, k, v = _qkv(seed=9)
+    model = Attention(is_causal=True)
+    gq.quantize_model(model, recipe="mxfp8")
+    eager = model(q, k, v)
+    assert torch.equal(torch.compile(model)(q, k, v), eager)
+    assert torch.equal(eager, _composition(q, k, v, is_causal=True))
