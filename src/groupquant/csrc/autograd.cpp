@@ -72,17 +72,38 @@ class FakeQuantScaleFn : public torch::autograd::Function<FakeQuantScaleFn> {
   }
 };
 
+// No gradient wanted (inference, no_grad, a tensor without requires_grad): straight to the kernel,
+// without building an autograd node.
+bool no_graph(const at::Tensor& x) { return !at::GradMode::is_enabled() || !x.requires_grad(); }
+
 at::Tensor fake_quant_autograd(const at::Tensor& x, at::IntArrayRef params) {
+  if (no_graph(x)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static auto op = op_handle<at::Tensor(const at::Tensor&, at::IntArrayRef)>("groupquant::group_fake_quant");
+    return op.call(x, params);
+  }
   return FakeQuantFn::apply(x, params.vec());
 }
 
 std::tuple<at::Tensor, at::Tensor> fake_quant_masked_autograd(const at::Tensor& x, at::IntArrayRef params) {
+  if (no_graph(x)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static auto op = op_handle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef)>(
+        "groupquant::group_fake_quant_masked");
+    return op.call(x, params);
+  }
   auto outs = FakeQuantMaskedFn::apply(x, params.vec());
   return {outs[0], outs[1]};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_autograd(const at::Tensor& x, at::IntArrayRef params,
                                                                          bool want_mask) {
+  if (no_graph(x)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static auto op = op_handle<std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef,
+                                                                              bool)>("groupquant::group_fake_quant_scale");
+    return op.call(x, params, want_mask);
+  }
   auto outs = FakeQuantScaleFn::apply(x, params.vec(), want_mask);
   return {outs[0], outs[1], outs[2]};
 }

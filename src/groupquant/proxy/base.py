@@ -93,9 +93,13 @@ class QuantProxy(nn.Module):
     def quant_value(self, x: Union[torch.Tensor, QuantTensor]) -> torch.Tensor:
         """The dequantized values of ``x`` (x's shape), the same computation as :meth:`forward`
         without the quant tensor around it; ``x`` itself when float."""
-        if self.tensor_quant is None:
+        tensor_quant = self.tensor_quant
+        if tensor_quant is None:
             return plain(x)
-        return self._run(plain(x), contract=False).value
+        try:
+            return tensor_quant(plain(x), False).value
+        except ConfigError as err:
+            raise _in_context(err, self.context, self.prefix) from None
 
     def forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
         if self.tensor_quant is None:
