@@ -184,7 +184,7 @@ class Sigmoid(_ActModule, torch.nn.Sigmoid):
     """``torch.nn.Sigmoid`` taking ``mx_specs``."""
 
     def __init__(self, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> None:
-        torch.nn.Sigmoid.__init__(self)
+        super().__init__()
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -195,7 +195,7 @@ class Tanh(_ActModule, torch.nn.Tanh):
     """``torch.nn.Tanh`` taking ``mx_specs``."""
 
     def __init__(self, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> None:
-        torch.nn.Tanh.__init__(self)
+        super().__init__()
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -207,7 +207,7 @@ class ReLU(_ActModule, torch.nn.ReLU):
 
     def __init__(self, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
                  name: Optional[str] = None) -> None:
-        torch.nn.ReLU.__init__(self, inplace)
+        super().__init__(inplace)
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -219,7 +219,7 @@ class SiLU(_ActModule, torch.nn.SiLU):
 
     def __init__(self, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
                  name: Optional[str] = None) -> None:
-        torch.nn.SiLU.__init__(self, inplace)
+        super().__init__(inplace)
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -231,7 +231,7 @@ class GELU(_ActModule, torch.nn.GELU):
 
     def __init__(self, mx_specs: Optional[Mapping[str, Any]] = None, first_order_gelu: bool = False,
                  approximate: Any = None, name: Optional[str] = None) -> None:
-        torch.nn.GELU.__init__(self, approximate="tanh")
+        super().__init__(approximate="tanh")
         self.first_order_gelu = first_order_gelu
         self._init_mx(mx_specs, name)
 

@@ -165,7 +165,7 @@ class LayerNorm(_NormModule, torch.nn.LayerNorm):
 
     def __init__(self, hidden_size: Any, eps: float = 1e-12, mx_specs: Optional[Mapping[str, Any]] = None,
                  name: Optional[str] = None, **kwargs: Any) -> None:
-        torch.nn.LayerNorm.__init__(self, hidden_size, eps=eps, **kwargs)
+        super().__init__(hidden_size, eps=eps, **kwargs)
         self._init_mx(mx_specs, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -179,7 +179,7 @@ class RMSNorm(_NormModule, torch.nn.LayerNorm):
 
     def __init__(self, hidden_size: Any, eps: float = 1e-12, mx_specs: Optional[Mapping[str, Any]] = None,
                  name: Optional[str] = None, **kwargs: Any) -> None:
-        torch.nn.LayerNorm.__init__(self, hidden_size, eps=eps, **kwargs)
+        super().__init__(hidden_size, eps=eps, **kwargs)
         self._init_mx(mx_specs, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -191,7 +191,7 @@ class GroupNorm(_NormModule, torch.nn.GroupNorm):
 
     def __init__(self, num_groups: int, num_channels: int, mx_specs: Optional[Mapping[str, Any]] = None,
                  name: Optional[str] = None, **kwargs: Any) -> None:
-        torch.nn.GroupNorm.__init__(self, num_groups, num_channels, **kwargs)
+        super().__init__(num_groups, num_channels, **kwargs)
         self._init_mx(mx_specs, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -222,7 +222,7 @@ class BatchNorm1d(_BatchNormMx, torch.nn.BatchNorm1d):
 
     def __init__(self, num_features: int, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:
-        torch.nn.BatchNorm1d.__init__(self, num_features, **kwargs)
+        super().__init__(num_features, **kwargs)
         self._init_mx(mx_specs, name)
 
 
@@ -231,5 +231,5 @@ class BatchNorm2d(_BatchNormMx, torch.nn.BatchNorm2d):
 
     def __init__(self, num_features: int, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:
-        torch.nn.BatchNorm2d.__init__(self, num_features, **kwargs)
+        super().__init__(num_features, **kwargs)
         self._init_mx(mx_specs, name)
