@@ -7,7 +7,8 @@ Layers and functions take ``mx_specs=`` and round in microxcaling's order: ``Lin
 ``matmul``, ``bmm``, ``Conv1d`` / ``Conv2d`` / ``conv1d`` / ``conv2d``, ``LayerNorm``, ``RMSNorm``,
 ``layer_norm``, ``GroupNorm``, ``BatchNorm1d`` / ``BatchNorm2d``, ``softmax`` / ``Softmax``, the
 activations, the ``simd_*`` ops, ``quantize_bfloat``, ``quantize_mx_op``. ``mx_mapping.inject_pyt_ops``
-replaces torch's entries globally (``restore_pyt_ops`` undoes it).
+replaces torch's entries globally (``restore_pyt_ops`` undoes it). ``recipe_from_mx_specs`` turns
+the MX settings into a groupquant recipe for the native path (``groupquant.quantize_model``).
 
 The MX shared exponent is OCP's exact ``floor(log2(amax))``; microxcaling's float-log2 exponent is
 ``MxSpecs(shared_exp_from_float_log2=True)`` (see :mod:`.quantize`).
@@ -18,6 +19,7 @@ from .convolution import Conv1d, Conv2d, conv1d, conv2d
 from .linear import Linear, linear
 from .matmul import bmm, matmul
 from .norms import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm, batch_norm, group_norm, layer_norm
+from .recipe import recipe_from_mx_specs
 from .quantize import quantize_bfloat, quantize_elemwise_op, quantize_mx_op
 from .simd_ops import (simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm, simd_reduce_mean,
                        simd_reduce_sum, simd_split, simd_sqrt, simd_square, simd_sub)
@@ -32,5 +34,5 @@ __all__ = [
     "LayerNorm", "RMSNorm", "layer_norm", "GroupNorm", "group_norm", "BatchNorm1d", "BatchNorm2d", "batch_norm",
     "Softmax", "softmax", "GELU", "ReLU", "SiLU", "Sigmoid", "Tanh", "gelu", "relu", "sigmoid", "silu", "tanh",
     "simd_add", "simd_sub", "simd_mul", "simd_div", "simd_split", "simd_sqrt", "simd_square", "simd_exp",
-    "simd_log", "simd_reduce_sum", "simd_reduce_mean", "simd_norm", "mx_mapping",
+    "simd_log", "simd_reduce_sum", "simd_reduce_mean", "simd_norm", "mx_mapping", "recipe_from_mx_specs",
 ]
