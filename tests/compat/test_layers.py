@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from groupquant import fake_quant
-from groupquant.compat.microxcaling import Conv2d, Linear, bmm, conv2d, finalize_mx_specs, linear, matmul
+from groupquant.compat.microxcaling import Conv2d, Linear, bmm, conv2d, conv3d, finalize_mx_specs, linear, matmul
 
 
 def bf(t: torch.Tensor) -> torch.Tensor:
@@ -102,3 +102,11 @@ def test_conv2d_forward_blocks_channels_and_rounds_nearest():
     with torch.no_grad():
         layer.weight.copy_(w), layer.bias.copy_(b)
     assert isinstance(layer, torch.nn.Conv2d) and torch.equal(layer(x), expect)
+
+
+def test_conv3d_forward():
+    torch.manual_seed(4)
+    x, w = torch.randn(1, 8, 3, 4, 4), torch.randn(2, 8, 2, 2, 2)
+    specs = finalize_mx_specs(dict(SPECS))
+    expect = bf(F.conv3d(fq(bf(x), "fp8_e4m3", 1, rounding="nearest"), fq(bf(w), "fp4_e2m1", 1, rounding="nearest")))
+    assert torch.equal(conv3d(x, w, mx_specs=specs), expect)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from groupquant.compat.microxcaling import (GELU, LayerNorm, MxSpecs, RMSNorm, gelu, simd_add, simd_div,
+from groupquant.compat.microxcaling import (GELU, LayerNorm, MxSpecs, RMSNorm, gelu, leaky_relu, relu6, simd_add,
+                                            simd_div,
                                             simd_reduce_mean, softmax)
 
 
@@ -87,3 +88,14 @@ def test_simd_ops():
     a.requires_grad_(), b.requires_grad_()
     simd_add(a, b, mx_specs=SPECS).backward(torch.ones(3, 8))
     assert torch.equal(b.grad, torch.full((8,), 3.0))  # broadcast operand: summed gradient
+
+
+def test_relu6_and_leaky_relu():
+    x = (_x(10, 4, 16) * 4).requires_grad_()
+    xr = q(x.detach())
+    y = leaky_relu(x, 0.1, mx_specs=SPECS)
+    assert torch.equal(y, q(torch.nn.functional.leaky_relu(xr, 0.1)))
+    g = _x(11, 4, 16)
+    y.backward(g)
+    assert torch.equal(x.grad, torch.where(y.detach() > 0, q(g), q(q(g) * 0.1)))
+    assert torch.equal(relu6(x.detach(), mx_specs=SPECS), q(torch.nn.functional.relu6(x.detach())))

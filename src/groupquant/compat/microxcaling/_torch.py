@@ -17,12 +17,14 @@ import torch.nn.functional as F
 
 __all__ = ["native_torch", "in_native_torch", "exp", "exp2", "log", "sqrt", "tanh", "matmul", "linear",
            "conv1d", "conv2d", "relu",
-           "sigmoid", "silu", "gelu", "softmax", "layer_norm", "group_norm", "batch_norm"]
+           "sigmoid", "silu", "gelu", "softmax", "layer_norm", "group_norm", "batch_norm",
+           "relu6", "leaky_relu", "conv3d"]
 
 exp, exp2, log, sqrt, tanh, matmul = torch.exp, torch.exp2, torch.log, torch.sqrt, torch.tanh, torch.matmul
 linear, conv1d, conv2d, relu = F.linear, F.conv1d, F.conv2d, F.relu
 sigmoid, silu, gelu, softmax, layer_norm = torch.sigmoid, F.silu, F.gelu, F.softmax, F.layer_norm
 group_norm, batch_norm = F.group_norm, F.batch_norm
+relu6, leaky_relu, conv3d = F.relu6, F.leaky_relu, F.conv3d
 
 _STATE = threading.local()
 

@@ -4,7 +4,9 @@ Every step rounds to the ``bfloat`` / ``fp`` precision (``q``); ``mx_specs`` Non
 
 - ``sigmoid(x) = q(1 / q(q(e**-q(x)) + 1))``; backward ``q(q(y * q(1 - y)) * q(dy))``.
 - ``tanh(x) = q(tanh(q(x)))``; backward ``q(q(1 - q(y*y)) * q(dy))``.
-- ``relu(x) = q(relu(x))``; backward ``q(dy where y > 0)``.
+- ``relu(x) = q(relu(x))``; backward ``q(dy where y > 0)``; ``relu6`` likewise (``0 < y < 6``).
+- ``leaky_relu(x) = q(leaky_relu(q(x)))``; backward ``dy`` where ``y > 0`` else ``q(dy * slope)``
+  (``dy`` rounded first).
 - ``silu(x) = q(q(x) * sigmoid)``, sigmoid as above; backward ``q((s + q(y * q(1 - s))) * q(dy))``.
 - ``gelu(x)``: microxcaling's tanh-form approximation ``x * sigmoid(1.59375 * (x + 0.044677734 x**3))``
   (bfloat16 coefficients), or with ``first_order_gelu`` ``x * sigmoid(1.703125 x)``, each product and
@@ -22,7 +24,8 @@ from . import _torch
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 from .vector_ops import Vec
 
-__all__ = ["sigmoid", "tanh", "relu", "silu", "gelu", "Sigmoid", "Tanh", "ReLU", "SiLU", "GELU"]
+__all__ = ["sigmoid", "tanh", "relu", "relu6", "leaky_relu", "silu", "gelu", "Sigmoid", "Tanh", "ReLU", "ReLU6",
+           "LeakyReLU", "SiLU", "GELU"]
 
 GELU_CUBIC = 0.044677734      # 0.044715 in bfloat16
 GELU_SCALE = 1.59375          # sqrt(8 / pi) in bfloat16
@@ -78,6 +81,37 @@ class _ReLU(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         (mask,) = ctx.saved_tensors
         return Vec(ctx.specs).q(torch.where(mask, g, torch.zeros_like(g))), None
+
+
+class _ReLU6(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
+        y = Vec(specs).q(_torch.relu6(x))
+        ctx.save_for_backward((y > 0) & (y < 6))
+        ctx.specs = get_backwards_mx_specs(specs)
+        return y
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
+        (mask,) = ctx.saved_tensors
+        return Vec(ctx.specs).q(torch.where(mask, g, torch.zeros_like(g))), None
+
+
+class _LeakyReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, slope: float, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
+        v = Vec(specs)
+        y = v.q(_torch.leaky_relu(v.q(x), slope))
+        ctx.save_for_backward(y > 0)
+        ctx.slope, ctx.specs = slope, get_backwards_mx_specs(specs)
+        return y
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
+        (mask,) = ctx.saved_tensors
+        v = Vec(ctx.specs)
+        g = v.q(g)
+        return torch.where(mask, g, v.mul(g, ctx.slope)), None, None
 
 
 class _SiLU(torch.autograd.Function):
@@ -147,6 +181,22 @@ def relu(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[
     return _ReLU.apply(input, apply_mx_specs(mx_specs))
 
 
+def relu6(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
+          name: Optional[str] = None) -> torch.Tensor:
+    """``F.relu6`` with ``mx_specs``."""
+    if mx_specs is None:
+        return _torch.relu6(input, inplace=inplace)
+    return _ReLU6.apply(input, apply_mx_specs(mx_specs))
+
+
+def leaky_relu(input: torch.Tensor, negative_slope: float = 0.01, inplace: bool = False,
+               mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> torch.Tensor:
+    """``F.leaky_relu`` with ``mx_specs``."""
+    if mx_specs is None:
+        return _torch.leaky_relu(input, negative_slope, inplace=inplace)
+    return _LeakyReLU.apply(input, float(negative_slope), apply_mx_specs(mx_specs))
+
+
 def silu(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
          name: Optional[str] = None) -> torch.Tensor:
     """``F.silu`` with ``mx_specs``."""
@@ -212,6 +262,30 @@ class ReLU(_ActModule, torch.nn.ReLU):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return relu(input, self.inplace, mx_specs=self._specs())
+
+
+class ReLU6(_ActModule, torch.nn.ReLU6):
+    """``torch.nn.ReLU6`` taking ``mx_specs``."""
+
+    def __init__(self, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
+                 name: Optional[str] = None) -> None:
+        super().__init__(inplace)
+        self._init_mx(mx_specs, name)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return relu6(input, self.inplace, mx_specs=self._specs())
+
+
+class LeakyReLU(_ActModule, torch.nn.LeakyReLU):
+    """``torch.nn.LeakyReLU`` taking ``mx_specs``."""
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False,
+                 mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> None:
+        super().__init__(negative_slope, inplace)
+        self._init_mx(mx_specs, name)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return leaky_relu(input, self.negative_slope, self.inplace, mx_specs=self._specs())
 
 
 class SiLU(_ActModule, torch.nn.SiLU):

@@ -1,4 +1,4 @@
-"""``Conv1d`` / ``Conv2d`` / ``conv1d`` / ``conv2d`` taking ``mx_specs``, in microxcaling's order.
+"""``Conv1d`` / ``Conv2d`` / ``Conv3d`` / ``conv1d`` / ``conv2d`` / ``conv3d`` taking ``mx_specs``, in microxcaling's order.
 
 Forward: input rounded (``round_output``), weight and bias (``round_weight``); MX blocks along the
 input channels (dim 1 of both) in ``a_elem_format`` / ``w_elem_format``; float convolution with the
@@ -22,19 +22,20 @@ from . import _torch
 from .quantize import quantize_elemwise_op, quantize_mx_op
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
-__all__ = ["Conv1d", "Conv2d", "conv1d", "conv2d", "ConvFunction"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "conv1d", "conv2d", "conv3d", "ConvFunction"]
 
 _MX_ROUND = "nearest"
 _OPS: Mapping[int, Tuple[Callable, Callable, Callable]] = {
     1: (_torch.conv1d, nn_grad.conv1d_input, nn_grad.conv1d_weight),
     2: (_torch.conv2d, nn_grad.conv2d_input, nn_grad.conv2d_weight),
+    3: (_torch.conv3d, nn_grad.conv3d_input, nn_grad.conv3d_weight),
 }
 
 
 def _ops(x: torch.Tensor) -> Tuple[Callable, Callable, Callable]:
     """(forward, grad-input, grad-weight) functions for ``x``'s number of spatial dims."""
     if x.ndim - 2 not in _OPS:
-        raise ValueError(f"conv1d/conv2d take a 3-d or 4-d input, got shape {tuple(x.shape)}")
+        raise ValueError(f"conv1d/conv2d/conv3d take a 3-d, 4-d or 5-d input, got shape {tuple(x.shape)}")
     return _OPS[x.ndim - 2]
 
 
@@ -106,6 +107,15 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs)
 
 
+def conv3d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, mx_specs: Optional[Mapping[str, Any]] = None,
+           name: Optional[str] = None) -> torch.Tensor:
+    """``F.conv3d`` with ``mx_specs`` (plain when None)."""
+    if input.ndim != 5:
+        raise ValueError(f"conv3d takes a 5-d input (N, C, D, H, W), got shape {tuple(input.shape)}")
+    return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs)
+
+
 class _MxConvMixin:
     """``mx_specs`` handling shared by :class:`Conv1d` and :class:`Conv2d`."""
 
@@ -137,6 +147,16 @@ class Conv1d(_MxConvMixin, torch.nn.Conv1d):
 
 class Conv2d(_MxConvMixin, torch.nn.Conv2d):
     """``torch.nn.Conv2d`` taking ``mx_specs`` (and ``name``)."""
+
+    def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = name
+        self.apply_mx_specs(mx_specs)
+
+
+class Conv3d(_MxConvMixin, torch.nn.Conv3d):
+    """``torch.nn.Conv3d`` taking ``mx_specs`` (and ``name``)."""
 
     def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:

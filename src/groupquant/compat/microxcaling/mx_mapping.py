@@ -11,8 +11,8 @@ Differences from microxcaling: :func:`restore_pyt_ops` (or the :func:`injected_p
 manager) undoes the injection; a call whose arguments the compat op does not take (``torch.add(a, b,
 alpha=2)``, ``torch.sum(x, dtype=...)`` is handled: ``dtype`` casts the result as there) goes to
 the original torch function, and so does every torch call made inside groupquant's own arithmetic.
-Modules microxcaling maps but groupquant does not provide (Conv3d, ConvTranspose2d, LSTM,
-AdaptiveAvgPool2d, BatchNorm3d, LeakyReLU, ReLU6) and their functions are left as torch's.
+Modules microxcaling maps but groupquant does not provide (ConvTranspose2d, LSTM,
+AdaptiveAvgPool2d) and their functions are left as torch's.
 """
 from __future__ import annotations
 
@@ -25,11 +25,12 @@ import torch
 import torch.nn.functional as F
 
 from . import _torch
-from .activations import GELU, ReLU, SiLU, Sigmoid, Tanh, gelu, relu, sigmoid, silu, tanh
-from .convolution import Conv1d, Conv2d, conv1d, conv2d
+from .activations import (GELU, LeakyReLU, ReLU, ReLU6, SiLU, Sigmoid, Tanh, gelu, leaky_relu, relu, relu6, sigmoid,
+                          silu, tanh)
+from .convolution import Conv1d, Conv2d, Conv3d, conv1d, conv2d, conv3d
 from .linear import Linear, linear
 from .matmul import bmm, matmul
-from .norms import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, batch_norm, group_norm, layer_norm
+from .norms import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, batch_norm, group_norm, layer_norm
 from .simd_ops import (simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm, simd_reduce_mean,
                        simd_reduce_sum, simd_square, simd_sub)
 from .softmax import Softmax, softmax
@@ -37,8 +38,9 @@ from .softmax import Softmax, softmax
 __all__ = ["inject_pyt_ops", "restore_pyt_ops", "injected_pyt_ops", "MODULE_MAPPING", "FUNCTION_MAPPING"]
 
 MODULE_MAPPING: Dict[str, type] = {
-    "BatchNorm1d": BatchNorm1d, "BatchNorm2d": BatchNorm2d, "Conv1d": Conv1d, "Conv2d": Conv2d, "GELU": GELU,
-    "GroupNorm": GroupNorm, "LayerNorm": LayerNorm, "Linear": Linear, "ReLU": ReLU, "SiLU": SiLU,
+    "BatchNorm1d": BatchNorm1d, "BatchNorm2d": BatchNorm2d, "BatchNorm3d": BatchNorm3d, "Conv1d": Conv1d,
+    "Conv2d": Conv2d, "Conv3d": Conv3d, "GELU": GELU, "GroupNorm": GroupNorm, "LayerNorm": LayerNorm,
+    "LeakyReLU": LeakyReLU, "Linear": Linear, "ReLU": ReLU, "ReLU6": ReLU6, "SiLU": SiLU,
     "Sigmoid": Sigmoid, "Softmax": Softmax, "Tanh": Tanh,
 }
 
@@ -50,8 +52,9 @@ def _addmm(bias: torch.Tensor, in1: torch.Tensor, in2: torch.Tensor, mx_specs: O
 
 
 FUNCTION_MAPPING: Dict[str, Callable[..., Any]] = {
-    "batch_norm": batch_norm, "conv1d": conv1d, "conv2d": conv2d, "gelu": gelu, "group_norm": group_norm,
-    "layer_norm": layer_norm, "linear": linear, "relu": relu, "sigmoid": sigmoid, "silu": silu,
+    "batch_norm": batch_norm, "conv1d": conv1d, "conv2d": conv2d, "conv3d": conv3d, "gelu": gelu,
+    "group_norm": group_norm, "layer_norm": layer_norm, "leaky_relu": leaky_relu, "linear": linear, "relu": relu,
+    "relu6": relu6, "sigmoid": sigmoid, "silu": silu,
     "softmax": softmax, "tanh": tanh, "add": simd_add, "sub": simd_sub, "mul": simd_mul, "div": simd_div,
     "exp": simd_exp, "log": simd_log, "sum": simd_reduce_sum, "mean": simd_reduce_mean, "norm": simd_norm,
     "square": simd_square, "matmul": matmul, "mm": matmul, "addmm": _addmm, "bmm": bmm,

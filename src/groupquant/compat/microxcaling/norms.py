@@ -1,4 +1,4 @@
-"""``LayerNorm`` / ``RMSNorm`` / ``layer_norm`` / ``GroupNorm`` / ``BatchNorm1d`` / ``BatchNorm2d``
+"""``LayerNorm`` / ``RMSNorm`` / ``layer_norm`` / ``GroupNorm`` / ``BatchNorm1d`` / ``2d`` / ``3d``
 taking ``mx_specs``, each step rounded in microxcaling's order (see :mod:`.norm_steps`).
 
 RMSNorm: ``x = q(x)``; ``ms = mean(q(x * x))``; ``inv = q(1 / q(sqrt(q(ms + eps))))``;
@@ -20,7 +20,7 @@ from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 from .vector_ops import Vec
 
 __all__ = ["LayerNorm", "RMSNorm", "layer_norm", "GroupNorm", "group_norm", "BatchNorm1d", "BatchNorm2d",
-           "batch_norm"]
+           "BatchNorm3d", "batch_norm"]
 
 
 def _param_grads(v: Vec, g: torch.Tensor, norm: torch.Tensor, axes: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -228,6 +228,15 @@ class BatchNorm1d(_BatchNormMx, torch.nn.BatchNorm1d):
 
 class BatchNorm2d(_BatchNormMx, torch.nn.BatchNorm2d):
     """``torch.nn.BatchNorm2d`` taking ``mx_specs``."""
+
+    def __init__(self, num_features: int, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(num_features, **kwargs)
+        self._init_mx(mx_specs, name)
+
+
+class BatchNorm3d(_BatchNormMx, torch.nn.BatchNorm3d):
+    """``torch.nn.BatchNorm3d`` taking ``mx_specs``."""
 
     def __init__(self, num_features: int, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:
