@@ -1,0 +1,165 @@
+"""``Conv1d`` / ``Conv2d`` / ``Conv3d`` / ``conv1d`` / ``conv2d`` / ``conv3d`` taking ``mx_specs``, in microxcaling's order.
+
+Forward: input rounded (``round_output``), weight and bias (``round_weight``); MX blocks along the
+input channels (dim 1 of both) in ``a_elem_format`` / ``w_elem_format``; float convolution with the
+rounded bias; output rounded (``round_output``). Backward (backward specs): dY rounded
+(``round_grad_input``); grad-weight from input and dY blocked along the batch (dim 0), both in
+``a_elem_format``; grad-input from weight blocked along the output channels (dim 0, ``w_elem_format``)
+and dY along its channels (dim 1, ``a_elem_format``); results rounded (``round_grad_weight``,
+``round_grad_input``); bias gradient the rounded sum of dY.
+
+As in microxcaling: convolutions use the forward formats in backward (not the ``*_bp*`` ones),
+and their MX rounding is always ``nearest`` (the ``round_mx_*`` settings are not read here).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional, Tuple
+
+import torch
+from torch.nn import grad as nn_grad
+
+from . import _torch
+from .quantize import quantize_elemwise_op, quantize_mx_op
+from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
+
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "conv1d", "conv2d", "conv3d", "ConvFunction"]
+
+_MX_ROUND = "nearest"
+_OPS: Mapping[int, Tuple[Callable, Callable, Callable]] = {
+    1: (_torch.conv1d, nn_grad.conv1d_input, nn_grad.conv1d_weight),
+    2: (_torch.conv2d, nn_grad.conv2d_input, nn_grad.conv2d_weight),
+    3: (_torch.conv3d, nn_grad.conv3d_input, nn_grad.conv3d_weight),
+}
+
+
+def _ops(x: torch.Tensor) -> Tuple[Callable, Callable, Callable]:
+    """(forward, grad-input, grad-weight) functions for ``x``'s number of spatial dims."""
+    if x.ndim - 2 not in _OPS:
+        raise ValueError(f"conv1d/conv2d/conv3d take a 3-d, 4-d or 5-d input, got shape {tuple(x.shape)}")
+    return _OPS[x.ndim - 2]
+
+
+class ConvFunction(torch.autograd.Function):
+    """Convolution with microxcaling's roundings forward and backward (see the module notes)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],  # type: ignore[override]
+                geometry: Tuple[Any, Any, Any, int], specs: MxSpecs) -> torch.Tensor:
+        conv = _ops(x)[0]
+        bf_x = quantize_elemwise_op(x, specs, specs["round_output"])
+        bf_w = quantize_elemwise_op(weight, specs, specs["round_weight"])
+        bf_b = None if bias is None else quantize_elemwise_op(bias, specs, specs["round_weight"])
+        ctx.save_for_backward(*((bf_x, bf_w) if specs["quantize_backprop"] else (x, weight)))
+        ctx.geometry, ctx.has_bias = geometry, bias is not None
+        qx = quantize_mx_op(bf_x, specs, specs["a_elem_format"], axes=[1], round=_MX_ROUND)
+        qw = quantize_mx_op(bf_w, specs, specs["w_elem_format"], axes=[1], round=_MX_ROUND)
+        out = conv(qx, qw, bf_b, *geometry)
+        ctx.specs = get_backwards_mx_specs(specs)
+        return quantize_elemwise_op(out, specs, specs["round_output"])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        s = ctx.specs
+        stride, padding, dilation, groups = ctx.geometry
+        _, conv_input, conv_weight = _ops(x)
+        grad = quantize_elemwise_op(grad, s, s["round_grad_input"])
+        qx = quantize_mx_op(x, s, s["a_elem_format"], axes=[0], round=_MX_ROUND)
+        qg = quantize_mx_op(grad, s, s["a_elem_format"], axes=[0], round=_MX_ROUND)
+        grad_w = conv_weight(qx, weight.shape, qg, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        grad_w = quantize_elemwise_op(grad_w, s, s["round_grad_weight"])
+        qw = quantize_mx_op(weight, s, s["w_elem_format"], axes=[0], round=_MX_ROUND)
+        qg1 = quantize_mx_op(grad, s, s["a_elem_format"], axes=[1], round=_MX_ROUND)
+        grad_x = conv_input(x.shape, qw, qg1, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        grad_x = quantize_elemwise_op(grad_x, s, s["round_grad_input"])
+        grad_b = None
+        if ctx.has_bias:
+            dims = [0] + list(range(2, grad.ndim))
+            grad_b = quantize_elemwise_op(grad.sum(dims), s, s["round_grad_weight"])
+        return grad_x, grad_w, grad_b, None, None
+
+
+def _conv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
+          dilation: Any, groups: int, mx_specs: Optional[Mapping[str, Any]]) -> torch.Tensor:
+    """The convolution for ``x``'s rank, plain when ``mx_specs`` is None."""
+    if mx_specs is None:
+        return _ops(x)[0](x, weight, bias, stride, padding, dilation, groups)
+    if isinstance(padding, str):
+        raise NotImplementedError(f"padding={padding!r}: give the padding as numbers with mx_specs")
+    return ConvFunction.apply(x, weight, bias, (stride, padding, dilation, groups), apply_mx_specs(mx_specs))
+
+
+def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, mx_specs: Optional[Mapping[str, Any]] = None,
+           name: Optional[str] = None) -> torch.Tensor:
+    """``F.conv1d`` with ``mx_specs`` (plain when None)."""
+    if input.ndim != 3:
+        raise ValueError(f"conv1d takes a 3-d input (N, C, L), got shape {tuple(input.shape)}")
+    return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs)
+
+
+def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, mx_specs: Optional[Mapping[str, Any]] = None,
+           name: Optional[str] = None) -> torch.Tensor:
+    """``F.conv2d`` with ``mx_specs`` (plain when None)."""
+    if input.ndim != 4:
+        raise ValueError(f"conv2d takes a 4-d input (N, C, H, W), got shape {tuple(input.shape)}")
+    return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs)
+
+
+def conv3d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int = 1, mx_specs: Optional[Mapping[str, Any]] = None,
+           name: Optional[str] = None) -> torch.Tensor:
+    """``F.conv3d`` with ``mx_specs`` (plain when None)."""
+    if input.ndim != 5:
+        raise ValueError(f"conv3d takes a 5-d input (N, C, D, H, W), got shape {tuple(input.shape)}")
+    return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs)
+
+
+class _MxConvMixin:
+    """``mx_specs`` handling shared by :class:`Conv1d` and :class:`Conv2d`."""
+
+    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
+        """Replace the settings (None: plain convolution)."""
+        self.mx_none = mx_specs is None
+        self.mx_specs = apply_mx_specs(mx_specs)
+
+    def append_name(self, postfix: str) -> None:
+        """Append to ``name`` (microxcaling's helper)."""
+        self.name = (self.name or "") + postfix
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self.padding_mode != "zeros":
+            raise NotImplementedError(f"padding_mode={self.padding_mode!r} with mx_specs; use 'zeros'")
+        specs = None if self.mx_none else self.mx_specs
+        return _conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, specs)
+
+
+class Conv1d(_MxConvMixin, torch.nn.Conv1d):
+    """``torch.nn.Conv1d`` taking ``mx_specs`` (and ``name``)."""
+
+    def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = name
+        self.apply_mx_specs(mx_specs)
+
+
+class Conv2d(_MxConvMixin, torch.nn.Conv2d):
+    """``torch.nn.Conv2d`` taking ``mx_specs`` (and ``name``)."""
+
+    def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = name
+        self.apply_mx_specs(mx_specs)
+
+
+class Conv3d(_MxConvMixin, torch.nn.Conv3d):
+    """``torch.nn.Conv3d`` taking ``mx_specs`` (and ``name``)."""
+
+    def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = name
+        self.apply_mx_specs(mx_specs)

@@ -1,0 +1,109 @@
+"""``Linear`` / ``linear`` taking ``mx_specs``, computed in microxcaling's order.
+
+Forward: ``x``, ``W``, ``b`` rounded to the element-wise precision (``round_output`` for x,
+``round_weight`` for W and b); MX blocks of x and W along the features (``a_elem_format``,
+``w_elem_format``, ``round_mx_output``); float GEMM; output rounded (``round_output``); bias added
+and rounded again. Backward (with the backward specs, see ``quantize_backprop``): dY rounded
+(``round_grad_input``); grad-weight GEMM ``dY^T x`` with dY in ``a_elem_format_bp_ex`` and x in
+``a_elem_format_bp``, both blocked along dim -2 (the tokens of the un-flattened tensor, as
+microxcaling groups them); grad-input GEMM ``dY W`` with dY in ``a_elem_format_bp_os`` (along the
+outputs) and W in ``w_elem_format_bp`` (along dim 0); each result rounded (``round_grad_weight``,
+``round_grad_input``), and the bias gradient is the rounded sum of the rounded dY.
+
+These are groupquant's slots (``input_quant``, ``weight_quant``, ``input_quant_for_grad_weight``,
+``grad_output_quant_for_grad_weight``, ``weight_quant_for_grad_input``, ``grad_output_quant``); for
+the native path (``QuantLinear`` with quantizers) see :func:`.recipe.recipe_from_mx_specs`.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Tuple
+
+import torch
+
+from . import _torch
+from .quantize import quantize_elemwise_op, quantize_mx_op
+from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
+
+__all__ = ["Linear", "linear", "LinearFunction"]
+
+
+def _mx(t: torch.Tensor, specs: Mapping[str, Any], fmt_key: str, axis: int, round_key: str) -> torch.Tensor:
+    """MX blocks of ``t`` along ``axis`` in ``specs[fmt_key]``, rounded by ``specs[round_key]``."""
+    return quantize_mx_op(t, specs, elem_format=specs[fmt_key], axes=[axis], round=specs[round_key])
+
+
+class LinearFunction(torch.autograd.Function):
+    """``y = x W^T + b`` with microxcaling's roundings forward and backward (see the module notes)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],  # type: ignore[override]
+                specs: MxSpecs) -> torch.Tensor:
+        bf_x = quantize_elemwise_op(x, specs, specs["round_output"])
+        bf_w = quantize_elemwise_op(weight, specs, specs["round_weight"])
+        bf_b = None if bias is None else quantize_elemwise_op(bias, specs, specs["round_weight"])
+        ctx.save_for_backward(*((bf_x, bf_w) if specs["quantize_backprop"] else (x, weight)))
+        ctx.has_bias = bias is not None
+        qx = _mx(bf_x, specs, "a_elem_format", -1, "round_mx_output")
+        qw = _mx(bf_w, specs, "w_elem_format", -1, "round_mx_output")
+        if qw.dtype != qx.dtype:
+            qw = qw.to(qx.dtype)
+        out = quantize_elemwise_op(_torch.linear(qx, qw), specs, specs["round_output"])
+        if bf_b is not None:
+            out = quantize_elemwise_op(out + bf_b, specs, specs["round_output"])
+        ctx.specs = get_backwards_mx_specs(specs)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        s = ctx.specs
+        out_dim, in_dim = weight.shape
+        grad = quantize_elemwise_op(grad, s, s["round_grad_input"])
+        qx = _mx(x, s, "a_elem_format_bp", -2, "round_mx_input_grad_weight").reshape(-1, in_dim)
+        qg = _mx(grad, s, "a_elem_format_bp_ex", -2, "round_mx_grad_output_grad_weight").reshape(-1, out_dim)
+        grad_w = quantize_elemwise_op(_torch.matmul(qg.t(), qx), s, s["round_grad_weight"])
+        qw = _mx(weight, s, "w_elem_format_bp", 0, "round_mx_weight_grad_input")
+        qg_in = _mx(grad, s, "a_elem_format_bp_os", -1, "round_mx_grad_output_grad_input")
+        grad_x = quantize_elemwise_op(_torch.matmul(qg_in, qw), s, s["round_grad_input"])
+        grad_b = None
+        if ctx.has_bias:
+            grad_b = quantize_elemwise_op(grad.reshape(-1, out_dim).sum(0), s, s["round_grad_weight"])
+        return grad_x, grad_w, grad_b, None
+
+
+def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+           mx_specs: Optional[Mapping[str, Any]] = None, prequantized_weights: bool = False,
+           name: Optional[str] = None) -> torch.Tensor:
+    """``F.linear`` with ``mx_specs`` (plain ``F.linear`` when None). ``prequantized_weights`` must be
+    False (microxcaling's bfloat16-weight inference shortcut is not provided); ``name`` is kept for
+    compatibility."""
+    if prequantized_weights:
+        raise NotImplementedError("linear(prequantized_weights=True) is not provided by groupquant's "
+                                  "microxcaling compat; quantize the weights with groupquant.pack_model instead")
+    if mx_specs is None:
+        return _torch.linear(input, weight, bias)
+    return LinearFunction.apply(input, weight, bias, apply_mx_specs(mx_specs))
+
+
+class Linear(torch.nn.Linear):
+    """``torch.nn.Linear`` whose forward is :func:`linear` with ``mx_specs`` (None: plain linear)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None, **factory: Any) -> None:
+        super().__init__(in_features, out_features, bias, **factory)
+        self.name = name
+        self.apply_mx_specs(mx_specs)
+
+    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
+        """Replace the settings (None: plain linear)."""
+        self.mx_none = mx_specs is None
+        self.mx_specs = apply_mx_specs(mx_specs)
+
+    def append_name(self, postfix: str) -> None:
+        """Append to ``name`` (microxcaling's helper)."""
+        self.name = (self.name or "") + postfix
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self.mx_none:
+            return _torch.linear(input, self.weight, self.bias)
+        return linear(input, self.weight, self.bias, mx_specs=self.mx_specs)

@@ -1,0 +1,66 @@
+"""How microxcaling's setting values map onto groupquant's names.
+
+- element formats: microxcaling's names are groupquant's (``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e3m2``,
+  ``fp6_e2m3``, ``fp4_e2m1``, ``int8``, ``int4``, ``int2``), plus its alias ``fp4`` (= ``fp4_e2m1``).
+  The values agree: microxcaling's intN are sign-magnitude 1.(N-2) fixed point, i.e. groupquant's
+  symmetric intN (-2**(N-1) unused). Its ``fp16`` / ``bfloat16`` MX element formats are not provided.
+- rounding: ``nearest`` (ties away from zero), ``even`` (ties to even), ``floor`` (toward zero:
+  microxcaling floors the magnitude) are groupquant's modes of the same names; ``dither`` (floor of
+  magnitude plus a uniform draw) is groupquant's ``stochastic`` (MX quantization only).
+- ``bfloat`` / ``fp`` / ``bfloat_subnorms`` + a round mode -> :class:`ElementPrecision`.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from ...formats import ElementFormat, get_format
+from ...ops.precision import ElementPrecision
+
+__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision"]
+
+MX_ELEM_FORMATS = {
+    "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "fp6_e3m2": "fp6_e3m2", "fp6_e2m3": "fp6_e2m3",
+    "fp4_e2m1": "fp4_e2m1", "fp4": "fp4_e2m1", "int8": "int8", "int4": "int4", "int2": "int2",
+}
+_NOT_PROVIDED = ("fp16", "float16", "bf16", "bfloat16")
+_MX_ROUNDINGS = {"nearest": "nearest", "even": "even", "floor": "floor", "dither": "stochastic"}
+_ELEMENT_ROUNDINGS = ("nearest", "even", "floor")
+
+
+def elem_format(name: Any, setting: str = "elem_format") -> Optional[ElementFormat]:
+    """The groupquant format for microxcaling's element-format name (None, '' or 0: no quantization).
+
+    ValueError naming ``setting`` for an unknown or unprovided name."""
+    if not name:
+        return None
+    key = str(getattr(name, "name", name)).lower()  # microxcaling's ElemFormat enum members too
+    if key in MX_ELEM_FORMATS:
+        return get_format(MX_ELEM_FORMATS[key])
+    if key in _NOT_PROVIDED:
+        raise ValueError(f"mx_specs {setting}={name!r}: MX blocks of {key} elements are not provided by "
+                         "groupquant; use bfloat=16 / fp=16 for element-wise rounding")
+    raise ValueError(f"mx_specs {setting}={name!r} is not an MX element format; use one of "
+                     f"{', '.join(sorted(MX_ELEM_FORMATS))}")
+
+
+def mx_rounding(round: str, setting: str = "round") -> str:
+    """groupquant's rounding mode for microxcaling's MX round mode (ValueError naming ``setting``)."""
+    if round not in _MX_ROUNDINGS:
+        raise ValueError(f"mx_specs {setting}={round!r}: use one of {', '.join(_MX_ROUNDINGS)}")
+    return _MX_ROUNDINGS[round]
+
+
+def element_precision(mx_specs: Mapping[str, Any], round: Optional[str] = None,
+                      setting: str = "round") -> Optional[ElementPrecision]:
+    """The element-wise precision of ``mx_specs`` (``bfloat`` / ``fp``) with ``round`` (default
+    ``mx_specs['round']``); None when both are 0. ValueError naming the setting for a bad value."""
+    if round is None:
+        round, setting = mx_specs["round"], "round"
+    if not mx_specs.get("bfloat") and not mx_specs.get("fp"):
+        return None
+    if round not in _ELEMENT_ROUNDINGS:
+        raise ValueError(f"mx_specs {setting}={round!r}: element-wise (bfloat/fp) rounding is one of "
+                         f"{', '.join(_ELEMENT_ROUNDINGS)}")
+    return ElementPrecision.from_mx_specs(bfloat=mx_specs.get("bfloat", 0), fp=mx_specs.get("fp", 0),
+                                          bfloat_subnorms=bool(mx_specs.get("bfloat_subnorms", True)),
+                                          round=round)

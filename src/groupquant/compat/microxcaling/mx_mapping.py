@@ -1,0 +1,133 @@
+"""``inject_pyt_ops(mx_specs)``: replace torch's layers and functions globally, as microxcaling does.
+
+This entry exists for migrating programs that call microxcaling's ``mx_mapping.inject_pyt_ops``.
+It swaps entries of ``torch.nn`` (``Linear``, ``Conv1d``, ``LayerNorm``, ...: later constructions get
+the compat layer with ``mx_specs``), ``torch.nn.functional`` and ``torch`` (``linear``, ``matmul``,
+``softmax``, ``add``, ``exp``, ``sum``, ...: later calls round as the compat op does). groupquant's
+native way is a recipe applied to a built model (``groupquant.quantize_model(model, recipe=...)``,
+see :func:`.recipe.recipe_from_mx_specs`), which touches no global state.
+
+Differences from microxcaling: :func:`restore_pyt_ops` (or the :func:`injected_pyt_ops` context
+manager) undoes the injection; a call whose arguments the compat op does not take (``torch.add(a, b,
+alpha=2)``, ``torch.sum(x, dtype=...)`` is handled: ``dtype`` casts the result as there) goes to
+the original torch function, and so does every torch call made inside groupquant's own arithmetic.
+Modules microxcaling maps but groupquant does not provide (ConvTranspose2d, LSTM,
+AdaptiveAvgPool2d) and their functions are left as torch's.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from . import _torch
+from .activations import (GELU, LeakyReLU, ReLU, ReLU6, SiLU, Sigmoid, Tanh, gelu, leaky_relu, relu, relu6, sigmoid,
+                          silu, tanh)
+from .convolution import Conv1d, Conv2d, Conv3d, conv1d, conv2d, conv3d
+from .linear import Linear, linear
+from .matmul import bmm, matmul
+from .norms import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, batch_norm, group_norm, layer_norm
+from .simd_ops import (simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm, simd_reduce_mean,
+                       simd_reduce_sum, simd_square, simd_sub)
+from .softmax import Softmax, softmax
+
+__all__ = ["inject_pyt_ops", "restore_pyt_ops", "injected_pyt_ops", "MODULE_MAPPING", "FUNCTION_MAPPING"]
+
+MODULE_MAPPING: Dict[str, type] = {
+    "BatchNorm1d": BatchNorm1d, "BatchNorm2d": BatchNorm2d, "BatchNorm3d": BatchNorm3d, "Conv1d": Conv1d,
+    "Conv2d": Conv2d, "Conv3d": Conv3d, "GELU": GELU, "GroupNorm": GroupNorm, "LayerNorm": LayerNorm,
+    "LeakyReLU": LeakyReLU, "Linear": Linear, "ReLU": ReLU, "ReLU6": ReLU6, "SiLU": SiLU,
+    "Sigmoid": Sigmoid, "Softmax": Softmax, "Tanh": Tanh,
+}
+
+
+def _addmm(bias: torch.Tensor, in1: torch.Tensor, in2: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None,
+           name: Optional[str] = None) -> torch.Tensor:
+    """``torch.addmm(bias, a, b)`` as ``matmul(a, b, bias)``."""
+    return matmul(in1, in2, bias=bias, mx_specs=mx_specs, name=name)
+
+
+FUNCTION_MAPPING: Dict[str, Callable[..., Any]] = {
+    "batch_norm": batch_norm, "conv1d": conv1d, "conv2d": conv2d, "conv3d": conv3d, "gelu": gelu,
+    "group_norm": group_norm, "layer_norm": layer_norm, "leaky_relu": leaky_relu, "linear": linear, "relu": relu,
+    "relu6": relu6, "sigmoid": sigmoid, "silu": silu,
+    "softmax": softmax, "tanh": tanh, "add": simd_add, "sub": simd_sub, "mul": simd_mul, "div": simd_div,
+    "exp": simd_exp, "log": simd_log, "sum": simd_reduce_sum, "mean": simd_reduce_mean, "norm": simd_norm,
+    "square": simd_square, "matmul": matmul, "mm": matmul, "addmm": _addmm, "bmm": bmm,
+}
+
+# (namespace dict, name, original) of every replaced entry, for restore_pyt_ops
+_SAVED: List[Tuple[Dict[str, Any], str, Any]] = []
+
+
+def _wrap(compat: Callable[..., Any], original: Callable[..., Any], mx_specs: Any) -> Callable[..., Any]:
+    """``compat(..., mx_specs=mx_specs)``, or ``original`` inside groupquant or for arguments ``compat``
+    does not take. A ``dtype`` keyword casts the result."""
+    signature = inspect.signature(compat)
+
+    @functools.wraps(original)
+    def injected(*args: Any, **kwargs: Any) -> Any:
+        if _torch.in_native_torch():
+            return original(*args, **kwargs)
+        dtype = kwargs.pop("dtype", None)
+        try:
+            signature.bind(*args, mx_specs=mx_specs, **kwargs)
+        except TypeError:
+            if dtype is not None:
+                kwargs["dtype"] = dtype
+            return original(*args, **kwargs)
+        out = compat(*args, mx_specs=mx_specs, **kwargs)
+        return out if dtype is None else out.to(dtype)
+
+    injected.__groupquant_injected__ = True  # type: ignore[attr-defined]
+    return injected
+
+
+def _module_class(cls: type, mx_specs: Any) -> type:
+    """A subclass of ``cls`` whose constructor passes ``mx_specs``."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("mx_specs", mx_specs)
+        cls.__init__(self, *args, **kwargs)
+
+    return type(f"{cls.__name__}_inj", (cls,), {"__init__": __init__, "__module__": cls.__module__})
+
+
+def _replace(namespace: Dict[str, Any], name: str, value: Any) -> None:
+    _SAVED.append((namespace, name, namespace[name]))
+    namespace[name] = value
+
+
+def inject_pyt_ops(mx_specs: Any) -> None:
+    """Replace torch's layers and functions with the compat ones bound to ``mx_specs``.
+
+    A second call first restores the originals (so injections do not stack)."""
+    restore_pyt_ops()
+    originals = {"torch": torch.__dict__, "F": F.__dict__}
+    for name, fn in FUNCTION_MAPPING.items():
+        for namespace in originals.values():
+            if name in namespace:
+                _replace(namespace, name, _wrap(fn, namespace[name], mx_specs))
+    for name, cls in MODULE_MAPPING.items():
+        _replace(torch.nn.__dict__, name, _module_class(cls, mx_specs))
+
+
+def restore_pyt_ops() -> None:
+    """Put back every entry :func:`inject_pyt_ops` replaced (no-op when nothing is injected)."""
+    while _SAVED:
+        namespace, name, original = _SAVED.pop()
+        namespace[name] = original
+
+
+@contextlib.contextmanager
+def injected_pyt_ops(mx_specs: Any) -> Iterator[None]:
+    """``with injected_pyt_ops(specs): ...`` injects, and restores on the way out (errors too)."""
+    inject_pyt_ops(mx_specs)
+    try:
+        yield
+    finally:
+        restore_pyt_ops()

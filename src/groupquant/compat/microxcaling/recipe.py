@@ -1,0 +1,74 @@
+"""``mx_specs`` as a groupquant training recipe: the native path for a migrated program.
+
+:func:`recipe_from_mx_specs` fills the slots of :class:`groupquant.nn.Recipe` from the MX settings,
+each an MX quantizer of that format with ``group_size=block_size`` and the slot's MX round mode:
+
+===================================== ======================= ====================================
+groupquant slot                       mx_specs format         mx_specs round
+===================================== ======================= ====================================
+``weight_quant``                      ``w_elem_format``       ``round_mx_output``
+``input_quant``                       ``a_elem_format``       ``round_mx_output``
+``weight_quant_for_grad_input``       ``w_elem_format_bp``    ``round_mx_weight_grad_input``
+``grad_output_quant``                 ``a_elem_format_bp_os`` ``round_mx_grad_output_grad_input``
+``grad_output_quant_for_grad_weight`` ``a_elem_format_bp_ex`` ``round_mx_grad_output_grad_weight``
+``input_quant_for_grad_weight``       ``a_elem_format_bp``    ``round_mx_input_grad_weight``
+===================================== ======================= ====================================
+
+An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling);
+``quantize_backprop`` passes through. Not carried: the element-wise ``bfloat`` / ``fp`` rounding
+around the GEMMs, and microxcaling's grouping of the backward GEMMs along dim -2 of a 3-d input
+(groupquant groups along all tokens); ``Linear`` of this package keeps both.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from ...nn import DISABLED, Recipe
+from ...quantizers import MX_QUANTIZERS
+from ...quantizers.settings import FloatToIntRounding
+from .mapping import elem_format, mx_rounding
+from .specs import apply_mx_specs
+
+__all__ = ["recipe_from_mx_specs"]
+
+_SLOTS = (  # slot, format key, round key, weight or act quantizer
+    ("weight_quant", "w_elem_format", "round_mx_output", "weight"),
+    ("input_quant", "a_elem_format", "round_mx_output", "act"),
+    ("weight_quant_for_grad_input", "w_elem_format_bp", "round_mx_weight_grad_input", "weight"),
+    ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input", "act"),
+    ("grad_output_quant_for_grad_weight", "a_elem_format_bp_ex", "round_mx_grad_output_grad_weight", "act"),
+    ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act"),
+)
+_FORWARD = ("weight_quant", "input_quant")
+
+
+def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str) -> Optional[type]:
+    """The MX quantizer class of one slot, or None for an unset format."""
+    fmt = elem_format(specs[fmt_key], fmt_key)
+    if fmt is None:
+        return None
+    if fmt.name not in MX_QUANTIZERS:
+        raise ValueError(f"mx_specs {fmt_key}={specs[fmt_key]!r} has no groupquant MX quantizer "
+                         f"(those with one: {', '.join(MX_QUANTIZERS)})")
+    pair = MX_QUANTIZERS[fmt.name]
+    rounding = FloatToIntRounding(mx_rounding(specs[round_key], round_key))
+    return (pair.weight if kind == "weight" else pair.act).let(group_size=specs["block_size"],
+                                                                float_to_int_rounding=rounding)
+
+
+def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") -> Recipe:
+    """A :class:`groupquant.nn.Recipe` with the MX settings of ``mx_specs`` (see the module table).
+
+    ValueError naming the setting for ``block_size`` 0 (microxcaling's whole-axis block has no
+    native slot), ``shared_exp_method='none'`` or an element format without an MX quantizer."""
+    specs = apply_mx_specs(mx_specs)
+    if not isinstance(specs["block_size"], int) or specs["block_size"] <= 0:
+        raise ValueError(f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0")
+    if specs["shared_exp_method"] != "max":
+        raise ValueError(f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: recipes share one "
+                         "exponent per block ('max')")
+    slots = {}
+    for slot, fmt_key, round_key, kind in _SLOTS:
+        quant = _quantizer(specs, fmt_key, round_key, kind)
+        slots[slot] = quant if (quant is not None or slot in _FORWARD) else DISABLED
+    return Recipe(name, quantize_backprop=bool(specs["quantize_backprop"]), **slots)

@@ -1,0 +1,241 @@
+"""``mx_specs``: microxcaling's settings table, with its names, defaults and helpers.
+
+:class:`MxSpecs` is a ``dict`` holding every setting microxcaling knows, at microxcaling's default,
+plus one groupquant setting (``shared_exp_from_float_log2``, see :mod:`.quantize`). A key that is
+not a setting is refused with a did-you-mean (:class:`UnknownMxSpecError`, a ``KeyError``, as
+microxcaling raises one too). ``finalize_mx_specs`` / ``get_backwards_mx_specs`` / ``add_mx_args``
+/ ``get_mx_specs`` / ``apply_mx_specs`` behave as microxcaling's functions of the same names.
+
+Accepted but without effect here: ``custom_cuda`` (groupquant runs its own C++/CUDA kernels or its
+PyTorch reference; both give the same bits, so the switch selects nothing) and ``round_m`` (an
+optimizer setting microxcaling's layers never read).
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+from typing import Any, Dict, Mapping, Optional
+
+from ...inject import UnknownSettingError
+
+__all__ = ["MxSpecs", "UnknownMxSpecError", "DEFAULTS", "HELP", "NOT_APPLICABLE", "get_default_mx_specs",
+           "apply_mx_specs", "finalize_mx_specs", "get_backwards_mx_specs", "add_mx_args", "get_mx_specs"]
+
+_ROUND_KEYS = ("round", "round_m", "round_weight", "round_output", "round_grad_weight", "round_grad_input",
+               "round_mx_output", "round_mx_input_grad_input", "round_mx_weight_grad_input",
+               "round_mx_grad_output_grad_input", "round_mx_input_grad_weight", "round_mx_grad_output_grad_weight")
+
+ELEM_FORMAT_KEYS = ("w_elem_format", "a_elem_format", "w_elem_format_bp", "a_elem_format_bp",
+                    "a_elem_format_bp_ex", "a_elem_format_bp_os")
+
+DEFAULTS: Dict[str, Any] = {
+    "scale_bits": 0,
+    **{k: None for k in ELEM_FORMAT_KEYS},
+    "mx_flush_fp32_subnorms": False,
+    "shared_exp_method": "max",
+    "block_size": 0,
+    "bfloat": 0,
+    "fp": 0,
+    "bfloat_subnorms": True,
+    "quantize_backprop": True,
+    **{k: "nearest" for k in _ROUND_KEYS},
+    "softmax_exp2": False,
+    "vec_use_exp2": False,
+    "vec_use_recip": False,
+    "custom_cuda": False,
+    # groupquant's own: take the shared exponent from a float log2, as microxcaling computes it
+    "shared_exp_from_float_log2": False,
+}
+
+_FMT_HELP = "MX element format: fp8_e5m2, fp8_e4m3, fp6_e3m2, fp6_e2m3, fp4_e2m1 (fp4), int8, int4, int2"
+HELP: Dict[str, str] = {
+    "scale_bits": "bits of the shared exponent (0 means 8: E8M0)",
+    "w_elem_format": "weights, forward GEMM. " + _FMT_HELP,
+    "a_elem_format": "activations, forward GEMM. " + _FMT_HELP,
+    "w_elem_format_bp": "weights in the grad-input GEMM (default: w_elem_format)",
+    "a_elem_format_bp": "saved inputs in the grad-weight GEMM (default: a_elem_format)",
+    "a_elem_format_bp_ex": "output gradients in the grad-weight GEMM (default: a_elem_format)",
+    "a_elem_format_bp_os": "output gradients in the grad-input GEMM (default: a_elem_format)",
+    "mx_flush_fp32_subnorms": "zero MX blocks whose max is an fp32 subnormal",
+    "shared_exp_method": "shared exponent: 'max' (of the block's max magnitude) or 'none' (one per element)",
+    "block_size": "elements per shared exponent (0: the whole reduction dim)",
+    "bfloat": "element-wise precision bfloatN (8 exponent bits, N-9 mantissa bits); 0: off",
+    "fp": "element-wise precision fpN (5 exponent bits, N-6 mantissa bits); 0: off",
+    "bfloat_subnorms": "keep subnormals in the bfloat/fp precision (False flushes inputs below min normal)",
+    "quantize_backprop": "quantize the backward pass too",
+    "round": "element-wise rounding: nearest (ties away), even (ties to even), floor (toward zero)",
+    "round_m": "optimizer rounding (accepted, not used by any layer)",
+    "round_weight": "element-wise rounding of weights and biases",
+    "round_output": "element-wise rounding of inputs and outputs",
+    "round_grad_weight": "element-wise rounding of weight and bias gradients",
+    "round_grad_input": "element-wise rounding of input and output gradients",
+    "round_mx_output": "MX element rounding in the forward GEMM",
+    "round_mx_input_grad_input": "MX element rounding of saved inputs (matmul/bmm backward)",
+    "round_mx_weight_grad_input": "MX element rounding of weights in the grad-input GEMM",
+    "round_mx_grad_output_grad_input": "MX element rounding of output gradients in the grad-input GEMM",
+    "round_mx_input_grad_weight": "MX element rounding of inputs in the grad-weight GEMM",
+    "round_mx_grad_output_grad_weight": "MX element rounding of output gradients in the grad-weight GEMM",
+    "softmax_exp2": "softmax takes 2**x instead of e**x",
+    "vec_use_exp2": "e**x computed as 2**(x * log2(e) in bfloat16)",
+    "vec_use_recip": "a / b computed as a * (1 / b)",
+    "custom_cuda": "accepted, no effect: groupquant picks its kernel or reference (same bits)",
+    "shared_exp_from_float_log2": "groupquant: shared exponent floor(float log2(max)) as microxcaling "
+                                  "(default False: exact floor from the exponent bits, OCP MX)",
+}
+
+NOT_APPLICABLE = ("custom_cuda", "round_m")
+
+
+class UnknownMxSpecError(UnknownSettingError, KeyError):
+    """A key that is no mx_specs setting (a ``KeyError``, as in microxcaling, with a did-you-mean)."""
+
+    def __str__(self) -> str:
+        return self.problem
+
+
+def _unknown(key: object) -> UnknownMxSpecError:
+    """The error for an unknown key, naming the closest setting."""
+    match = difflib.get_close_matches(str(key), list(DEFAULTS), n=1, cutoff=0.6)
+    hint = f"; did you mean {match[0]!r}?" if match else "; see groupquant.compat.microxcaling.specs.DEFAULTS"
+    return UnknownMxSpecError(str(key), f"unknown mx_specs key {key!r}{hint}", match[0] if match else None)
+
+
+class MxSpecs(dict):
+    """microxcaling's settings as a dict: every key present, unset ones at microxcaling's default.
+
+    ``MxSpecs({"w_elem_format": "fp8_e4m3"})`` or keywords; an unknown key (at construction or on
+    assignment) raises :class:`UnknownMxSpecError`. ``help_strings`` maps each key to its help.
+    """
+
+    help_strings = HELP
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        given = dict(*args, **kwargs)
+        for key in given:
+            if key not in DEFAULTS:
+                raise _unknown(key)
+        super().update(DEFAULTS)
+        super().update(given)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in DEFAULTS:
+            raise _unknown(key)
+        super().__setitem__(key, value)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """``dict.update`` with the key check."""
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        """``dict.setdefault`` with the key check."""
+        if key not in DEFAULTS:
+            raise _unknown(key)
+        return super().setdefault(key, default)
+
+    def copy(self) -> "MxSpecs":  # type: ignore[override]
+        """A shallow copy that stays an :class:`MxSpecs`."""
+        return MxSpecs(self)
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self.items() if DEFAULTS.get(k, object()) != v}
+        return f"MxSpecs({changed!r})"
+
+
+def get_default_mx_specs() -> MxSpecs:
+    """Every setting at its default (which quantizes nothing)."""
+    return MxSpecs()
+
+
+def apply_mx_specs(mx_specs: Optional[Mapping[str, Any]], default_mx_specs: Optional[MxSpecs] = None) -> MxSpecs:
+    """``default_mx_specs`` (or the defaults) overridden by the entries of ``mx_specs`` that are not None."""
+    out = default_mx_specs if default_mx_specs else get_default_mx_specs()
+    if not mx_specs:
+        return out
+    for key, value in mx_specs.items():
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _copy_if_unset(specs: Dict[str, Any], key: str, source: str) -> None:
+    """Give ``key`` the value of ``source`` where ``key`` is missing or None (and ``source`` given)."""
+    if specs.get(key) is None and source in specs:
+        specs[key] = specs[source]
+
+
+_DEPENDS = (("w_elem_format_bp", "w_elem_format"), ("a_elem_format_bp", "a_elem_format"),
+            ("a_elem_format_bp_os", "a_elem_format"), ("a_elem_format_bp_ex", "a_elem_format"),
+            ("round_m", "round"), ("round_output", "round"), ("round_grad_weight", "round"),
+            ("round_grad_input", "round"), ("round_weight", "round"), ("round_mx_output", "round"),
+            ("round_mx_input_grad_input", "round_grad_input"), ("round_mx_weight_grad_input", "round_grad_input"),
+            ("round_mx_grad_output_grad_input", "round_grad_input"),
+            ("round_mx_input_grad_weight", "round_grad_input"),
+            ("round_mx_grad_output_grad_weight", "round_grad_input"))
+
+_ACTIVE = ELEM_FORMAT_KEYS + ("bfloat", "fp")
+
+
+def finalize_mx_specs(specs: Dict[str, Any], early_exit: bool = True) -> Optional[MxSpecs]:
+    """Fill the settings that follow others, then the defaults, as microxcaling does.
+
+    None when nothing quantizes (no element format, no bfloat/fp) and ``early_exit``. A setting
+    missing or None takes its base's value: ``*_elem_format_bp*`` from ``w_/a_elem_format``, the
+    ``round_*`` from ``round``, the ``round_mx_*`` backward ones from ``round_grad_input``. Only keys
+    absent (or None) follow: an :class:`MxSpecs` already holds every key at its default, so pass a plain
+    dict to have them follow. Changes ``specs`` in place, as microxcaling does.
+    """
+    if early_exit and not any(specs.get(k) for k in _ACTIVE):
+        return None
+    for key, source in _DEPENDS:
+        _copy_if_unset(specs, key, source)
+    return apply_mx_specs(specs, get_default_mx_specs())
+
+
+def get_backwards_mx_specs(specs: Mapping[str, Any]) -> MxSpecs:
+    """A copy of ``specs``; with ``quantize_backprop`` False, one that quantizes nothing."""
+    out = MxSpecs(specs)
+    if out["quantize_backprop"] is False:
+        for key in ELEM_FORMAT_KEYS:
+            out[key] = None
+        out["block_size"] = 0
+        out["bfloat"] = 0
+        out["fp"] = 0
+    return out
+
+
+def add_mx_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add one command-line option per setting (group ``mx``), as microxcaling does.
+
+    Element formats and other settings default to None (``finalize_mx_specs`` fills them); a setting
+    whose default is False becomes ``--key`` (store_true), one whose default is True ``--no_key``.
+    Also ``--mx_dir`` (accepted, unused) and ``--skip_early_exit``.
+    """
+    group = parser.add_argument_group("mx", "MX specs")
+    group.add_argument("--mx_dir", type=str, default=None, help="accepted for compatibility; unused")
+    for key, default in DEFAULTS.items():
+        if key in ELEM_FORMAT_KEYS:
+            group.add_argument("--" + key, type=str, default=default, help=HELP[key])
+        elif default is False:
+            group.add_argument("--" + key, action="store_true", help=HELP[key])
+        elif default is True:
+            group.add_argument("--no_" + key, action="store_true", help=HELP[key])
+        else:
+            group.add_argument("--" + key, type=type(default), default=None, help=HELP[key])
+    group.add_argument("--skip_early_exit", action="store_true", default=False,
+                       help="return specs even when nothing quantizes")
+    return parser
+
+
+def get_mx_specs(parsed_args: argparse.Namespace) -> Optional[MxSpecs]:
+    """The finalized specs from ``parser.parse_args()`` of a parser given to :func:`add_mx_args`."""
+    parsed: Dict[str, Any] = {}
+    for key, default in DEFAULTS.items():
+        if default is True:
+            if hasattr(parsed_args, "no_" + key):
+                parsed[key] = not getattr(parsed_args, "no_" + key)
+        elif hasattr(parsed_args, key):
+            parsed[key] = getattr(parsed_args, key)
+    early_exit = not getattr(parsed_args, "skip_early_exit", False)
+    return finalize_mx_specs(parsed, early_exit=early_exit)
