@@ -141,3 +141,20 @@ def test_mse_quantizers_use_the_mse_search_along_the_input_features(name):
     assert torch.equal(qt.value, expected)
     x = torch.randn(3, 70)
     assert torch.equal(layer(x), torch.nn.functional.linear(x, expected, layer.bias))
+
+
+def test_element_precision_rounds_the_tensor_before_it_is_quantized():
+    from groupquant.ops.precision import round_to_precision
+
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(4, 70, generator=g) * torch.logspace(-3, 3, 70)
+    layer = QuantLinear(70, 8, input_quant=MXFloat8e4m3Act, input_element_precision="bfloat12")
+    expected = gq.fake_quant(round_to_precision(x, "bfloat12"), "fp8_e4m3", 32, -1)
+    assert torch.equal(layer.input_quant.quant_value(x), expected)
+    assert not torch.equal(expected, gq.fake_quant(x, "fp8_e4m3", 32, -1))  # the pre-rounding shows
+    xi = x.clone().requires_grad_(True)
+    layer.input_quant.quant_value(xi).sum().backward()
+    assert torch.equal(xi.grad, torch.ones_like(x))  # straight through
+    with pytest.raises(ConfigError) as info:
+        QuantLinear(70, 8, input_quant=MXFloat8e4m3Act, input_element_precision="e9m7")
+    assert info.value.setting == "input_element_precision"

@@ -15,6 +15,7 @@ from torch import nn
 from .dynamic_quant import DynamicQuant
 from .learned_scale import LearnedScale
 from .mse_scale import MSEScale
+from .precision_round import PrecisionThen
 from .quant_spec import QuantSpec
 from .running_scale import RunningStatsScale
 from .scaled_quant import ScaledQuant
@@ -41,7 +42,14 @@ def _mse_scale(spec: QuantSpec) -> nn.Module:
 
 def build_tensor_quant(spec: QuantSpec, tensor_shape: Optional[Sequence[int]] = None) -> nn.Module:
     """The quantize-dequantize module of ``spec`` (``tensor_shape``: the weight's shape, which
-    sizes learned scales; None for activations)."""
+    sizes learned scales; None for activations); with an element precision, wrapped so that the
+    tensor is rounded to it first."""
+    module = _quant_module(spec, tensor_shape)
+    return module if spec.element_precision is None else PrecisionThen(spec.element_precision, module)
+
+
+def _quant_module(spec: QuantSpec, tensor_shape: Optional[Sequence[int]]) -> nn.Module:
+    """The module of ``spec`` itself (see the module doc)."""
     if spec.is_dynamic:
         return DynamicQuant(spec)
     if spec.scale_source == "stats":

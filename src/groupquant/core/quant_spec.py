@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from ..formats import ElementFormat
 from .granularity import ScaleGranularity
@@ -44,6 +44,8 @@ class QuantSpec:
         scale comes from (see :func:`groupquant.core.build_tensor_quant`).
     rounding: element rounding; saturating: clamp to +-max normal (False: Inf/NaN by the format's
         rule); ste: gradient of the rounding.
+    element_precision: None, or an ``ElementPrecision`` (bfloat16, fp16, ExMy) the tensor is
+        rounded to, unscaled, before it is quantized (microxcaling's ``bfloat`` operands).
     """
 
     name: str
@@ -63,6 +65,7 @@ class QuantSpec:
     rounding: str = "even"
     saturating: bool = True
     ste: str = "identity"
+    element_precision: Optional[Any] = None  # an ElementPrecision: x is rounded to it first
 
     def __post_init__(self) -> None:
         """Refuse a mode no module implements (quantizers check settings with named errors first)."""

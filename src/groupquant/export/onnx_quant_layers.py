@@ -57,6 +57,9 @@ def _act_quant(b: GraphBuilder, proxy: QuantProxy, x: str, shape: Optional[torch
         kind = spec.granularity if spec.is_dynamic else f"{spec.scale_source}/{spec.stats_op}"
         raise ExportError(info.name, what, f"{which} uses {kind} scaling; only dynamic group-wise (MX) activation "
                           "quantizers export")
+    if spec.element_precision is not None:
+        raise ExportError(info.name, what, f"{which} rounds to element_precision {spec.element_precision.name} first; "
+                          "that rounding is not exported")
     if spec.rounding != "even" or not spec.saturating:
         raise ExportError(info.name, what, f"{which} rounding={spec.rounding!r}, saturating={spec.saturating}; "
                           "only 'even' saturating rounding exports")

@@ -48,6 +48,7 @@ class QuantizerBase(QuantizerMixin):
 
     signed = True
     saturating = True
+    element_precision = None
     scaling_per_output = ScalingPerOutput.TENSOR
     scaling_per_output_channel = None  # deprecated boolean: True -> CHANNEL, False -> TENSOR
     group_size = None

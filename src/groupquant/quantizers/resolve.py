@@ -13,6 +13,7 @@ from typing import Optional
 from ..core import QuantSpec
 from ..formats import ElementFormat, FloatFormat, SpecialValues
 from ..inject import ConfigError
+from ..ops.precision import resolve_precision
 from .checks import check_bool, check_int, check_number, check_optional_int
 from . import format_solvers as fs
 from .format_solvers import DERIVED_FORMAT_VALUES
@@ -69,7 +70,8 @@ def quant_spec(__self__: type, element_format: ElementFormat, granularity: Scali
                group_size: Optional[int], group_dim: Optional[int], channel_dim: Optional[int],
                restrict_scaling_type: object, scale_rounding: object, scaling_source: object,
                scaling_stats_op: object, percentile: object, running_momentum: object, scaling_min_val: object,
-               mse_window: object, float_to_int_rounding: object, saturating: object, ste: object) -> QuantSpec:
+               mse_window: object, float_to_int_rounding: object, saturating: object, ste: object,
+               element_precision: object = None) -> QuantSpec:
     """The solver behind every quantizer's ``spec``: all settings, checked, in one record."""
     _check_derived(__self__, element_format)
     restrict = coerce("restrict_scaling_type", restrict_scaling_type, RestrictScaling)
@@ -87,7 +89,18 @@ def quant_spec(__self__: type, element_format: ElementFormat, granularity: Scali
         scaling_min_val=check_number("scaling_min_val", scaling_min_val, 0.0, float("inf")),
         mse_window=check_int("mse_window", mse_window, 0, 16),
         rounding=coerce("float_to_int_rounding", float_to_int_rounding, FloatToIntRounding).value,
-        saturating=_check_saturating(saturating, element_format), ste=coerce("ste", ste, SteMode).value)
+        saturating=_check_saturating(saturating, element_format), ste=coerce("ste", ste, SteMode).value,
+        element_precision=_check_precision(element_precision))
+
+
+def _check_precision(given: object):
+    """The ``element_precision`` setting as an ElementPrecision (or None); ConfigError naming it."""
+    if given is None:
+        return None
+    try:
+        return resolve_precision(given)
+    except (ValueError, TypeError) as err:
+        raise ConfigError("element_precision", str(err)) from None
 
 
 def quantizer_spec(quantizer: type) -> QuantSpec:

@@ -24,6 +24,8 @@ SETTINGS: Dict[str, str] = {
     "nan_inf_rule": "minifloats: NaN/Inf codes (NanInfRule.OCP derives them from the widths)",
     "exponent_bias": "minifloats: exponent bias (None: the standard 2**(E-1) - 1, +1 for FNUZ)",
     "saturating": "values past max normal clamp to it (False: become Inf/NaN by the format's rule)",
+    "element_precision": "None, or a precision (\"bfloat16\", \"fp16\", \"e5m7\", ...) the tensor is rounded to, "
+                         "unscaled, before it is quantized",
     # scale sharing
     "scaling_per_output": "ScalingPerOutput.TENSOR, CHANNEL or GROUP",
     "scaling_per_output_channel": "deprecated boolean: True is CHANNEL, False is TENSOR",
