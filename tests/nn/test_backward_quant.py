@@ -205,3 +205,14 @@ def test_compiled_layer_equals_eager():
     for a, b in zip(eager[:3], got[:3]):
         assert torch.equal(a, b)
     torch.testing.assert_close(got[3], eager[3], rtol=1e-6, atol=0)  # the bias sum: Inductor may order it otherwise
+
+
+def test_grouped_convolutions_keep_a_straight_through_backward_with_a_warning():
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, groups=32), torch.nn.Conv2d(32, 16, 1))
+    with pytest.warns(UserWarning, match="groups=32"):
+        gq.quantize_model(model, recipe="mxfp8")
+    assert model[0].quantize_backprop is False and model[1].quantize_backprop is True
+    model(torch.randn(2, 32, 6, 6)).sum().backward()
+    with pytest.raises(ConfigError) as info:
+        QuantConv2d(32, 32, 3, groups=32, grad_output_quant=MXFloat8e5m2Act, quantize_backprop=True)
+    assert info.value.setting == "quantize_backprop"

@@ -173,3 +173,19 @@ def test_functional_mode_under_torch_compile():
     eager = model(q, k, v)
     assert torch.equal(torch.compile(model)(q, k, v), eager)
     assert torch.equal(eager, _composition(q, k, v, is_causal=True))
+
+
+def test_a_model_with_functional_quantization_saves_and_loads():
+    import io
+
+    q, k, v = _qkv(seed=10)
+    model = Attention()
+    gq.quantize_model(model, recipe="mxfp8")
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert torch.equal(loaded(q, k, v), model(q, k, v))
+    assert torch.equal(loaded(q, k, v), _composition(q, k, v))
+    assert remove_functional(loaded)
+    torch.testing.assert_close(loaded(q, k, v), F.scaled_dot_product_attention(q, k, v))

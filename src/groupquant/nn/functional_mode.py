@@ -151,15 +151,29 @@ class FunctionalHandle:
             hook.remove()
 
 
+class _Enter:
+    """Forward pre-hook: enter the mode (a class, so that models with it pickle)."""
+
+    def __init__(self, mode: FunctionalQuantMode) -> None:
+        self.mode = mode
+
+    def __call__(self, module: nn.Module, args: Any) -> None:
+        self.mode.__enter__()
+
+
+class _Leave:
+    """Forward hook (always called): leave the mode."""
+
+    def __init__(self, mode: FunctionalQuantMode) -> None:
+        self.mode = mode
+
+    def __call__(self, module: nn.Module, args: Any, output: Any) -> None:
+        self.mode.__exit__(None, None, None)
+
+
 def quantize_functional(model: nn.Module, r: Recipe) -> FunctionalHandle:
     """Enter a :class:`FunctionalQuantMode` for ``r`` around every forward of ``model``."""
     mode = FunctionalQuantMode(r)
     model.__dict__["_groupquant_functional"] = mode  # not a submodule: no state, not in state_dict
-
-    def enter(module: nn.Module, args: Any) -> None:
-        mode.__enter__()
-
-    def leave(module: nn.Module, args: Any, output: Any) -> None:
-        mode.__exit__(None, None, None)
-
-    return FunctionalHandle(model.register_forward_pre_hook(enter), model.register_forward_hook(leave, always_call=True))
+    return FunctionalHandle(model.register_forward_pre_hook(_Enter(mode)),
+                            model.register_forward_hook(_Leave(mode), always_call=True))

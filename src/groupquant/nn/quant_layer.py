@@ -1,6 +1,8 @@
 """What every quant layer shares: its proxies, keyword routing, and quant_weight()/quant_bias()."""
 from __future__ import annotations
 
+import warnings
+
 from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
@@ -95,8 +97,15 @@ class QuantLayerMixin:
             self.quantize_backprop = False
             return
         if getattr(self, "groups", 1) != 1 or getattr(self, "padding_mode", "zeros") != "zeros":
-            raise ConfigError("quantize_backprop", f"{context}: backward quantization needs groups=1 and zero "
-                                                   "padding (a block must lie inside one reduction)")
+            problem = ("backward quantization needs groups=1 and zero padding (a block must lie inside one "
+                       "reduction)")
+            if backprop:  # asked for explicitly
+                raise ConfigError("quantize_backprop", f"{context}: {problem}")
+            warnings.warn(f"{context}(groups={getattr(self, 'groups', 1)}, padding_mode="
+                          f"{getattr(self, 'padding_mode', 'zeros')!r}): {problem}; this layer's backward stays "
+                          "straight through (quantize_backprop=False)", UserWarning, stacklevel=4)
+            self.quantize_backprop = False
+            return
         forward = {"weight_quant": self.weight_quant.quantizer, "input_quant": self.input_quant.quantizer}
         proxies = build_backward_operands(slots, forward, routed, self._backward_dims(), context)
         for name, proxy in proxies.items():
