@@ -11,7 +11,7 @@ import torch
 
 
 import groupquant as gq
-from groupquant.core import MSEScale, QuantSpec, ScaledQuant, ScaleGranularity, build_tensor_quant, mse_scale
+from groupquant.core import MSEScale, QuantSpec, ScaleGranularity, build_tensor_quant, mse_scale
 from groupquant.ops import FakeQuantResult
 from groupquant.formats import get_format
 

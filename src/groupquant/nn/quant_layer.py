@@ -20,6 +20,12 @@ __all__ = ["QuantLayerMixin"]
 
 _OWN = object()  # "the layer's own bias" (None is a real value: no bias)
 
+#: (group dim, channel dim) of each backward operand. The same for a linear layer's 2-D views
+#: (tokens x features: dY and x grouped along tokens for dW, dY along features for dX) and a
+#: convolution's (batch, channels, ...) tensors (batch for dW, channels for dX); W along its dim 0.
+_BACKWARD_DIMS = {"grad_output_quant": (1, 0), "weight_quant_for_grad_input": (0, 1),
+                  "grad_output_quant_for_grad_weight": (0, 1), "input_quant_for_grad_weight": (0, 1)}
+
 
 class QuantLayerMixin:
     """Mixed into a torch layer (first base). Sets ``weight_quant``, ``bias_quant``,
@@ -76,14 +82,6 @@ class QuantLayerMixin:
                 for proxy in (self.weight_quant, self.bias_quant, self.input_quant, self.output_quant):
                     proxy.to(weight.device)
 
-    def _backward_dims(self) -> Dict[str, tuple]:
-        """(group dim, channel dim) of each backward operand: a linear layer's 2-D views (tokens x
-        features); a convolution's (batch, channels, ...) tensors, see :mod:`.backward_gemm`."""
-        if self.weight.dim() == 2:  # type: ignore[attr-defined]
-            return {"grad_output_quant": (1, 0), "weight_quant_for_grad_input": (0, 1),
-                    "grad_output_quant_for_grad_weight": (0, 1), "input_quant_for_grad_weight": (0, 1)}
-        return {"grad_output_quant": (1, 0), "weight_quant_for_grad_input": (0, 1),
-                "grad_output_quant_for_grad_weight": (0, 1), "input_quant_for_grad_weight": (0, 1)}
 
     def _init_backward(self, slots: Mapping[str, Any], backprop: Optional[bool],
                        routed: Mapping[str, Mapping[str, Any]], context: str) -> None:
@@ -107,7 +105,7 @@ class QuantLayerMixin:
             self.quantize_backprop = False
             return
         forward = {"weight_quant": self.weight_quant.quantizer, "input_quant": self.input_quant.quantizer}
-        proxies = build_backward_operands(slots, forward, routed, self._backward_dims(), context)
+        proxies = build_backward_operands(slots, forward, routed, _BACKWARD_DIMS, context)
         for name, proxy in proxies.items():
             setattr(self, name, proxy)
         self.quantize_backprop = True

@@ -39,8 +39,8 @@ class WeightQuantProxy(QuantProxy):
         return super().train(mode)
 
     def __getstate__(self) -> dict:
-        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
-        state = dict(state)
+        """Pickle without the cached quantized weight."""
+        state = self.__dict__.copy()
         state["_cache"] = None
         return state
 
