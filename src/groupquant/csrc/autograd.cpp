@@ -15,6 +15,7 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+using OptTensor = std::optional<at::Tensor>;
 
 // The op below the autograd key (the CPU / CUDA kernel, or the fake kernel under torch.compile).
 template <typename Signature>
@@ -24,39 +25,43 @@ c10::TypedOperatorHandle<Signature> op_handle(const char* name) {
 
 class FakeQuantFn : public torch::autograd::Function<FakeQuantFn> {
  public:
-  static at::Tensor forward(AutogradContext*, const at::Tensor& x, std::vector<int64_t> params) {
+  static at::Tensor forward(AutogradContext*, const at::Tensor& x, std::vector<int64_t> params, OptTensor ts) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = op_handle<at::Tensor(const at::Tensor&, at::IntArrayRef)>("groupquant::group_fake_quant");
-    return op.call(x, params);
+    static auto op =
+        op_handle<at::Tensor(const at::Tensor&, at::IntArrayRef, const OptTensor&)>("groupquant::group_fake_quant");
+    return op.call(x, params, ts);
   }
-  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
 };
 
 class FakeQuantMaskedFn : public torch::autograd::Function<FakeQuantMaskedFn> {
  public:
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, std::vector<int64_t> params) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, std::vector<int64_t> params,
+                               OptTensor ts) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = op_handle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef)>(
+    static auto op = op_handle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef, const OptTensor&)>(
         "groupquant::group_fake_quant_masked");
-    auto [out, mask] = op.call(x, params);
+    auto [out, mask] = op.call(x, params, ts);
     ctx->mark_non_differentiable({mask});
     ctx->save_for_backward({mask});
     return {out, mask};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor mask = ctx->get_saved_variables()[0];
-    return {grads[0] * mask.to(grads[0].scalar_type()), at::Tensor()};
+    return {grads[0] * mask.to(grads[0].scalar_type()), at::Tensor(), at::Tensor()};
   }
 };
 
 class FakeQuantScaleFn : public torch::autograd::Function<FakeQuantScaleFn> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, std::vector<int64_t> params,
-                               bool want_mask) {
+                               bool want_mask, OptTensor ts) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = op_handle<std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef,
-                                                                              bool)>("groupquant::group_fake_quant_scale");
-    auto [out, mask, scale] = op.call(x, params, want_mask);
+    static auto op = op_handle<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+        const at::Tensor&, at::IntArrayRef, bool, const OptTensor&)>("groupquant::group_fake_quant_scale");
+    auto [out, mask, scale] = op.call(x, params, want_mask, ts);
     ctx->mark_non_differentiable({mask, scale});
     ctx->saved_data["masked"] = want_mask;
     if (want_mask) ctx->save_for_backward({mask});
@@ -68,7 +73,7 @@ class FakeQuantScaleFn : public torch::autograd::Function<FakeQuantScaleFn> {
       const at::Tensor mask = ctx->get_saved_variables()[0];
       grad = grad * mask.to(grad.scalar_type());
     }
-    return {grad, at::Tensor(), at::Tensor()};
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -76,35 +81,37 @@ class FakeQuantScaleFn : public torch::autograd::Function<FakeQuantScaleFn> {
 // without building an autograd node.
 bool no_graph(const at::Tensor& x) { return !at::GradMode::is_enabled() || !x.requires_grad(); }
 
-at::Tensor fake_quant_autograd(const at::Tensor& x, at::IntArrayRef params) {
+at::Tensor fake_quant_autograd(const at::Tensor& x, at::IntArrayRef params, const OptTensor& ts) {
   if (no_graph(x)) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = op_handle<at::Tensor(const at::Tensor&, at::IntArrayRef)>("groupquant::group_fake_quant");
-    return op.call(x, params);
+    static auto op =
+        op_handle<at::Tensor(const at::Tensor&, at::IntArrayRef, const OptTensor&)>("groupquant::group_fake_quant");
+    return op.call(x, params, ts);
   }
-  return FakeQuantFn::apply(x, params.vec());
+  return FakeQuantFn::apply(x, params.vec(), ts);
 }
 
-std::tuple<at::Tensor, at::Tensor> fake_quant_masked_autograd(const at::Tensor& x, at::IntArrayRef params) {
+std::tuple<at::Tensor, at::Tensor> fake_quant_masked_autograd(const at::Tensor& x, at::IntArrayRef params,
+                                                              const OptTensor& ts) {
   if (no_graph(x)) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = op_handle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef)>(
+    static auto op = op_handle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef, const OptTensor&)>(
         "groupquant::group_fake_quant_masked");
-    return op.call(x, params);
+    return op.call(x, params, ts);
   }
-  auto outs = FakeQuantMaskedFn::apply(x, params.vec());
+  auto outs = FakeQuantMaskedFn::apply(x, params.vec(), ts);
   return {outs[0], outs[1]};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_autograd(const at::Tensor& x, at::IntArrayRef params,
-                                                                         bool want_mask) {
+                                                                         bool want_mask, const OptTensor& ts) {
   if (no_graph(x)) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = op_handle<std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef,
-                                                                              bool)>("groupquant::group_fake_quant_scale");
-    return op.call(x, params, want_mask);
+    static auto op = op_handle<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+        const at::Tensor&, at::IntArrayRef, bool, const OptTensor&)>("groupquant::group_fake_quant_scale");
+    return op.call(x, params, want_mask, ts);
   }
-  auto outs = FakeQuantScaleFn::apply(x, params.vec(), want_mask);
+  auto outs = FakeQuantScaleFn::apply(x, params.vec(), want_mask, ts);
   return {outs[0], outs[1], outs[2]};
 }
 

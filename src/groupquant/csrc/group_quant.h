@@ -33,12 +33,14 @@ enum Special : int32_t { kSpecialNone = 0, kSpecialIeee = 1, kSpecialNanOnly = 2
 enum ScaleMode : int32_t { kScaleFloor = 0, kScaleCeil = 1, kScaleEven = 2, kScaleRceil = 3, kScaleFloat = 4 };
 // Element rounding (element_round.ROUNDING_MODES).
 enum Rounding : int32_t { kRoundEven = 0, kRoundNearest = 1, kRoundFloor = 2, kRoundStochastic = 3 };
+// How a scale value is stored (formats.ScaleKind).
+enum ScaleKind : int32_t { kScaleExponent = 0, kScaleFloat32 = 1, kScaleBFloat16 = 2, kScaleMinifloat = 3 };
+// How a block's scale meets its elements: x * inv (power of two: exact), x / scale (float scales, a
+// true division), or x * ((1 / g) / scale) and (v * scale) * g (two-level: a per-tensor g).
+enum ScaleApply : int32_t { kApplyInv = 0, kApplyDiv = 1, kApplyTwoLevel = 2 };
 
-// E8M0 (the MX shared-scale format): exponent range and codes.
-constexpr int32_t kE8M0Bias = 127;
-constexpr int32_t kE8M0MinExp = -127;
+// Largest exponent any exponent scale format holds (E8M0).
 constexpr int32_t kE8M0MaxExp = 127;
-constexpr uint8_t kE8M0NanCode = 0xFF;
 
 // ---- bit casts -------------------------------------------------------------------------------
 
@@ -144,8 +146,8 @@ struct FormatParams {
 
 struct BlockScale {
   float scale;   // float32 scale (NaN for a block with NaN/Inf)
-  float inv;     // 1 / scale for power-of-two scales (exact); 1 (unused) for the float mode
-  uint8_t code;  // E8M0 code (0 for the float mode, 0xFF for NaN)
+  float inv;     // 1 / scale for power-of-two scales (exact); (1 / g) / scale two-level; 1 (unused) else
+  uint8_t code;  // the scale format's code (0 for float32 / bfloat16; the NaN code for NaN)
 };
 
 // floor(log2 x) and the significand x / 2^floor(log2 x) in [1, 2) of a finite positive float given
@@ -166,11 +168,11 @@ GQ_HD Log2Split log2_split(uint32_t bits) {
 }
 
 // Scale of a block from the bits of its amax (|x| as uint32; NaN/Inf have bits >= 0x7F800000),
-// for the power-of-two modes: the shared exponent, clamped to [-127, exp_max] (E8M0's range, capped
-// at the input dtype's largest binade minus emax, so no finite block overflows; an all-zero block
-// gets -127); floor: floor(log2 amax) - emax; ceil: one more unless amax is a power of two;
+// for the power-of-two modes: the shared exponent, clamped to [-scale_bias, exp_max] (the exponent
+// scale format's range, capped at the input dtype's largest binade minus emax, so no finite block
+// overflows; an all-zero block gets -scale_bias); floor: floor(log2 amax) - emax; ceil: one more unless amax is a power of two;
 // even: one more when amax rounded to even_bits mantissa bits carries into the next binade; rceil:
-// ceil(log2(amax / max_normal)). NaN/Inf in the block: NaN scale, code 0xFF. Branch-free (the mode
+// ceil(log2(amax / max_normal)). NaN/Inf in the block: NaN scale, the NaN code. Branch-free (the mode
 // enters through integer arithmetic), so a loop over blocks vectorizes.
 GQ_HD BlockScale pow2_block_scale(uint32_t amax_bits, const FormatParams& f, int32_t mode) {
   const bool nonfinite = amax_bits >= 0x7F800000u;
@@ -182,31 +184,70 @@ GQ_HD BlockScale pow2_block_scale(uint32_t amax_bits, const FormatParams& f, int
   const int32_t up_rceil = a.sig > f.rceil_sig ? 1 : 0;
   const int32_t shift = f.emax + is_rceil * (f.rceil_shift - f.emax);
   int32_t e = a.exp - shift + is_ceil * up_ceil + is_even * up_even + is_rceil * up_rceil;
-  e = bits == 0 ? kE8M0MinExp : e;
-  e = imin(imax(e, kE8M0MinExp), f.exp_max);
+  const int32_t low = -f.scale_bias;
+  e = bits == 0 ? low : e;
+  e = imin(imax(e, low), f.exp_max);
   BlockScale s;
   s.scale = nonfinite ? quiet_nan() : exp2i(e);
   s.inv = nonfinite ? quiet_nan() : exp2i(-e);
-  s.code = static_cast<uint8_t>(nonfinite ? kE8M0NanCode : e + kE8M0Bias);
+  s.code = static_cast<uint8_t>(nonfinite ? f.scale_nan_code : e + f.scale_bias);
   return s;
 }
 
-// The float (non power-of-two) mode: amax / max_normal (a true division), 1 where that is 0;
-// NaN for a block with NaN/Inf. No E8M0 code (0); inv is unused (1): float scales divide.
-GQ_HD BlockScale float_block_scale(uint32_t amax_bits, const FormatParams& f) {
-  const bool nonfinite = amax_bits >= 0x7F800000u;
+// Round a positive float32 s (already clamped to [scale_min, scale_max]) onto the scale format:
+// float32 as is; bfloat16 to nearest even; a minifloat (s at least its min normal) to nearest even
+// with its mantissa_bits (no overflow: scale_max is on the grid).
+GQ_HD float round_scale(float s, const FormatParams& f) {
+  const int32_t e = exponent_field_log2(s);
+  const float mini = rintf(s * exp2i(f.scale_mantissa_bits - e)) * exp2i(e - f.scale_mantissa_bits);
+  const float bf = u2f(static_cast<uint32_t>(float_to_bf16_bits(s)) << 16);
+  return f.scale_kind == kScaleMinifloat ? mini : (f.scale_kind == kScaleBFloat16 ? bf : s);
+}
+
+// Code of a minifloat scale s (normal, on the grid): exponent field and top mantissa bits.
+GQ_HD uint8_t encode_minifloat_scale(float s, const FormatParams& f) {
+  const uint32_t b = f2u(s);
+  const int32_t field = static_cast<int32_t>(b >> 23) - 127 + f.scale_bias;
+  const uint32_t mant = (b & 0x007FFFFFu) >> (23 - f.scale_mantissa_bits);
+  return static_cast<uint8_t>((static_cast<uint32_t>(field) << f.scale_mantissa_bits) | mant);
+}
+
+// The float rule (shared_scale._float_block_scale): s = round(clamp((amax / max_normal) / g,
+// scale_min, scale_max)), 1 where that is 0; g is the per-tensor scale (1 without one: an exact
+// division). NaN scale and the NaN code for a block with NaN/Inf, or for any block when g is NaN.
+// inv = (1 / g) / s (two-level scaling multiplies by it; single-level divides by s instead).
+GQ_HD BlockScale float_block_scale(uint32_t amax_bits, const FormatParams& f, float g) {
+  const bool bad_g = !(fabsf(g) <= 3.4028234663852886e38f);  // NaN or Inf
+  const bool nonfinite = amax_bits >= 0x7F800000u || bad_g;
+  const float gg = bad_g ? 1.0f : g;
   float sc = u2f(nonfinite ? 0u : amax_bits) / f.max_normal;
+  sc = sc / gg;
+  sc = fminf(fmaxf(sc, f.scale_min), f.scale_max);
+  sc = round_scale(sc, f);
   sc = sc > 0.0f ? sc : 1.0f;
   BlockScale s;
   s.scale = nonfinite ? quiet_nan() : sc;
-  s.inv = 1.0f;
-  s.code = 0;
+  s.inv = nonfinite ? quiet_nan() : (1.0f / gg) / sc;
+  const uint8_t code = f.scale_kind == kScaleMinifloat ? encode_minifloat_scale(sc, f) : 0;
+  s.code = nonfinite && f.scale_nan_code >= 0 ? static_cast<uint8_t>(f.scale_nan_code) : code;
   return s;
 }
 
-// The scale of a block by any mode (shared_scale.group_scale).
-GQ_HD BlockScale block_scale(uint32_t amax_bits, const FormatParams& f, int32_t mode) {
-  return mode == kScaleFloat ? float_block_scale(amax_bits, f) : pow2_block_scale(amax_bits, f, mode);
+// The scale of a block by any mode (shared_scale.group_scale); g: the per-tensor scale (or 1).
+GQ_HD BlockScale block_scale(uint32_t amax_bits, const FormatParams& f, int32_t mode, float g) {
+  return mode == kScaleFloat ? float_block_scale(amax_bits, f, g) : pow2_block_scale(amax_bits, f, mode);
+}
+
+// x brought onto the element grid's scale, by how the block scale applies (ScaleApply).
+template <int Apply>
+GQ_HD float scale_input(float x, const BlockScale& sc) {
+  return Apply == kApplyDiv ? x / sc.scale : x * sc.inv;
+}
+
+// An element value v back to the input's scale: v * scale, then * g for two-level scaling.
+template <int Apply>
+GQ_HD float unscale_element(float v, float scale, float g) {
+  return Apply == kApplyTwoLevel ? (v * scale) * g : v * scale;
 }
 
 // ---- element rounding (element_round.py) -------------------------------------------------

@@ -1,6 +1,6 @@
 // CPU kernels of group-wise fake-quant / quantize: ATen's OpenMP parallel_for over blocks, and
 // inner loops over contiguous spans that the compiler vectorizes (no per-element branches; dtype,
-// rounding kind and power-of-two or float scale are template parameters).
+// rounding kind and how the scale applies (ScaleApply) are template parameters).
 //
 // Work is cut into tiles: for the last-dim case (inner == 1) a tile is a run of consecutive blocks
 // of at most kTile elements (contiguous in memory, across rows too); for grouping along a leading
@@ -96,25 +96,25 @@ uint32_t amax_span(const typename S::T* __restrict x, int64_t n) {
   return S::widen_abs(m);
 }
 
-// Quantize n contiguous elements, element i with scale[i] / inv[i]; writes by Out:
-// out (x's dtype, dequantized) [+ mask], or vals (float32 element values).
-template <class S, int Kind, bool Pow2, int Out>
+// Quantize n contiguous elements, element i with scale[i] / inv[i] (and the per-tensor g, two-level);
+// writes by Out: out (x's dtype, dequantized) [+ mask], or vals (float32 element values).
+template <class S, int Kind, int Apply, int Out>
 void quant_span(const typename S::T* __restrict x, int64_t n, const float* __restrict scale,
-                const float* __restrict inv, const FormatParams& fmt, int32_t rounding, uint64_t idx0,
+                const float* __restrict inv, float g, const FormatParams& fmt, int32_t rounding, uint64_t idx0,
                 uint32_t seed, typename S::T* __restrict out, uint8_t* __restrict mask, float* __restrict vals) {
   const FormatParams f = fmt;
   const RoundRule rule = round_rule(rounding);
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float xv = S::load(x[i]);
-    const float s = Pow2 ? xv * inv[i] : xv / scale[i];
+    const float s = Apply == kApplyDiv ? xv / scale[i] : xv * inv[i];
     const float threshold =
         Kind == kKindStochastic ? uniform_from_hash(idx0 + static_cast<uint64_t>(i), seed) : rule.threshold;
     const float v = quantize_element<Kind == kKindEven>(s, f, rule, threshold);
     if (Out == kOutValues) {
       vals[i] = v;
     } else {
-      out[i] = S::store(v * scale[i]);
+      out[i] = S::store(unscale_element<Apply>(v, scale[i], g));
       if (Out == kOutDequantMask) mask[i] = fabsf(s) <= f.max_normal ? 1 : 0;
     }
   }
@@ -143,20 +143,22 @@ void encode_any(const float* vals, int64_t n, const Job& job, int64_t offset) {
 
 // The element value a padding position (input 0) gets in a block with this scale (its noise
 // does not matter: 0 has no fraction, and NaN stays NaN).
+template <int Apply>
 float padding_value(const BlockScale& sc, const Job& job) {
-  const float s = job.pow2_scale() ? 0.0f * sc.inv : 0.0f / sc.scale;
+  const float s = scale_input<Apply>(0.0f, sc);
   const RoundRule rule = round_rule(job.rounding);
   return quantize_element(s, job.fmt, rule, rule.threshold);
 }
 
-// Shared scales of n blocks from their amax (float32 bits of |x|): scale, inv (power-of-two modes)
-// and E8M0 code per block, in a loop over blocks that vectorizes (no per-block branches).
-template <bool Pow2>
+// Shared scales of n blocks from their amax (float32 bits of |x|): scale, inv and the scale
+// format's code per block, in a loop over blocks that vectorizes (no per-block branches).
+template <int Apply>
 void block_scales(const uint32_t* __restrict amax, int64_t n, const Job& job, float* __restrict scale,
                   float* __restrict inv, uint8_t* __restrict code) {
   const FormatParams f = job.fmt;
   const int32_t mode = job.scale_mode;
-  if (Pow2) {
+  const float g = job.g();
+  if (Apply == kApplyInv) {
 #pragma omp simd
     for (int64_t t = 0; t < n; ++t) {
       const BlockScale sc = pow2_block_scale(amax[t], f, mode);
@@ -167,7 +169,7 @@ void block_scales(const uint32_t* __restrict amax, int64_t n, const Job& job, fl
   } else {
 #pragma omp simd
     for (int64_t t = 0; t < n; ++t) {
-      const BlockScale sc = float_block_scale(amax[t], f);
+      const BlockScale sc = float_block_scale(amax[t], f, g);
       scale[t] = sc.scale;
       inv[t] = sc.inv;
       code[t] = sc.code;
@@ -177,7 +179,7 @@ void block_scales(const uint32_t* __restrict amax, int64_t n, const Job& job, fl
 
 // ---- drivers -----------------------------------------------------------------------------------
 
-template <class S, int Kind, bool Pow2>
+template <class S, int Kind, int Apply>
 struct Driver {
   using T = typename S::T;
 
@@ -185,13 +187,13 @@ struct Driver {
     const T* x = static_cast<const T*>(job.x) + offset;
     const uint64_t idx = static_cast<uint64_t>(offset);
     if (job.codes != nullptr) {
-      quant_span<S, Kind, Pow2, kOutValues>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed, nullptr,
+      quant_span<S, Kind, Apply, kOutValues>(x, n, scale, inv, job.g(), job.fmt, job.rounding, idx, job.seed, nullptr,
                                                  nullptr, vals);
     } else if (job.mask != nullptr) {
-      quant_span<S, Kind, Pow2, kOutDequantMask>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed,
+      quant_span<S, Kind, Apply, kOutDequantMask>(x, n, scale, inv, job.g(), job.fmt, job.rounding, idx, job.seed,
                                                       static_cast<T*>(job.out) + offset, job.mask + offset, nullptr);
     } else {
-      quant_span<S, Kind, Pow2, kOutDequant>(x, n, scale, inv, job.fmt, job.rounding, idx, job.seed,
+      quant_span<S, Kind, Apply, kOutDequant>(x, n, scale, inv, job.g(), job.fmt, job.rounding, idx, job.seed,
                                                   static_cast<T*>(job.out) + offset, nullptr, nullptr);
     }
   }
@@ -222,7 +224,7 @@ struct Driver {
         const int64_t b_first = b;  // index of the first block of this run (its scale's index)
         int64_t len = std::min(bs, dim - kb * bs);
         if (len > kTile) {  // one large block, in chunks
-          const BlockScale sc = block_scale(amax_span<S>(x + start, len), job.fmt, job.scale_mode);
+          const BlockScale sc = block_scale(amax_span<S>(x + start, len), job.fmt, job.scale_mode, job.g());
           if (job.scale != nullptr) job.scale[b_first] = sc.scale;
           fill(scale_buf, kTile, sc.scale);
           fill(inv_buf, kTile, sc.inv);
@@ -244,11 +246,11 @@ struct Driver {
           if (++kb == k) { kb = 0; ++o; }
           len = std::min(bs, dim - kb * bs);
         }
-        block_scales<Pow2>(amax_blk, nb, job, scale_blk, inv_blk, code_blk);
+        block_scales<Apply>(amax_blk, nb, job, scale_blk, inv_blk, code_blk);
         if (job.scale != nullptr) std::copy(scale_blk, scale_blk + nb, job.scale + b_first);
         for (int64_t t = 0, off = 0; t < nb; off += len_blk[t], ++t) {
           fill(scale_buf + off, len_blk[t], scale_blk[t]);
-          if (Pow2) fill(inv_buf + off, len_blk[t], inv_blk[t]);
+          if (Apply != kApplyDiv) fill(inv_buf + off, len_blk[t], inv_blk[t]);
         }
         span(job, start, filled, scale_buf, inv_buf, nullptr);
       }
@@ -271,7 +273,7 @@ struct Driver {
         const int64_t j0 = kb * bs, len = std::min(bs, dim - j0);
         const int64_t base = o * dim + j0;  // first element in x
         const int64_t code_base = ob * bs;  // first code
-        const BlockScale sc = block_scale(amax_span<S>(x + base, len), job.fmt, job.scale_mode);
+        const BlockScale sc = block_scale(amax_span<S>(x + base, len), job.fmt, job.scale_mode, job.g());
         if (job.scale != nullptr) job.scale[ob] = sc.scale;
         if (job.scale_codes != nullptr) job.scale_codes[ob] = sc.code;
         for (int64_t off = 0; off < len; off += kTile) {
@@ -282,7 +284,7 @@ struct Driver {
           if (job.codes != nullptr) encode_any(vals, n, job, code_base + off);
         }
         if (job.codes != nullptr && len < bs) {
-          fill(vals, std::min(bs - len, kTile), padding_value(sc, job));
+          fill(vals, std::min(bs - len, kTile), padding_value<Apply>(sc, job));
           for (int64_t off = len; off < bs; off += kTile) {
             encode_any(vals, std::min(kTile, bs - off), job, code_base + off);
           }
@@ -328,7 +330,7 @@ struct Driver {
         }
 #pragma omp simd
         for (int64_t c = 0; c < cols; ++c) amax_buf[c] = S::widen_abs(amax_buf[c]);
-        block_scales<Pow2>(amax_buf, cols, job, scale_buf, inv_buf, code_buf);
+        block_scales<Apply>(amax_buf, cols, job, scale_buf, inv_buf, code_buf);
         if (job.scale != nullptr) std::copy(scale_buf, scale_buf + cols, job.scale + scale_at);
         if (job.scale_codes != nullptr) std::copy(code_buf, code_buf + cols, job.scale_codes + scale_at);
         // pass 2: the same rows again, quantized along the columns
@@ -337,7 +339,7 @@ struct Driver {
           if (job.codes != nullptr) encode_any(vals, cols, job, code_base + j * inner);
         }
         if (job.codes != nullptr && len < bs) {  // padding rows of the last block: codes of 0
-          for (int64_t c = 0; c < cols; ++c) vals[c] = padding_value(BlockScale{scale_buf[c], inv_buf[c], 0}, job);
+          for (int64_t c = 0; c < cols; ++c) vals[c] = padding_value<Apply>(BlockScale{scale_buf[c], inv_buf[c], 0}, job);
           for (int64_t j = len; j < bs; ++j) encode_any(vals, cols, job, code_base + j * inner);
         }
       }
@@ -355,8 +357,11 @@ struct Driver {
 
 template <class S, int Kind>
 void dispatch_scale(const Job& job) {
-  if (job.pow2_scale()) Driver<S, Kind, true>::run(job);
-  else Driver<S, Kind, false>::run(job);
+  switch (job.scale_apply()) {
+    case kApplyInv: Driver<S, Kind, kApplyInv>::run(job); break;
+    case kApplyTwoLevel: Driver<S, Kind, kApplyTwoLevel>::run(job); break;
+    default: Driver<S, Kind, kApplyDiv>::run(job); break;
+  }
 }
 
 template <class S>

@@ -55,33 +55,39 @@ __device__ __forceinline__ void store_code(const Job& job, int64_t at, int32_t c
   }
 }
 
-// Quantize one element (input index i, code index code_at) of a block with scale sc.
-template <class S, bool Stochastic, bool Pow2>
+// The per-tensor second scale g (read on the device), 1 without one.
+__device__ __forceinline__ float tensor_scale_of(const Job& job) {
+  return job.tensor_scale != nullptr ? *job.tensor_scale : 1.0f;
+}
+
+// Quantize one element (input index i, code index code_at) of a block with scale sc (g: tensor scale).
+template <class S, bool Stochastic, int Apply>
 __device__ __forceinline__ void quantize_one(const Job& job, const FormatParams& f, const RoundRule& rule,
-                                             const BlockScale& sc, int64_t i, int64_t code_at) {
+                                             const BlockScale& sc, float g, int64_t i, int64_t code_at) {
   const float xv = S::load(static_cast<const typename S::T*>(job.x)[i]);
-  const float s = Pow2 ? xv * sc.inv : xv / sc.scale;
+  const float s = scale_input<Apply>(xv, sc);
   const float threshold = Stochastic ? uniform_from_hash(static_cast<uint64_t>(i), job.seed) : rule.threshold;
   const float v = job.rounding == kRoundEven ? quantize_element<true>(s, f, rule, threshold)
                                               : quantize_element<false>(s, f, rule, threshold);
   if (job.out != nullptr) {
-    static_cast<typename S::T*>(job.out)[i] = S::store(v * sc.scale);
+    static_cast<typename S::T*>(job.out)[i] = S::store(unscale_element<Apply>(v, sc.scale, g));
     if (job.mask != nullptr) job.mask[i] = fabsf(s) <= f.max_normal ? 1 : 0;
   }
   if (job.codes != nullptr) store_code(job, code_at, encode_element(v, f));
 }
 
 // The code of a padding position (input 0) in a block with scale sc.
-template <bool Pow2>
+template <int Apply>
 __device__ __forceinline__ int32_t padding_code(const FormatParams& f, const RoundRule& rule, const BlockScale& sc) {
-  const float s = Pow2 ? 0.0f * sc.inv : 0.0f / sc.scale;
+  const float s = scale_input<Apply>(0.0f, sc);
   return encode_element(quantize_element(s, f, rule, rule.threshold), f);
 }
 
-template <class S, bool Stochastic, bool Pow2>
+template <class S, bool Stochastic, int Apply>
 __global__ void rows_kernel(const Job job, int group) {
   const FormatParams f = job.fmt;
   const RoundRule rule = round_rule(job.rounding);
+  const float g = tensor_scale_of(job);
   const typename S::T* x = static_cast<const typename S::T*>(job.x);
   const int lane = threadIdx.x & 31;
   const int sub = lane & (group - 1);
@@ -101,21 +107,22 @@ __global__ void rows_kernel(const Job job, int group) {
     for (int64_t t = sub; t < len; t += group) m = max(m, S::abs_bits(x[start + t]));
     for (int off = group >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off, group));
     if (!valid) continue;
-    const BlockScale sc = block_scale(S::widen_abs(m), f, job.scale_mode);
+    const BlockScale sc = block_scale(S::widen_abs(m), f, job.scale_mode, g);
     if (sub == 0 && job.scale != nullptr) job.scale[b] = sc.scale;
     if (sub == 0 && job.scale_codes != nullptr) job.scale_codes[b] = sc.code;
-    for (int64_t t = sub; t < len; t += group) quantize_one<S, Stochastic, Pow2>(job, f, rule, sc, start + t, b * bs + t);
+    for (int64_t t = sub; t < len; t += group) quantize_one<S, Stochastic, Apply>(job, f, rule, sc, g, start + t, b * bs + t);
     if (job.codes != nullptr && len < bs) {
-      const int32_t code = padding_code<Pow2>(f, rule, sc);
+      const int32_t code = padding_code<Apply>(f, rule, sc);
       for (int64_t t = len + sub; t < bs; t += group) store_code(job, b * bs + t, code);
     }
   }
 }
 
-template <class S, bool Stochastic, bool Pow2>
+template <class S, bool Stochastic, int Apply>
 __global__ void columns_kernel(const Job job) {
   const FormatParams f = job.fmt;
   const RoundRule rule = round_rule(job.rounding);
+  const float g = tensor_scale_of(job);
   const typename S::T* x = static_cast<const typename S::T*>(job.x);
   const int64_t k = job.num_blocks, bs = job.block_size, dim = job.dim_size, inner = job.inner;
   const int64_t total = job.outer * k * inner;
@@ -127,15 +134,15 @@ __global__ void columns_kernel(const Job job) {
     const int64_t base = (o * dim + j0) * inner + c;
     uint32_t m = 0;
     for (int64_t j = 0; j < len; ++j) m = max(m, S::abs_bits(x[base + j * inner]));
-    const BlockScale sc = block_scale(S::widen_abs(m), f, job.scale_mode);
+    const BlockScale sc = block_scale(S::widen_abs(m), f, job.scale_mode, g);
     if (job.scale != nullptr) job.scale[ob * inner + c] = sc.scale;
     if (job.scale_codes != nullptr) job.scale_codes[ob * inner + c] = sc.code;
     const int64_t code_base = ob * bs * inner + c;
     for (int64_t j = 0; j < len; ++j) {
-      quantize_one<S, Stochastic, Pow2>(job, f, rule, sc, base + j * inner, code_base + j * inner);
+      quantize_one<S, Stochastic, Apply>(job, f, rule, sc, g, base + j * inner, code_base + j * inner);
     }
     if (job.codes != nullptr && len < bs) {
-      const int32_t code = padding_code<Pow2>(f, rule, sc);
+      const int32_t code = padding_code<Apply>(f, rule, sc);
       for (int64_t j = len; j < bs; ++j) store_code(job, code_base + j * inner, code);
     }
   }
@@ -146,27 +153,33 @@ int64_t grid_for(int64_t threads) {
   return blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks);
 }
 
-template <class S, bool Stochastic, bool Pow2>
+template <class S, bool Stochastic, int Apply>
 void launch(const Job& job, cudaStream_t stream) {
   if (job.inner == 1) {
     int group = 32;
     while (group > 1 && group / 2 >= job.block_size) group /= 2;
     const int64_t per_warp = 32 / group;
     const int64_t warps = (job.outer * job.num_blocks + per_warp - 1) / per_warp;
-    rows_kernel<S, Stochastic, Pow2><<<static_cast<unsigned>(grid_for(warps * 32)), kThreads, 0, stream>>>(job, group);
+    rows_kernel<S, Stochastic, Apply><<<static_cast<unsigned>(grid_for(warps * 32)), kThreads, 0, stream>>>(job, group);
   } else {
     const int64_t threads = job.outer * job.num_blocks * job.inner;
-    columns_kernel<S, Stochastic, Pow2><<<static_cast<unsigned>(grid_for(threads)), kThreads, 0, stream>>>(job);
+    columns_kernel<S, Stochastic, Apply><<<static_cast<unsigned>(grid_for(threads)), kThreads, 0, stream>>>(job);
+  }
+}
+
+template <class S, bool Stochastic>
+void dispatch_apply(const Job& job, cudaStream_t stream) {
+  switch (job.scale_apply()) {
+    case kApplyInv: launch<S, Stochastic, kApplyInv>(job, stream); break;
+    case kApplyTwoLevel: launch<S, Stochastic, kApplyTwoLevel>(job, stream); break;
+    default: launch<S, Stochastic, kApplyDiv>(job, stream); break;
   }
 }
 
 template <class S>
 void dispatch(const Job& job, cudaStream_t stream) {
-  const bool stochastic = job.rounding == kRoundStochastic;
-  if (stochastic && job.pow2_scale()) launch<S, true, true>(job, stream);
-  else if (stochastic) launch<S, true, false>(job, stream);
-  else if (job.pow2_scale()) launch<S, false, true>(job, stream);
-  else launch<S, false, false>(job, stream);
+  if (job.rounding == kRoundStochastic) dispatch_apply<S, true>(job, stream);
+  else dispatch_apply<S, false>(job, stream);
 }
 
 }  // namespace

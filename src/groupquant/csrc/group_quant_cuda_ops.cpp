@@ -14,26 +14,29 @@ void run_on_cuda(const Job& job, const at::Tensor& x) {
   TORCH_CHECK(err == 0, "groupquant: CUDA kernel failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
-at::Tensor fake_quant_cuda(const at::Tensor& x, at::IntArrayRef params) {
+at::Tensor fake_quant_cuda(const at::Tensor& x, at::IntArrayRef params, const std::optional<at::Tensor>& ts) {
   const c10::cuda::CUDAGuard guard(x.device());
-  return std::get<0>(fake_quant_impl(x, params, false, run_on_cuda));
+  return std::get<0>(fake_quant_impl(x, params, false, ts, run_on_cuda));
 }
 
-std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cuda(const at::Tensor& x, at::IntArrayRef params) {
+std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cuda(const at::Tensor& x, at::IntArrayRef params,
+                                                          const std::optional<at::Tensor>& ts) {
   const c10::cuda::CUDAGuard guard(x.device());
-  return fake_quant_impl(x, params, true, run_on_cuda);
+  return fake_quant_impl(x, params, true, ts, run_on_cuda);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_cuda(const at::Tensor& x, at::IntArrayRef params,
-                                                                     bool want_mask) {
+                                                                     bool want_mask,
+                                                                     const std::optional<at::Tensor>& ts) {
   const c10::cuda::CUDAGuard guard(x.device());
-  return fake_quant_scale_impl(x, params, want_mask, run_on_cuda);
+  return fake_quant_scale_impl(x, params, want_mask, ts, run_on_cuda);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cuda(const at::Tensor& x, at::IntArrayRef params,
-                                                             at::ScalarType code_dtype) {
+                                                             at::ScalarType code_dtype,
+                                                             const std::optional<at::Tensor>& ts) {
   const c10::cuda::CUDAGuard guard(x.device());
-  return quantize_impl(x, params, code_dtype, run_on_cuda);
+  return quantize_impl(x, params, code_dtype, ts, run_on_cuda);
 }
 
 }  // namespace

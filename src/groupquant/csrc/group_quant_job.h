@@ -27,7 +27,7 @@ struct Job {
   void* out = nullptr;
   uint8_t* mask = nullptr;
   // quantize outputs: codes [outer, num_blocks, block_size, inner] (padding included),
-  // scale / scale_codes [outer, num_blocks, inner].
+  // scale / scale_codes [outer, num_blocks, inner] (scale_codes: the scale format's codes).
   void* codes = nullptr;
   int32_t code_type = kCodeUInt8;
   float* scale = nullptr;
@@ -37,9 +37,17 @@ struct Job {
   int32_t scale_mode = kScaleFloor;
   int32_t rounding = kRoundEven;
   uint32_t seed = 0;
+  // the per-tensor second scale g (fmt.tensor_scale): a host float (CPU) and a pointer to it on
+  // the input's device (CUDA kernels read it there); 1 / null without one
+  float tensor_scale_host = 1.0f;
+  const float* tensor_scale = nullptr;
 
   int64_t numel() const { return outer * dim_size * inner; }
   bool pow2_scale() const { return scale_mode != kScaleFloat; }
+  // how block scales apply to elements (ScaleApply)
+  int32_t scale_apply() const { return pow2_scale() ? kApplyInv : (fmt.tensor_scale ? kApplyTwoLevel : kApplyDiv); }
+  // g on the host (CPU kernels)
+  float g() const { return tensor_scale_host; }
 };
 
 // Kernels, one per device. Each fills the non-null outputs of the job.

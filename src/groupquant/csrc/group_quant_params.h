@@ -24,7 +24,10 @@ namespace groupquant {
   X(int32_t, rounding)    \
   X(uint32_t, seed)
 
-// The element format (read off groupquant.formats), plus the input dtype's shared-exponent cap.
+// The element format (read off groupquant.formats), plus the input dtype's shared-exponent cap,
+// then the scale format (ScaleKind; exponent formats: scale_bias, exponents in [-scale_bias,
+// exp_max]; minifloats: bias, mantissa bits and the clamp range [scale_min, scale_max]; the NaN code,
+// -1: none) and whether a per-tensor second scale is applied (its value comes as a tensor).
 #define GQ_FORMAT_FIELDS(X)   \
   X(bool, is_float)           \
   X(bool, is_signed)          \
@@ -42,7 +45,14 @@ namespace groupquant {
   X(int32_t, even_bits)       \
   X(bool, negative_zero)      \
   X(bool, saturating)         \
-  X(int32_t, exp_max)
+  X(int32_t, exp_max)         \
+  X(int32_t, scale_kind)      \
+  X(int32_t, scale_bias)      \
+  X(int32_t, scale_mantissa_bits) \
+  X(float, scale_min)         \
+  X(float, scale_max)         \
+  X(int32_t, scale_nan_code)  \
+  X(bool, tensor_scale)
 
 #define GQ_DECLARE_FIELD(type, name) type name;
 

@@ -1,14 +1,16 @@
 // The groupquant custom ops: schemas, argument checks, output allocation, CPU registration.
 //
-//   groupquant::group_fake_quant(x, params) -> Tensor
-//   groupquant::group_fake_quant_masked(x, params) -> (Tensor out, Tensor mask)
-//   groupquant::group_fake_quant_scale(x, params, bool want_mask) -> (Tensor out, Tensor mask, Tensor scale)
-//   groupquant::group_quantize(x, params, ScalarType code_dtype) -> (Tensor codes, Tensor scale, Tensor scale_codes)
+//   groupquant::group_fake_quant(x, params, tensor_scale) -> Tensor
+//   groupquant::group_fake_quant_masked(x, params, tensor_scale) -> (Tensor out, Tensor mask)
+//   groupquant::group_fake_quant_scale(x, params, bool want_mask, tensor_scale) -> (Tensor out, Tensor mask, Tensor scale)
+//   groupquant::group_quantize(x, params, ScalarType code_dtype, tensor_scale) -> (Tensor codes, Tensor scale, Tensor scale_codes)
 //   groupquant::kernel_param_fields() -> str   (the field names of params, comma-separated)
 //
 // `params` (int[]) is the packed parameter record: field list in group_quant_params.h, packed from
-// ops/kernel_params.py. Fake (meta) kernels and autograd are registered from Python
-// (ops/native_ops.py).
+// ops/kernel_params.py. `tensor_scale` (Tensor?, default None) is the per-tensor second scale g of
+// two-level scaling: a float32 tensor of one element on x's device, given exactly when params say
+// tensor_scale (Python computes it: ops/shared_scale.tensor_scale_of). Fake (meta) kernels are
+// registered from Python (ops/native_ops.py), autograd in autograd.cpp.
 #include <torch/library.h>
 
 #include <algorithm>
@@ -57,6 +59,22 @@ void make_format_params(FormatParams& f) {
   }
   TORCH_CHECK_VALUE(f.saturating || (f.is_float && f.special != kSpecialNone),
                     "groupquant: saturating=false needs a float format with Inf or NaN codes");
+  TORCH_CHECK_VALUE(f.scale_kind >= kScaleExponent && f.scale_kind <= kScaleMinifloat,
+                    "groupquant: scale_kind must be 0..3 (exponent, float32, bfloat16, minifloat), got ",
+                    num(f.scale_kind));
+  if (f.scale_kind == kScaleExponent) {
+    TORCH_CHECK_VALUE(f.scale_bias >= 1 && f.scale_bias <= 127 && f.exp_max <= f.scale_bias,
+                      "groupquant: an exponent scale needs scale_bias in [1, 127] and exp_max <= scale_bias, got ",
+                      num(f.scale_bias), ", ", num(f.exp_max));
+    TORCH_CHECK_VALUE(f.scale_nan_code >= 0 && f.scale_nan_code <= 255, "groupquant: scale_nan_code must be a byte");
+  }
+  if (f.scale_kind == kScaleMinifloat) {
+    TORCH_CHECK_VALUE(f.scale_mantissa_bits >= 0 && f.scale_mantissa_bits <= 7 && f.scale_min >= exp2i(-126) &&
+                          f.scale_max >= f.scale_min && std::isfinite(f.scale_max),
+                      "groupquant: a minifloat scale needs 0..7 mantissa bits and a normal range [scale_min, scale_max]");
+  }
+  TORCH_CHECK_VALUE(!f.tensor_scale || f.scale_kind == kScaleMinifloat,
+                    "groupquant: tensor_scale needs a minifloat scale format");
   if (f.is_float) {
     f.qemin = f.emin;
     f.qmant = f.mantissa_bits;
@@ -106,7 +124,7 @@ int32_t code_type(at::ScalarType t) {
 
 // The job for x (made contiguous by the caller) with every numeric setting; outputs left null.
 // A block size of at least the dim's size is the whole dim (one block).
-Job make_job(const at::Tensor& x, at::IntArrayRef params) {
+Job make_job(const at::Tensor& x, at::IntArrayRef params, const std::optional<at::Tensor>& tensor_scale) {
   TORCH_CHECK_VALUE(static_cast<int64_t>(params.size()) == kNumParams, "groupquant: params must hold ", num(kNumParams),
                     " values (", kParamFieldNames, "), got ", num(static_cast<int64_t>(params.size())));
   CallParams call{};
@@ -138,6 +156,20 @@ Job make_job(const at::Tensor& x, at::IntArrayRef params) {
   job.scale_mode = call.scale_mode;
   job.rounding = call.rounding;
   job.seed = call.seed;
+  TORCH_CHECK_VALUE((call.scale_mode == kScaleFloat) == (job.fmt.scale_kind != kScaleExponent),
+                    "groupquant: scale_mode float goes with float-valued scale formats, the power-of-two modes "
+                    "with exponent scale formats");
+  const bool has_ts = tensor_scale.has_value() && tensor_scale->defined();
+  TORCH_CHECK_VALUE(has_ts == job.fmt.tensor_scale, "groupquant: tensor_scale must be given exactly when params "
+                    "ask for a per-tensor scale");
+  if (has_ts) {
+    const at::Tensor& ts = *tensor_scale;
+    TORCH_CHECK_TYPE(ts.scalar_type() == at::kFloat && ts.numel() == 1,
+                     "groupquant: tensor_scale must be a float32 tensor of one element");
+    TORCH_CHECK_VALUE(ts.device() == x.device(), "groupquant: tensor_scale must be on x's device");
+    job.tensor_scale = ts.data_ptr<float>();
+    if (ts.device().is_cpu()) job.tensor_scale_host = *job.tensor_scale;
+  }
   return job;
 }
 
@@ -154,10 +186,15 @@ std::vector<int64_t> grouped_shape(const at::Tensor& x, const Job& job, int64_t 
 // Dequantized values, the mask (empty unless want_mask) and, if want_scale, the float32 scale of
 // every block in the contracted scale shape sizes[:d] + (k, 1) + sizes[d+1:] (else empty).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_outputs(const at::Tensor& x, at::IntArrayRef params,
-                                                                  bool want_mask, bool want_scale, Runner runner) {
+                                                                  bool want_mask, bool want_scale,
+                                                                  const std::optional<at::Tensor>& tensor_scale,
+                                                                  Runner runner) {
   dtype_code(x.scalar_type());
   const at::Tensor xc = x.contiguous();
-  Job job = make_job(xc, params);
+  const std::optional<at::Tensor> ts =
+      tensor_scale.has_value() && tensor_scale->defined() ? std::optional<at::Tensor>(tensor_scale->contiguous())
+                                                          : std::nullopt;
+  Job job = make_job(xc, params, ts);
   const auto bool_opts = xc.options().dtype(at::kBool);
   const auto float_opts = xc.options().dtype(at::kFloat);
   at::Tensor out = at::empty(xc.sizes(), xc.options());
@@ -172,22 +209,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_outputs(const at::Tens
 
 void run_on_cpu(const Job& job, const at::Tensor&) { run_cpu(job); }
 
-at::Tensor fake_quant_cpu(const at::Tensor& x, at::IntArrayRef params) {
-  return std::get<0>(fake_quant_impl(x, params, false, run_on_cpu));
+at::Tensor fake_quant_cpu(const at::Tensor& x, at::IntArrayRef params, const std::optional<at::Tensor>& ts) {
+  return std::get<0>(fake_quant_impl(x, params, false, ts, run_on_cpu));
 }
 
-std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cpu(const at::Tensor& x, at::IntArrayRef params) {
-  return fake_quant_impl(x, params, true, run_on_cpu);
+std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cpu(const at::Tensor& x, at::IntArrayRef params,
+                                                         const std::optional<at::Tensor>& ts) {
+  return fake_quant_impl(x, params, true, ts, run_on_cpu);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_cpu(const at::Tensor& x, at::IntArrayRef params,
-                                                                    bool want_mask) {
-  return fake_quant_scale_impl(x, params, want_mask, run_on_cpu);
+                                                                    bool want_mask,
+                                                                    const std::optional<at::Tensor>& ts) {
+  return fake_quant_scale_impl(x, params, want_mask, ts, run_on_cpu);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cpu(const at::Tensor& x, at::IntArrayRef params,
-                                                            at::ScalarType code_dtype) {
-  return quantize_impl(x, params, code_dtype, run_on_cpu);
+                                                            at::ScalarType code_dtype,
+                                                            const std::optional<at::Tensor>& ts) {
+  return quantize_impl(x, params, code_dtype, ts, run_on_cpu);
 }
 
 // The names of the params fields in packed order, comma-separated (Python checks them at load).
@@ -200,21 +240,28 @@ std::string kernel_param_fields() {
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_impl(const at::Tensor& x, at::IntArrayRef params,
-                                                                     bool want_mask, Runner runner) {
-  return fake_quant_outputs(x, params, want_mask, true, runner);
+                                                                     bool want_mask,
+                                                                     const std::optional<at::Tensor>& tensor_scale,
+                                                                     Runner runner) {
+  return fake_quant_outputs(x, params, want_mask, true, tensor_scale, runner);
 }
 
 std::tuple<at::Tensor, at::Tensor> fake_quant_impl(const at::Tensor& x, at::IntArrayRef params, bool want_mask,
-                                                   Runner runner) {
-  auto outs = fake_quant_outputs(x, params, want_mask, false, runner);
+                                                   const std::optional<at::Tensor>& tensor_scale, Runner runner) {
+  auto outs = fake_quant_outputs(x, params, want_mask, false, tensor_scale, runner);
   return {std::get<0>(outs), std::get<1>(outs)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, at::IntArrayRef params,
-                                                             at::ScalarType code_dtype, Runner runner) {
+                                                             at::ScalarType code_dtype,
+                                                             const std::optional<at::Tensor>& tensor_scale,
+                                                             Runner runner) {
   dtype_code(x.scalar_type());
   const at::Tensor xc = x.contiguous();
-  Job job = make_job(xc, params);
+  const std::optional<at::Tensor> ts =
+      tensor_scale.has_value() && tensor_scale->defined() ? std::optional<at::Tensor>(tensor_scale->contiguous())
+                                                          : std::nullopt;
+  Job job = make_job(xc, params, ts);
   job.code_type = code_type(code_dtype);
   at::Tensor codes = at::empty(grouped_shape(xc, job, job.block_size), xc.options().dtype(code_dtype));
   const std::vector<int64_t> scale_shape = grouped_shape(xc, job, 1);
@@ -230,10 +277,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x
 }  // namespace groupquant
 
 TORCH_LIBRARY(groupquant, m) {
-  m.def("group_fake_quant(Tensor x, int[] params) -> Tensor");
-  m.def("group_fake_quant_masked(Tensor x, int[] params) -> (Tensor, Tensor)");
-  m.def("group_fake_quant_scale(Tensor x, int[] params, bool want_mask) -> (Tensor, Tensor, Tensor)");
-  m.def("group_quantize(Tensor x, int[] params, ScalarType code_dtype) -> (Tensor, Tensor, Tensor)");
+  m.def("group_fake_quant(Tensor x, int[] params, Tensor? tensor_scale=None) -> Tensor");
+  m.def("group_fake_quant_masked(Tensor x, int[] params, Tensor? tensor_scale=None) -> (Tensor, Tensor)");
+  m.def("group_fake_quant_scale(Tensor x, int[] params, bool want_mask, Tensor? tensor_scale=None) -> "
+        "(Tensor, Tensor, Tensor)");
+  m.def("group_quantize(Tensor x, int[] params, ScalarType code_dtype, Tensor? tensor_scale=None) -> "
+        "(Tensor, Tensor, Tensor)");
   m.def("kernel_param_fields() -> str", &groupquant::kernel_param_fields);
 }
 

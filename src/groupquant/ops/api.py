@@ -9,7 +9,7 @@ from typing import Optional, Union
 
 import torch
 
-from ..formats import ElementFormat, get_format
+from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ScaleFormat, get_format, get_scale_format, get_scheme
 from . import native
 from .element_round import ROUNDING_MODES, check_saturating
 from .group_layout import GroupLayout
@@ -17,29 +17,42 @@ from .fake_quant_result import FakeQuantResult
 from .native_ops import native_fake_quant, native_fake_quant_with_scale, native_quantize
 from .quantized import GroupQuantized
 from .reference import GroupSpec, reference_fake_quant, reference_fake_quant_parts, reference_quantize
-from .shared_scale import SCALE_MODES
+from .shared_scale import check_tensor_scale, resolve_scale_mode
 
-__all__ = ["fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
+__all__ = ["FORMAT_BLOCK", "fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class _FormatBlock(int):
+    """The default ``block_size``: the named format's own block (16 for NVFP4), else 32 (MX)."""
+
+    def __repr__(self) -> str:
+        return "FORMAT_BLOCK"
+
+
+#: Default ``block_size`` of the functional ops: 32 (MX), or the block a scheme name implies (NVFP4: 16).
+FORMAT_BLOCK = _FormatBlock(32)
 STE_MODES = ("identity", "clipped")
 
 
 class _ReferenceFakeQuant(torch.autograd.Function):
     """Reference fake-quant with a straight-through gradient (identity, or zero where saturated).
 
-    Returns the values and the float32 scales (no gradient)."""
+    Returns the values, the float32 scales and the per-tensor scale (an empty tensor without one;
+    no gradient for either scale)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, spec: GroupSpec, ste: str):  # type: ignore[override]
         parts = reference_fake_quant_parts(x, spec, want_mask=(ste == "clipped"))
         ctx.save_for_backward(parts.mask if parts.mask is not None else torch.empty(0))
         ctx.clipped = parts.mask is not None
-        ctx.mark_non_differentiable(parts.scale)
-        return parts.value, parts.scale
+        ts = parts.tensor_scale if parts.tensor_scale is not None else torch.empty(0, device=x.device)
+        ctx.mark_non_differentiable(parts.scale, ts)
+        return parts.value, parts.scale, ts
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor, _grad_scale: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor, _grad_scale: torch.Tensor, _grad_ts: torch.Tensor):  # type: ignore[override]
         (inside,) = ctx.saved_tensors
         if ctx.clipped:
             grad = grad * inside.to(grad.dtype)
@@ -117,40 +130,76 @@ def _draw_seed(generator: Optional[torch.Generator], seed: Optional[int]) -> int
     return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=generator, device=device).item())
 
 
-def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,
-              rounding: str = "even", scale_mode: str = "floor", generator: Optional[torch.Generator] = None,
-              seed: Optional[int] = None, saturating: bool = True) -> GroupSpec:
-    """Check every argument and bundle them; errors name the argument at fault."""
+def _resolve_scheme(fmt: object, block_size: Optional[int], scale_format: Union[None, str, ScaleFormat],
+                    tensor_scale: Optional[bool]) -> tuple:
+    """(element format, block size, scale format, tensor scale) for ``fmt`` and the scale arguments.
+
+    A scheme name (``'nvfp4'``) fixes its element and scale formats and its block; a conflicting
+    argument is a ValueError naming it. Otherwise the scale format defaults to E8M0 and
+    ``tensor_scale`` to False."""
+    scheme = get_scheme(fmt)
+    if scheme is None:
+        sf = E8M0 if scale_format is None else get_scale_format(scale_format)
+        if isinstance(block_size, _FormatBlock):
+            block_size = int(block_size)
+        return get_format(fmt), block_size, sf, check_tensor_scale(False if tensor_scale is None else tensor_scale, sf)
+    if isinstance(block_size, _FormatBlock):
+        block_size = scheme.block_size
+    elif block_size != scheme.block_size:
+        raise ValueError(
+            f"{scheme.name.upper()} uses blocks of {scheme.block_size}, got block_size={block_size!r}; for "
+            f"{scheme.element.name} elements with {scheme.scale_format.name} scales in other blocks use "
+            f"fmt={scheme.element.name!r}, scale_format={scheme.scale_format.name!r}")
+    if scale_format is not None and get_scale_format(scale_format) != scheme.scale_format:
+        raise ValueError(f"{scheme.name.upper()} stores its block scales as {scheme.scale_format.name}, got "
+                         f"scale_format={scale_format!r}; leave it unset")
+    ts = scheme.tensor_scale if tensor_scale is None else check_tensor_scale(tensor_scale, scheme.scale_format)
+    return scheme.element, block_size, scheme.scale_format, ts
+
+
+def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = FORMAT_BLOCK,
+              dim: int = -1, rounding: str = "even", scale_mode: Optional[str] = None,
+              generator: Optional[torch.Generator] = None, seed: Optional[int] = None, saturating: bool = True,
+              scale_format: Union[None, str, ScaleFormat] = None, tensor_scale: Optional[bool] = None) -> GroupSpec:
+    """Check every argument and bundle them; errors name the argument at fault.
+
+    ``scale_mode='float'`` without a ``scale_format`` means float32 scales (as before scale formats)."""
     _check_tensor(x)
-    element_format = get_format(fmt)
+    if scale_format is None and scale_mode == "float" and get_scheme(fmt) is None:
+        scale_format = FLOAT32_SCALE
+    element_format, block_size, sf, ts = _resolve_scheme(fmt, block_size, scale_format, tensor_scale)
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
-    if scale_mode not in SCALE_MODES:
-        raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {scale_mode!r}")
+    mode = resolve_scale_mode(scale_mode, sf)
     check_saturating(saturating, element_format)
     layout = GroupLayout.build(x.shape, dim, block_size)
     drawn = _draw_seed(generator, seed) if rounding == "stochastic" else None
-    return GroupSpec(element_format, layout, rounding, scale_mode, drawn, saturating)
+    return GroupSpec(element_format, layout, rounding, mode, drawn, saturating, sf, ts)
 
 
-def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,
-               rounding: str = "even", scale_mode: str = "floor", *, generator: Optional[torch.Generator] = None,
-               seed: Optional[int] = None, ste: str = "identity", saturating: bool = True) -> torch.Tensor:
+def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = FORMAT_BLOCK,
+               dim: int = -1, rounding: str = "even", scale_mode: Optional[str] = None, *,
+               generator: Optional[torch.Generator] = None, seed: Optional[int] = None, ste: str = "identity",
+               saturating: bool = True, scale_format: Union[None, str, ScaleFormat] = None,
+               tensor_scale: Optional[bool] = None) -> torch.Tensor:
     """Quantize ``x`` group-wise to ``fmt`` and back (dequantized values, x's shape and dtype).
 
     Args:
         x: float32, bfloat16 or float16 tensor (computed exactly in float32).
         fmt: format name (``'fp8_e4m3'``, ``'fp8_e5m2'``, ``'fp6_e3m2'``, ``'fp6_e2m3'``,
-            ``'fp4_e2m1'``, ``'int8'``, ``'mxfp4_e2m1'``, ... see ``groupquant.known_formats()``) or
-            an ``IntFormat`` / ``FloatFormat``.
-        block_size: elements sharing one scale along ``dim`` (32 for MX); ``None``, ``0`` or any
-            size at least the dim's means the whole dim (one block). A dim that is not a multiple
-            is zero-padded internally.
+            ``'fp4_e2m1'``, ``'int8'``, ``'mxfp4_e2m1'``, ... see ``groupquant.known_formats()``),
+            an ``IntFormat`` / ``FloatFormat``, or the scheme name ``'nvfp4'`` (FP4 E2M1 elements in
+            blocks of 16, UE4M3 block scales, a per-tensor float32 second scale; pass
+            ``tensor_scale=False`` for the single-level variant).
+        block_size: elements sharing one scale along ``dim`` (default: 32, MX; 16 for ``'nvfp4'``,
+            which allows no other); ``None``, ``0`` or any size at least the dim's means the whole
+            dim (one block). A dim that is not a multiple is zero-padded internally.
         dim: the dim along which groups run.
         rounding: ``'even'`` (nearest, ties to even; OCP), ``'nearest'`` (ties away from zero),
             ``'floor'`` (toward zero) or ``'stochastic'``.
         scale_mode: ``'floor'`` (OCP: 2**(floor(log2 amax) - emax)), ``'ceil'``, ``'even'``,
-            ``'rceil'`` (E8M0 power-of-two scales) or ``'float'`` (amax / max_normal).
+            ``'rceil'`` (power-of-two scales) or ``'float'`` (amax / max_normal); default: ``'floor'``
+            for exponent scale formats, ``'float'`` for the others.
         generator / seed: randomness for ``rounding='stochastic'`` (one of them, not both).
         ste: gradient rule: ``'identity'`` (straight-through) or ``'clipped'`` (zero gradient
             where ``|x / scale|`` exceeded max normal, i.e. the element saturated).
@@ -160,6 +209,13 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
             rounded magnitude exceeds max normal becomes +-Inf (formats with Inf, e.g.
             ``fp8_e5m2``) or NaN (NaN-only formats such as ``fp8_e4m3``, FNUZ): for e4m3,
             464 -> 448 (tie to even), 470 -> NaN.
+        scale_format: the block scale's number format: ``'e8m0'`` (default, MX), ``'e{k}m0'``
+            (k-bit exponent, microxcaling's scale_bits), ``'ue4m3'`` (NVFP4's) or any ``'ue{e}m{m}'``,
+            ``'float32'``, ``'bfloat16'``, or a ``groupquant.formats`` scale format object.
+            ``scale_mode='float'`` alone means ``'float32'``.
+        tensor_scale: add the per-tensor float32 second scale ``g = amax / (max_scale * max_normal)``
+            (minifloat scale formats only; default False, True for ``'nvfp4'``). See
+            :mod:`groupquant.ops.shared_scale` for the exact arithmetic, all-zero tensors and NaN/Inf.
 
     Returns:
         A tensor of ``x``'s shape, dtype and device holding ``element * scale`` per group: the values
@@ -187,7 +243,8 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
     the native C++/CUDA kernel when it is built (see ``groupquant.ops.backend()``), else in the
     PyTorch reference; both give the same bits.
     """
-    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating)
+    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating, scale_format,
+                     tensor_scale)
     _check_ste(ste)
     if _use_native(x):
         return native_fake_quant(x, spec, ste)
@@ -196,17 +253,20 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
     return reference_fake_quant(x, spec)[0]
 
 
-def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32,
-                          dim: int = -1, rounding: str = "even", scale_mode: str = "floor", *,
+def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = FORMAT_BLOCK,
+                          dim: int = -1, rounding: str = "even", scale_mode: Optional[str] = None, *,
                           generator: Optional[torch.Generator] = None, seed: Optional[int] = None,
-                          ste: str = "identity", saturating: bool = True) -> FakeQuantResult:
+                          ste: str = "identity", saturating: bool = True,
+                          scale_format: Union[None, str, ScaleFormat] = None,
+                          tensor_scale: Optional[bool] = None) -> FakeQuantResult:
     """:func:`fake_quant` and the shared scales it used, from one pass over ``x``.
 
     Arguments as :func:`fake_quant`. ``result.value`` equals ``fake_quant(x, ...)`` bit for bit
     (same gradient); ``result.scale`` (float32, contracted scale shape ``S[:d] + (k, 1) + S[d+1:]``,
     no gradient) equals ``quantize(x, ...).scale``.
     """
-    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating)
+    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating, scale_format,
+                     tensor_scale)
     _check_ste(ste)
     return fake_quant_spec_with_scale(x, spec, ste)
 
@@ -217,22 +277,26 @@ def fake_quant_spec_with_scale(x: torch.Tensor, spec: GroupSpec, ste: str = "ide
     if _use_native(x):
         return native_fake_quant_with_scale(x, spec, ste)
     if torch.is_grad_enabled() and x.requires_grad:
-        value, scale = _ReferenceFakeQuant.apply(x, spec, ste)
-        return FakeQuantResult(value, scale)
+        value, scale, ts = _ReferenceFakeQuant.apply(x, spec, ste)
+        return FakeQuantResult(value, scale, tensor_scale=ts if spec.tensor_scale else None)
     parts = reference_fake_quant_parts(x, spec)
-    return FakeQuantResult(parts.value, parts.scale)
+    return FakeQuantResult(parts.value, parts.scale, tensor_scale=parts.tensor_scale)
 
 
-def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = 32, dim: int = -1,
-             rounding: str = "even", scale_mode: str = "floor", *, generator: Optional[torch.Generator] = None,
-             seed: Optional[int] = None, saturating: bool = True) -> GroupQuantized:
+def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = FORMAT_BLOCK,
+             dim: int = -1, rounding: str = "even", scale_mode: Optional[str] = None, *,
+             generator: Optional[torch.Generator] = None, seed: Optional[int] = None, saturating: bool = True,
+             scale_format: Union[None, str, ScaleFormat] = None, tensor_scale: Optional[bool] = None) -> GroupQuantized:
     """Quantize ``x`` group-wise to ``fmt``: element codes and shared scales (contracted layout).
 
     Arguments as :func:`fake_quant`. ``result.dequantize()`` equals ``fake_quant(x, ...)`` bit for bit.
-    ``result.codes`` holds the format's bit encodings, ``result.scale_codes`` the E8M0 bytes; with
+    ``result.codes`` holds the format's bit encodings, ``result.scale_codes`` the scale format's
+    bytes (E8M0 for MX, UE4M3 for NVFP4; None for float32 / bfloat16 scales), ``result.tensor_scale``
+    the per-tensor scale of two-level scaling (else None); with
     ``saturating=False`` an overflowing element is the format's Inf code (with its sign) or NaN code.
     """
-    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating)
+    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating, scale_format,
+                     tensor_scale)
     if _use_native(x):
         return native_quantize(x, spec)
     return reference_quantize(x, spec)

@@ -24,11 +24,14 @@ class FakeQuantResult:
         layout: the group layout when ``value`` is kept contracted (``layout.contracted_shape``,
             core modules with group scales), else None (``value`` in the input's shape; per-tensor
             scales are 0-d, per-channel ones keepdim).
+        tensor_scale: the per-tensor float32 second scale ``g`` (0-d) of two-level scaling
+            (NVFP4), or None: ``value == (element * scale) * tensor_scale``.
     """
 
     value: torch.Tensor
     scale: torch.Tensor
     layout: Optional[GroupLayout] = None
+    tensor_scale: Optional[torch.Tensor] = None
 
     @property
     def expanded_value(self) -> torch.Tensor:

@@ -19,7 +19,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from ..formats import ElementFormat, FloatFormat, IntFormat, SpecialValues
+from ..formats import ElementFormat, ExponentScale, FloatFormat, IntFormat, ScaleFormat, ScaleKind, SpecialValues
 from .element_round import ROUNDING_MODES
 from .reference import GroupSpec
 from .shared_scale import SCALE_MODES, exponent_cap
@@ -42,7 +42,11 @@ class KernelParams:
     qmax and frac_bits; ``emax`` (the binade the shared scale aligns to), ``max_normal``,
     ``even_bits`` (the mantissa width ``scale_mode='even'`` rounds amax to), ``negative_zero``
     (the format encodes -0) and ``saturating`` (False: overflow gives Inf/NaN) are filled for
-    both. ``exp_max`` caps the shared exponent for the input dtype.
+    both. ``exp_max`` caps the shared exponent for the input dtype (and the exponent scale format).
+    The scale format: ``scale_kind`` (:class:`~groupquant.formats.ScaleKind`), ``scale_bias`` (the
+    exponent format's bias, exponents from -bias; a minifloat's bias), ``scale_mantissa_bits``,
+    the clamp range ``scale_min`` .. ``scale_max`` of float-valued scales, ``scale_nan_code`` (-1:
+    none) and ``tensor_scale`` (a per-tensor second scale is passed to the op).
     """
 
     # the call
@@ -69,6 +73,14 @@ class KernelParams:
     negative_zero: bool
     saturating: bool
     exp_max: int
+    # the scale format
+    scale_kind: int
+    scale_bias: int
+    scale_mantissa_bits: int
+    scale_min: float
+    scale_max: float
+    scale_nan_code: int
+    tensor_scale: bool
 
     def pack(self) -> List[int]:
         """The op argument ``params``: one int per field, in field order."""
@@ -125,13 +137,30 @@ def _format_fields(fmt: ElementFormat, dtype: torch.dtype, saturating: bool) -> 
     raise TypeError(f"fmt must be an IntFormat or FloatFormat, got {type(fmt).__name__}")
 
 
+def _scale_fields(sf: ScaleFormat, tensor_scale: bool) -> Dict[str, object]:
+    """The scale-format part of the record, read off ``sf``."""
+    if isinstance(sf, ExponentScale):
+        return dict(scale_kind=int(ScaleKind.EXPONENT), scale_bias=sf.bias, scale_mantissa_bits=0,
+                    scale_min=float(sf.min_value), scale_max=float(sf.max_value), scale_nan_code=sf.nan_code,
+                    tensor_scale=False)
+    nan = sf.nan_code
+    bias = int(sf.element.bias) if sf.kind is ScaleKind.MINIFLOAT else 0
+    mant = sf.element.mantissa_bit_width if sf.kind is ScaleKind.MINIFLOAT else 0
+    return dict(scale_kind=int(sf.kind), scale_bias=bias, scale_mantissa_bits=mant, scale_min=float(sf.min_value),
+                scale_max=float(sf.max_value), scale_nan_code=-1 if nan is None else nan,
+                tensor_scale=bool(tensor_scale))
+
+
 def kernel_params(spec: GroupSpec, dtype: torch.dtype) -> KernelParams:
     """The record of ``spec`` for input of ``dtype``."""
     layout = spec.layout
     seed = 0 if spec.seed is None else int(spec.seed) & 0xFFFFFFFF
+    fields_ = _format_fields(spec.fmt, dtype, spec.saturating)
+    if isinstance(spec.scale_format, ExponentScale):
+        fields_["exp_max"] = exponent_cap(dtype, spec.fmt, spec.scale_format)
     return KernelParams(dim=layout.dim, block_size=layout.block_size, scale_mode=SCALE_MODES.index(spec.scale_mode),
-                        rounding=ROUNDING_MODES.index(spec.rounding), seed=seed,
-                        **_format_fields(spec.fmt, dtype, spec.saturating))  # type: ignore[arg-type]
+                        rounding=ROUNDING_MODES.index(spec.rounding), seed=seed, **fields_,
+                        **_scale_fields(spec.scale_format, spec.tensor_scale))  # type: ignore[arg-type]
 
 
 _PACKED: Dict[tuple, List[int]] = {}
@@ -148,7 +177,8 @@ def op_params(spec: GroupSpec, dtype: torch.dtype) -> List[int]:
     if mine is not None and mine[0] == dtype:
         return mine[1]
     layout = spec.layout
-    key = (spec.fmt, dtype, spec.saturating, layout.dim, layout.block_size, spec.scale_mode, spec.rounding, spec.seed)
+    key = (spec.fmt, dtype, spec.saturating, layout.dim, layout.block_size, spec.scale_mode, spec.rounding, spec.seed,
+           spec.scale_format, spec.tensor_scale)
     packed = _PACKED.get(key)
     if packed is None:
         if len(_PACKED) > 4096:  # stochastic rounding draws a seed per call: keep the table small

@@ -23,7 +23,7 @@ from .codes import code_dtype
 from .fake_quant_result import FakeQuantResult
 from .kernel_params import check_field_names, field_index, op_params
 from .quantized import GroupQuantized
-from .reference import GroupSpec
+from .reference import GroupSpec, tensor_scale_for
 
 __all__ = ["register", "op_params", "native_fake_quant", "native_fake_quant_with_scale", "native_quantize", "OP_NAMES"]
 
@@ -44,23 +44,23 @@ def _grouped_shape(x: torch.Tensor, params: Sequence[int], middle: Optional[int]
     return list(x.shape[:d]) + [k, block if middle is None else middle] + list(x.shape[d + 1:])
 
 
-def _fake_fake_quant(x, params):
+def _fake_fake_quant(x, params, tensor_scale=None):
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-def _fake_fake_quant_masked(x, params):
+def _fake_fake_quant_masked(x, params, tensor_scale=None):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return out, torch.empty(x.shape, dtype=torch.bool, device=x.device)
 
 
-def _fake_fake_quant_scale(x, params, want_mask):
+def _fake_fake_quant_scale(x, params, want_mask, tensor_scale=None):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     mask = torch.empty(x.shape if want_mask else (0,), dtype=torch.bool, device=x.device)
     scale = torch.empty(_grouped_shape(x, params, 1), dtype=torch.float32, device=x.device)
     return out, mask, scale
 
 
-def _fake_quantize(x, params, code_dtype):
+def _fake_quantize(x, params, code_dtype, tensor_scale=None):
     codes = torch.empty(_grouped_shape(x, params, None), dtype=code_dtype, device=x.device)
     scale_shape = _grouped_shape(x, params, 1)
     scale = torch.empty(scale_shape, dtype=torch.float32, device=x.device)
@@ -85,21 +85,25 @@ def register() -> None:
 def native_fake_quant(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> torch.Tensor:
     """Fake-quantize ``x`` by ``spec`` with the native op; gradient by ``ste`` (identity / clipped)."""
     params = op_params(spec, x.dtype)
+    ts = tensor_scale_for(x, spec)
     if ste == "clipped" and torch.is_grad_enabled() and x.requires_grad:
-        return torch.ops.groupquant.group_fake_quant_masked(x, params)[0]
-    return torch.ops.groupquant.group_fake_quant(x, params)
+        return torch.ops.groupquant.group_fake_quant_masked(x, params, ts)[0]
+    return torch.ops.groupquant.group_fake_quant(x, params, ts)
 
 
 def native_fake_quant_with_scale(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> FakeQuantResult:
-    """:func:`native_fake_quant` plus the float32 scales (``spec.layout.scale_shape``) from the same pass."""
+    """:func:`native_fake_quant` plus the float32 scales (``spec.layout.scale_shape``) from the same pass
+    (and the per-tensor scale of two-level scaling)."""
     want_mask = ste == "clipped" and torch.is_grad_enabled() and x.requires_grad
-    out, _mask, scale = torch.ops.groupquant.group_fake_quant_scale(x, op_params(spec, x.dtype), want_mask)
-    return FakeQuantResult(out, scale)
+    ts = tensor_scale_for(x, spec)
+    out, _mask, scale = torch.ops.groupquant.group_fake_quant_scale(x, op_params(spec, x.dtype), want_mask, ts)
+    return FakeQuantResult(out, scale, tensor_scale=ts)
 
 
 def native_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     """Codes and shared scales of ``x`` by ``spec`` with the native op (contracted layout)."""
+    ts = tensor_scale_for(x, spec)
     codes, scale, scale_codes = torch.ops.groupquant.group_quantize(x.detach(), op_params(spec, x.dtype),
-                                                                   code_dtype(spec.fmt))
-    keep_codes = scale_codes if spec.scale_mode != "float" else None
-    return GroupQuantized(codes, scale, keep_codes, spec.fmt, spec.layout, x.dtype)
+                                                                   code_dtype(spec.fmt), ts)
+    keep_codes = scale_codes if spec.scale_format.bit_width <= 8 else None
+    return GroupQuantized(codes, scale, keep_codes, spec.fmt, spec.layout, x.dtype, spec.scale_format, ts)

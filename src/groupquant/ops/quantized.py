@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from ..formats import ElementFormat
+from ..formats import E8M0, ElementFormat, ScaleFormat
 from .codes import decode
 from .denormals import keeping_denormals
 from .group_layout import GroupLayout
@@ -21,11 +21,13 @@ class GroupQuantized:
     Fields:
         codes: element codes (integers of the format's encoding), shape ``layout.contracted_shape``.
         scale: float32 shared scales, shape ``layout.scale_shape`` (NaN for a NaN/Inf group).
-        scale_codes: uint8 E8M0 codes of ``scale`` (shape ``layout.scale_shape``), or None for
-            float (non power-of-two) scales.
+        scale_codes: uint8 codes of ``scale`` in ``scale_format`` (E8M0 / E{k}M0 exponent codes,
+            UE4M3 bytes; shape ``layout.scale_shape``), or None for float32 / bfloat16 scales.
         fmt: the element format.
         layout: shape, grouped dim and block size of the original tensor.
         dtype: the original dtype, restored by :meth:`dequantize`.
+        scale_format: the scale's number format (E8M0 for MX).
+        tensor_scale: the per-tensor float32 second scale (0-d) of two-level scaling, or None.
     """
 
     codes: torch.Tensor
@@ -34,6 +36,8 @@ class GroupQuantized:
     fmt: ElementFormat
     layout: GroupLayout
     dtype: torch.dtype
+    scale_format: ScaleFormat = E8M0
+    tensor_scale: Optional[torch.Tensor] = None
 
     @property
     def shape(self) -> torch.Size:
@@ -55,11 +59,18 @@ class GroupQuantized:
         return decode(self.codes, self.fmt)
 
     def dequantize(self) -> torch.Tensor:
-        """``element * scale`` in the original shape and dtype: equal to ``fake_quant`` of the input
-        (subnormal products kept whatever ``torch.set_flush_denormal`` says)."""
-        return keeping_denormals(lambda: self.layout.expand(self.element_values() * self.scale).to(self.dtype))
+        """``(element * scale) * tensor_scale`` in the original shape and dtype: equal to ``fake_quant``
+        of the input (subnormal products kept whatever ``torch.set_flush_denormal`` says)."""
+        return keeping_denormals(lambda: self.layout.expand(self._dequantized()).to(self.dtype))
+
+    def _dequantized(self) -> torch.Tensor:
+        """Contracted float32 ``(element * scale) * tensor_scale``."""
+        out = self.element_values() * self.scale
+        return out if self.tensor_scale is None else out * self.tensor_scale
 
     def to(self, device: torch.device) -> "GroupQuantized":
         """A copy on another device."""
         sc = None if self.scale_codes is None else self.scale_codes.to(device)
-        return GroupQuantized(self.codes.to(device), self.scale.to(device), sc, self.fmt, self.layout, self.dtype)
+        ts = None if self.tensor_scale is None else self.tensor_scale.to(device)
+        return GroupQuantized(self.codes.to(device), self.scale.to(device), sc, self.fmt, self.layout, self.dtype,
+                              self.scale_format, ts)

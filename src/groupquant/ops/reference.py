@@ -11,17 +11,17 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..formats import ElementFormat
+from ..formats import E8M0, ElementFormat, ScaleFormat
 from .codes import encode
 from .denormals import keeping_denormals
 from .fake_quant_result import FakeQuantResult
 from .element_round import round_to_format, uniform_from_hash
 from .group_layout import GroupLayout
 from .quantized import GroupQuantized
-from .shared_scale import group_scale
+from .shared_scale import group_scale, tensor_scale_of
 
 __all__ = ["GroupSpec", "reference_fake_quant", "reference_fake_quant_with_scale", "reference_quantize",
-           "stochastic_noise", "ReferenceFakeQuantParts"]
+           "stochastic_noise", "ReferenceFakeQuantParts", "tensor_scale_for"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class GroupSpec:
 
     ``saturating=False`` (formats with Inf or NaN codes only): an element whose rounded magnitude
     exceeds max normal becomes +-Inf / NaN instead of +-max normal (see :mod:`.element_round`).
+    ``scale_format`` stores the block scales (``scale_mode`` is one of its rules); ``tensor_scale``
+    adds the per-tensor float32 second scale (minifloat scale formats, see :mod:`.shared_scale`).
     """
 
     fmt: ElementFormat
@@ -38,6 +40,8 @@ class GroupSpec:
     scale_mode: str = "floor"
     seed: Optional[int] = None  # for rounding='stochastic'
     saturating: bool = True
+    scale_format: ScaleFormat = E8M0
+    tensor_scale: bool = False
 
 
 def stochastic_noise(spec: GroupSpec, device: torch.device) -> Optional[torch.Tensor]:
@@ -51,33 +55,48 @@ def stochastic_noise(spec: GroupSpec, device: torch.device) -> Optional[torch.Te
 
 @dataclass(frozen=True)
 class _Quantized:
-    """Contracted intermediate results: element values, float32 scale, E8M0 codes, scaled input."""
+    """Contracted intermediate results: element values, float32 scale, scale codes, scaled input,
+    and the per-tensor scale (0-d float32, or None)."""
 
     elements: torch.Tensor
     scale: torch.Tensor
     scale_codes: torch.Tensor
     scaled: torch.Tensor
+    tensor_scale: Optional[torch.Tensor]
+
+    def dequantized(self) -> torch.Tensor:
+        """``(elements * scale) * tensor_scale`` (contracted, float32)."""
+        out = self.elements * self.scale
+        return out if self.tensor_scale is None else out * self.tensor_scale
+
+
+def tensor_scale_for(x: torch.Tensor, spec: GroupSpec) -> Optional[torch.Tensor]:
+    """The per-tensor scale ``g`` of ``x`` under ``spec`` (0-d float32), or None without one."""
+    return tensor_scale_of(x, spec.fmt, spec.scale_format) if spec.tensor_scale else None
 
 
 def _quantize_values(x: torch.Tensor, spec: GroupSpec) -> _Quantized:
-    """Element values, scale and E8M0 codes of x, all contracted (float32, float32, uint8)."""
+    """Element values, scale and scale codes of x, all contracted (float32, float32, uint8)."""
     xg = spec.layout.contract(x.detach().float())
     amax = xg.abs().amax(dim=spec.layout.reduce_dim, keepdim=True)
-    scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_mode, x.dtype)
+    g = tensor_scale_for(x, spec)
+    scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_mode, x.dtype, spec.scale_format, g)
     noise = stochastic_noise(spec, x.device)
-    scaled = xg / scale
+    scaled = xg / scale if g is None else xg * (torch.div(torch.ones_like(g), g) / scale)
     elements = round_to_format(scaled, spec.fmt, spec.rounding, noise, spec.saturating)
-    return _Quantized(elements, scale, scale_codes, scaled)
+    return _Quantized(elements, scale, scale_codes, scaled, g)
 
 
 @dataclass(frozen=True)
 class ReferenceFakeQuantParts:
     """Everything one reference fake-quant pass gives: values (x's shape and dtype), the
-    clipped-STE mask (or None) and the float32 scales (contracted scale shape)."""
+    clipped-STE mask (or None), the float32 scales (contracted scale shape) and the per-tensor
+    scale (0-d, or None)."""
 
     value: torch.Tensor
     mask: Optional[torch.Tensor]
     scale: torch.Tensor
+    tensor_scale: Optional[torch.Tensor] = None
 
 
 def reference_fake_quant_parts(x: torch.Tensor, spec: GroupSpec, want_mask: bool = False) -> ReferenceFakeQuantParts:
@@ -90,9 +109,9 @@ def reference_fake_quant_parts(x: torch.Tensor, spec: GroupSpec, want_mask: bool
 def _fake_quant_parts(x: torch.Tensor, spec: GroupSpec, want_mask: bool) -> ReferenceFakeQuantParts:
     """:func:`reference_fake_quant_parts` under the thread's current flush-denormal mode."""
     q = _quantize_values(x, spec)
-    out = spec.layout.expand(q.elements * q.scale).to(x.dtype)
+    out = spec.layout.expand(q.dequantized()).to(x.dtype)
     mask = spec.layout.expand(q.scaled.abs() <= spec.fmt.max_normal) if want_mask else None
-    return ReferenceFakeQuantParts(out, mask, q.scale)
+    return ReferenceFakeQuantParts(out, mask, q.scale, q.tensor_scale)
 
 
 def reference_fake_quant(x: torch.Tensor, spec: GroupSpec,
@@ -109,7 +128,7 @@ def reference_fake_quant(x: torch.Tensor, spec: GroupSpec,
 def reference_fake_quant_with_scale(x: torch.Tensor, spec: GroupSpec) -> FakeQuantResult:
     """Quantize-dequantize ``x`` by ``spec`` and the float32 scales (``spec.layout.scale_shape``)."""
     parts = reference_fake_quant_parts(x, spec)
-    return FakeQuantResult(parts.value, parts.scale)
+    return FakeQuantResult(parts.value, parts.scale, tensor_scale=parts.tensor_scale)
 
 
 def reference_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
@@ -121,5 +140,6 @@ def _quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     """:func:`reference_quantize` under the thread's current flush-denormal mode."""
     q = _quantize_values(x, spec)
     codes = encode(q.elements, spec.fmt)
-    scale_codes = q.scale_codes if spec.scale_mode != "float" else None
-    return GroupQuantized(codes, q.scale, scale_codes, spec.fmt, spec.layout, x.dtype)
+    scale_codes = q.scale_codes if spec.scale_format.bit_width <= 8 else None
+    return GroupQuantized(codes, q.scale, scale_codes, spec.fmt, spec.layout, x.dtype, spec.scale_format,
+                          q.tensor_scale)

@@ -23,7 +23,6 @@ __all__ = [
     "IntFormat",
     "FloatFormat",
     "ElementFormat",
-    "E8M0",
     "get_format",
     "known_formats",
     "MX_FORMATS",
@@ -303,22 +302,6 @@ class FloatFormat:
 
 
 ElementFormat = Union[IntFormat, FloatFormat]
-
-
-@dataclass(frozen=True)
-class E8M0Format:
-    """The MX shared-scale format: an unsigned 8-bit exponent, bias 127.
-
-    Codes 0..254 encode 2**(code - 127) (2**-127 .. 2**127); code 0xFF is NaN. No zero, no sign.
-    """
-
-    bias: int = 127
-    nan_code: int = 0xFF
-    min_exponent: int = -127
-    max_exponent: int = 127
-
-
-E8M0 = E8M0Format()
 
 
 def _registry() -> Dict[str, ElementFormat]:
