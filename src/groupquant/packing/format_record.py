@@ -1,4 +1,4 @@
-"""Element formats as plain records (dicts of str/int/bool), for files and ``torch.load(weights_only=True)``.
+"""Element and scale formats as plain records (dicts of str/int/bool), for files and ``torch.load(weights_only=True)``.
 
 A record holds a format's *settings* only (widths, signedness, special-value rule, bias or
 fraction bits, name); every derived constant is recomputed from them on loading.
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Dict, Union
 
-from ..formats import ElementFormat, FloatFormat, IntFormat
+from ..formats import ElementFormat, ExponentScale, FloatFormat, FloatScale, IntFormat, ScaleFormat, ScaleKind
 
-__all__ = ["format_record", "format_from_record"]
+__all__ = ["format_record", "format_from_record", "scale_format_record", "scale_format_from_record"]
 
 Record = Dict[str, Union[str, int, bool]]
 
@@ -42,3 +42,38 @@ def format_from_record(record: Record) -> ElementFormat:
     if kind == "int":
         return IntFormat(**args)
     return FloatFormat(**args)  # validates special_values and the widths itself
+
+
+def scale_format_record(sf: ScaleFormat) -> Dict[str, object]:
+    """The settings of a scale format: ``kind`` ('exponent', 'float32', 'bfloat16', 'minifloat'),
+    ``name``, plus ``bits`` (exponent) or ``element`` (a :func:`format_record` of the minifloat)."""
+    if isinstance(sf, ExponentScale):
+        return {"kind": "exponent", "name": sf.name, "bits": sf.bits}
+    if isinstance(sf, FloatScale):
+        out: Dict[str, object] = {"kind": sf.kind.name.lower(), "name": sf.name}
+        if sf.kind is ScaleKind.MINIFLOAT:
+            out["element"] = format_record(sf.element)
+        return out
+    raise TypeError(f"scale format must be an ExponentScale or FloatScale, got {type(sf).__name__}")
+
+
+def scale_format_from_record(record: Dict[str, object]) -> ScaleFormat:
+    """Rebuild the scale format of a :func:`scale_format_record` dict; ValueError names a bad field."""
+    if not isinstance(record, dict):
+        raise TypeError(f"a scale format record is a dict, got {type(record).__name__}")
+    kind, name = record.get("kind"), record.get("name", "")
+    if kind == "exponent":
+        if "bits" not in record:
+            raise ValueError("scale format record of kind 'exponent' lacks field 'bits'")
+        return ExponentScale(record["bits"], name=name)  # type: ignore[arg-type]
+    if kind in ("float32", "bfloat16"):
+        return FloatScale(ScaleKind[kind.upper()], name=name)  # type: ignore[arg-type]
+    if kind == "minifloat":
+        if "element" not in record:
+            raise ValueError("scale format record of kind 'minifloat' lacks field 'element'")
+        element = format_from_record(record["element"])  # type: ignore[arg-type]
+        if not isinstance(element, FloatFormat):
+            raise ValueError(f"scale format record: a minifloat scale's element is a float format, got {element.name}")
+        return FloatScale(ScaleKind.MINIFLOAT, element, name=name)  # type: ignore[arg-type]
+    raise ValueError(f"scale format record field 'kind' must be 'exponent', 'float32', 'bfloat16' or 'minifloat', "
+                     f"got {kind!r}")

@@ -1,4 +1,4 @@
-"""Packed group-quantized tensors: element codes in the format's bits, one E8M0 byte per group.
+"""Packed group-quantized tensors: element codes in the format's bits, one scale per group.
 
 :func:`pack` turns a :class:`~groupquant.ops.GroupQuantized` (the result of
 ``groupquant.quantize``) into a :class:`PackedTensor`; :meth:`PackedTensor.unpack` gives the
@@ -10,22 +10,30 @@ same ``GroupQuantized`` back, bit for bit. Layout of the two tensors:
   ``uint8`` bit stream, least significant bit first (see :mod:`.bitstream`: FP4 puts the first
   element in the low nibble, FP6 puts four elements in three bytes).
 - ``scale``. Shape ``S[:d] + (k,) + S[d+1:]`` (one per group; ``[O, k]`` for a weight grouped
-  along its last dim). E8M0 bytes ``e + 127`` for a scale ``2**e`` (0xFF = NaN), typed
-  ``torch.float8_e8m0fnu`` where torch has it, else ``uint8``; float32 scales for
-  ``scale_mode='float'``.
+  along its last dim), in the scale format's storage (:func:`.storage_dtypes.scale_storage_dtype`):
+  E8M0 bytes ``e + 127`` for a scale ``2**e`` (0xFF = NaN), typed ``torch.float8_e8m0fnu`` where
+  torch has it, else ``uint8``; E{k}M0 codes ``e + 2**(k-1) - 1`` as ``uint8``; UE4M3 bytes
+  (NVFP4) as ``torch.float8_e4m3fn``; other unsigned minifloats ``uint8``; bfloat16 scales as
+  ``bfloat16``; float32 scales (``scale_mode='float'``) as ``float32``.
+- ``tensor_scale``. The per-tensor float32 second scale of two-level scaling (NVFP4), 0-d, or None.
+
+NVFP4 of a ``[4096, 4096]`` weight: 4096*4096/2 element bytes + 4096*4096/16 UE4M3 bytes + 4
+bytes of tensor scale (4.5 bits per element).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Union
+from typing import Dict, Optional, Union
 
 import torch
 
-from ..formats import ElementFormat, IntFormat
-from ..ops import GroupLayout, GroupQuantized, code_dtype, e8m0_decode
+from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, IntFormat, ScaleFormat, ScaleKind
+from ..ops import GroupLayout, GroupQuantized, code_dtype, decode
+from ..ops.bits import exp2i
 from .bitstream import pack_bits, packed_nbytes, unpack_bits
-from .format_record import format_from_record, format_record
-from .storage_dtypes import E8M0_DTYPE, element_storage_dtype, is_byte_format
+from .format_record import format_from_record, format_record, scale_format_from_record, scale_format_record
+from .storage_dtypes import (element_storage_dtype, is_byte_format, scale_is_coded,
+                             scale_storage_dtype)
 
 __all__ = ["PackedTensor", "pack"]
 
@@ -44,16 +52,41 @@ def _packed_scale_shape(layout: GroupLayout) -> tuple:
     return layout.shape[:layout.dim] + (layout.num_groups,) + layout.shape[layout.dim + 1:]
 
 
+def _default_scale_format(scale: torch.Tensor) -> ScaleFormat:
+    """The scale format of packed scales that name none (records from before scale formats):
+    E8M0 for bytes, float32 for float32 values."""
+    return FLOAT32_SCALE if scale.dtype == torch.float32 else E8M0
+
+
+def _allowed_scale_dtypes(sf: ScaleFormat) -> tuple:
+    """Storage dtypes accepted for ``sf``: its own, and uint8 for any byte-coded format (same bytes)."""
+    want = scale_storage_dtype(sf)
+    return (want, torch.uint8) if scale_is_coded(sf) else (want,)
+
+
+def _decode_scale_codes(codes: torch.Tensor, sf: ScaleFormat) -> torch.Tensor:
+    """float32 scale values of uint8 scale codes (E{k}M0: ``2**(c - bias)``; minifloats; NaN code -> NaN)."""
+    if sf.kind is ScaleKind.MINIFLOAT:
+        return decode(codes, sf.element)
+    c = codes.to(torch.int32)
+    scale = exp2i(c - sf.bias)
+    return torch.where(c == sf.nan_code, torch.full_like(scale, float("nan")), scale)
+
+
 @dataclass(frozen=True)
 class PackedTensor:
     """Group-quantized data in storage form (see the module docstring for the exact layout).
 
     Fields:
         data: packed element codes (dtype from :func:`element_storage_dtype`).
-        scale: one E8M0 byte per group (``E8M0_DTYPE``), or float32 scales for non power-of-two scaling.
+        scale: one scale per group in ``scale_format``'s storage (:func:`scale_storage_dtype`;
+            ``uint8`` is accepted for any byte-coded format).
         fmt: the element format.
         layout: original shape, grouped dim (non-negative) and block size.
         dtype: the original float dtype, restored by :meth:`dequantize`.
+        scale_format: the scale format; None (the default) means E8M0 for byte scales and float32
+            for float32 scales, as packed tensors were before scale formats.
+        tensor_scale: the 0-d float32 per-tensor second scale (two-level scaling, NVFP4), or None.
     """
 
     data: torch.Tensor
@@ -61,17 +94,27 @@ class PackedTensor:
     fmt: ElementFormat
     layout: GroupLayout
     dtype: torch.dtype
+    scale_format: Optional[ScaleFormat] = None
+    tensor_scale: Optional[torch.Tensor] = None
 
     def __post_init__(self) -> None:
+        if self.scale_format is None:
+            object.__setattr__(self, "scale_format", _default_scale_format(self.scale))
         want = element_storage_dtype(self.fmt)
         shape = _packed_data_shape(self.fmt, self.layout)
         if self.data.dtype != want or tuple(self.data.shape) != shape:
             raise ValueError(f"packed elements of {self.fmt.name} for layout {self.layout} must be {want} of shape "
                              f"{shape}, got {self.data.dtype} of shape {tuple(self.data.shape)}")
         sshape = _packed_scale_shape(self.layout)
-        if self.scale.dtype not in (E8M0_DTYPE, torch.uint8, torch.float32) or tuple(self.scale.shape) != sshape:
-            raise ValueError(f"packed scales must be E8M0 bytes ({E8M0_DTYPE} or uint8) or float32 of shape {sshape}, "
+        allowed = _allowed_scale_dtypes(self.scale_format)
+        if self.scale.dtype not in allowed or tuple(self.scale.shape) != sshape:
+            raise ValueError(f"packed scales of scale format {self.scale_format.name} must be "
+                             f"{' or '.join(map(str, allowed))} of shape {sshape}, "
                              f"got {self.scale.dtype} of shape {tuple(self.scale.shape)}")
+        ts = self.tensor_scale
+        if ts is not None and (not isinstance(ts, torch.Tensor) or ts.dtype != torch.float32 or ts.dim() != 0):
+            raise ValueError("a packed tensor scale is a 0-d float32 tensor, got "
+                             f"{getattr(ts, 'dtype', type(ts).__name__)} of shape {tuple(getattr(ts, 'shape', ()))}")
         if self.dtype not in _DTYPES.values():
             raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {self.dtype}")
 
@@ -94,13 +137,14 @@ class PackedTensor:
 
     @property
     def power_of_two_scales(self) -> bool:
-        """True when ``scale`` holds E8M0 bytes (False: float32 scales)."""
-        return self.scale.dtype != torch.float32
+        """True when ``scale`` holds exponent codes (E8M0, E{k}M0); False for float-valued scales."""
+        return self.scale_format.is_power_of_two
 
     @property
     def nbytes(self) -> int:
-        """Storage in bytes: elements plus scales."""
-        return self.data.numel() * self.data.element_size() + self.scale.numel() * self.scale.element_size()
+        """Storage in bytes: elements, scales, and the tensor scale (4 bytes) if any."""
+        ts = 0 if self.tensor_scale is None else self.tensor_scale.numel() * self.tensor_scale.element_size()
+        return self.data.numel() * self.data.element_size() + self.scale.numel() * self.scale.element_size() + ts
 
     def unpack(self) -> GroupQuantized:
         """The :class:`GroupQuantized` this was packed from (codes, scales and E8M0 codes, bit for bit)."""
@@ -112,12 +156,13 @@ class PackedTensor:
             signed = isinstance(fmt, IntFormat) and fmt.signed
             codes = unpack_bits(self.data, fmt.bit_width, count, signed).to(code_dtype(fmt))
             codes = codes.view(layout.contracted_shape)
-        if self.power_of_two_scales:
+        sf = self.scale_format
+        if scale_is_coded(sf):
             scale_codes = self.scale.view(torch.uint8).unsqueeze(layout.reduce_dim)
-            scale = e8m0_decode(scale_codes)
+            scale = _decode_scale_codes(scale_codes, sf)
         else:
-            scale_codes, scale = None, self.scale.unsqueeze(layout.reduce_dim)
-        return GroupQuantized(codes, scale, scale_codes, fmt, layout, self.dtype)
+            scale_codes, scale = None, self.scale.float().unsqueeze(layout.reduce_dim)
+        return GroupQuantized(codes, scale, scale_codes, fmt, layout, self.dtype, sf, self.tensor_scale)
 
     def dequantize(self) -> torch.Tensor:
         """``element * scale`` in the original shape and dtype (equal to ``fake_quant`` of the input)."""
@@ -125,17 +170,25 @@ class PackedTensor:
 
     def to(self, device: Union[str, torch.device]) -> "PackedTensor":
         """A copy on another device."""
-        return PackedTensor(self.data.to(device), self.scale.to(device), self.fmt, self.layout, self.dtype)
+        ts = None if self.tensor_scale is None else self.tensor_scale.to(device)
+        return PackedTensor(self.data.to(device), self.scale.to(device), self.fmt, self.layout, self.dtype,
+                            self.scale_format, ts)
 
     def to_record(self) -> Dict[str, object]:
-        """Tensors and plain values only (loadable with ``torch.load(..., weights_only=True)``)."""
-        return {"data": self.data, "scale": self.scale, "format": format_record(self.fmt),
-                "shape": list(self.layout.shape), "dim": self.layout.dim, "block_size": self.layout.block_size,
-                "dtype": str(self.dtype)}
+        """Tensors and plain values only (loadable with ``torch.load(..., weights_only=True)``).
+
+        ``scale_format`` (a scale format record) is always written; ``tensor_scale`` only when there is one."""
+        record = {"data": self.data, "scale": self.scale, "format": format_record(self.fmt),
+                  "scale_format": scale_format_record(self.scale_format), "shape": list(self.layout.shape),
+                  "dim": self.layout.dim, "block_size": self.layout.block_size, "dtype": str(self.dtype)}
+        if self.tensor_scale is not None:
+            record["tensor_scale"] = self.tensor_scale
+        return record
 
     @classmethod
     def from_record(cls, record: Dict[str, object]) -> "PackedTensor":
-        """Inverse of :meth:`to_record`; ValueError names a missing or inconsistent field."""
+        """Inverse of :meth:`to_record`; ValueError names a missing or inconsistent field. A record
+        without ``scale_format`` (written before scale formats) has E8M0 bytes or float32 scales."""
         if not isinstance(record, dict):
             raise TypeError(f"a packed-tensor record is a dict, got {type(record).__name__}")
         missing = [k for k in ("data", "scale", "format", "shape", "dim", "block_size", "dtype") if k not in record]
@@ -145,7 +198,9 @@ class PackedTensor:
             raise ValueError(f"packed-tensor record field 'dtype' must be one of {list(_DTYPES)}, got {record['dtype']!r}")
         fmt = format_from_record(record["format"])  # type: ignore[arg-type]
         layout = GroupLayout.build(torch.Size(record["shape"]), record["dim"], record["block_size"])  # type: ignore[arg-type]
-        return cls(record["data"], record["scale"], fmt, layout, _DTYPES[record["dtype"]])  # type: ignore[arg-type]
+        sf = scale_format_from_record(record["scale_format"]) if "scale_format" in record else None  # type: ignore[arg-type]
+        return cls(record["data"], record["scale"], fmt, layout, _DTYPES[record["dtype"]], sf,  # type: ignore[arg-type]
+                   record.get("tensor_scale"))  # type: ignore[arg-type]
 
 
 def _element_data(q: GroupQuantized) -> torch.Tensor:
@@ -172,8 +227,13 @@ def pack(q: Union[GroupQuantized, object]) -> PackedTensor:
     if q.codes.dtype != want or tuple(q.codes.shape) != q.layout.contracted_shape:
         raise ValueError(f"codes of {q.fmt.name} must be {want} of shape {q.layout.contracted_shape}, "
                          f"got {q.codes.dtype} of shape {tuple(q.codes.shape)}")
-    if q.scale_codes is not None:
-        scale = q.scale_codes.squeeze(q.layout.reduce_dim).contiguous().view(E8M0_DTYPE)
-    else:
-        scale = q.scale.float().squeeze(q.layout.reduce_dim).contiguous()
-    return PackedTensor(_element_data(q).contiguous(), scale, q.fmt, q.layout, q.dtype)
+    sf = q.scale_format
+    store = scale_storage_dtype(sf)
+    if scale_is_coded(sf):
+        if q.scale_codes is None:
+            raise ValueError(f"scale format {sf.name} is stored as codes, but this GroupQuantized has no scale_codes")
+        scale = q.scale_codes.squeeze(q.layout.reduce_dim).contiguous().to(torch.uint8).view(store)
+    else:  # float32 values; bfloat16 scales are bf16-rounded, so the cast is exact
+        scale = q.scale.float().squeeze(q.layout.reduce_dim).contiguous().to(store)
+    ts = None if q.tensor_scale is None else q.tensor_scale.detach().float().reshape(()).clone()
+    return PackedTensor(_element_data(q).contiguous(), scale, q.fmt, q.layout, q.dtype, sf, ts)

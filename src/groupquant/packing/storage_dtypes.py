@@ -5,7 +5,11 @@
   ``float8_e4m3fnuz`` / ``float8_e5m2fnuz``, signed 8-bit integers (MXINT8) -> ``int8``,
   any other 8-bit format -> ``uint8``.
 - Every other width is a bit stream (see :mod:`.bitstream`) in ``uint8``.
-- E8M0 scales: ``torch.float8_e8m0fnu`` where this torch has it, else ``uint8`` (same bytes).
+- Scales, one per group, by scale format (:func:`scale_storage_dtype`): E8M0 bytes typed
+  ``torch.float8_e8m0fnu`` where this torch has it, else ``uint8`` (same bytes); narrower
+  exponent codes E{k}M0 ``uint8``; UE4M3 bytes (NVFP4) ``torch.float8_e4m3fn`` (the same bytes:
+  the sign bit is always 0, 0x7F is NaN in both); other unsigned minifloats ``uint8``; bfloat16
+  scales ``bfloat16`` (exact: they are bf16-rounded); float32 scales ``float32``.
 """
 from __future__ import annotations
 
@@ -13,9 +17,9 @@ from typing import Optional
 
 import torch
 
-from ..formats import ElementFormat, FloatFormat, IntFormat, SpecialValues
+from ..formats import ElementFormat, FloatFormat, IntFormat, ScaleFormat, ScaleKind, SpecialValues
 
-__all__ = ["E8M0_DTYPE", "element_storage_dtype", "is_byte_format"]
+__all__ = ["E8M0_DTYPE", "element_storage_dtype", "is_byte_format", "scale_storage_dtype", "scale_is_coded"]
 
 #: dtype of packed E8M0 scale bytes.
 E8M0_DTYPE: torch.dtype = getattr(torch, "float8_e8m0fnu", torch.uint8)
@@ -48,3 +52,24 @@ def element_storage_dtype(fmt: ElementFormat) -> torch.dtype:
     if isinstance(fmt, IntFormat):
         return torch.int8 if fmt.signed else torch.uint8
     return _torch_float8(fmt) or torch.uint8
+
+
+def scale_is_coded(scale_format: ScaleFormat) -> bool:
+    """True when a scale format is stored as its one-byte codes (E{k}M0, minifloats), False when
+    stored as values (float32, bfloat16)."""
+    return scale_format.kind in (ScaleKind.EXPONENT, ScaleKind.MINIFLOAT)
+
+
+def scale_storage_dtype(scale_format: ScaleFormat) -> torch.dtype:
+    """The dtype of packed scales of ``scale_format`` (see the module docstring)."""
+    kind = scale_format.kind
+    if kind is ScaleKind.FLOAT32:
+        return torch.float32
+    if kind is ScaleKind.BFLOAT16:
+        return torch.bfloat16
+    if kind is ScaleKind.EXPONENT:
+        return E8M0_DTYPE if scale_format.bits == 8 else torch.uint8
+    el = scale_format.element  # an unsigned minifloat: typed when its bytes are FP8 E4M3's with sign 0
+    if (el.exponent_bit_width, el.mantissa_bit_width, el.special_values, el.bias) == (4, 3, SpecialValues.NAN_ONLY, 7):
+        return getattr(torch, "float8_e4m3fn", torch.uint8)
+    return torch.uint8
