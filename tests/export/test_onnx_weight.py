@@ -94,3 +94,38 @@ def test_unsupported_settings_are_named():
         weight_dequant_of(GraphBuilder(21), q, "w", "e4m3")
     with pytest.raises(ValueError, match="power-of-two"):
         weight_dequant_of(GraphBuilder(24), gq.quantize(torch.randn(2, 32), "int8", scale_mode="float"), "w", "e8m0")
+
+
+SCALE_SETTINGS = [("nvfp4", {}), ("nvfp4", {"tensor_scale": False}), ("fp8_e4m3", {"scale_format": "e5m0"}),
+                  ("fp6_e2m3", {"scale_format": "e3m0"}), ("fp8_e4m3", {"scale_format": "bf16"}),
+                  ("fp4_e2m1", {"scale_format": "ue5m2"}), ("int8", {"scale_format": "ue4m3"})]
+
+
+@pytest.mark.parametrize("fmt,kw", SCALE_SETTINGS, ids=lambda v: str(v))
+def test_scale_formats_and_tensor_scale_bit_for_bit(fmt, kw, bits_equal):
+    for i, (shape, dim, block) in enumerate(LAYOUTS[:4]):
+        for nan in (False, True):
+            x = weight(shape, i) if nan else torch.nan_to_num(weight(shape, i))
+            q = gq.quantize(x, fmt, 16 if fmt == "nvfp4" else block, dim, **kw)
+            y, b = dequant_in_ort(q)
+            assert bits_equal(y, q.dequantize())
+            if q.scale_format.is_power_of_two:
+                y, b = dequant_in_ort(q, opset=24, scale_format="e8m0")
+                assert bits_equal(y, q.dequantize())
+                assert any(t.data_type == TP.FLOAT8E8M0 for t in b.initializers)
+
+
+def test_nvfp4_weight_graph():
+    x = weight((8, 64), 0).nan_to_num()
+    q = gq.quantize(x, "nvfp4")
+    y, b = dequant_in_ort(q)
+    assert [n.op_type for n in b.nodes] == ["Cast", "DequantizeLinear", "Mul"]
+    types = {t.name.rsplit("_", 1)[0]: t for t in b.initializers}
+    assert types["w_codes"].data_type == TP.FLOAT8E4M3FN  # FP4 values re-encoded (onnxruntime has no FP4 kernel)
+    scale = types["w_scale_e4m3"]
+    assert scale.data_type == TP.FLOAT8E4M3FN and list(scale.dims) == [8, 4]
+    assert scale.raw_data == q.scale_codes.squeeze(-1).numpy().tobytes()
+    g = onnx.numpy_helper.to_array(types["w_tensor_scale"])
+    assert g.shape == () and g.dtype == np.float32 and g == q.tensor_scale.numpy()
+    with pytest.raises(ValueError, match="power-of-two"):
+        weight_dequant_of(GraphBuilder(24), q, "w", "e8m0")

@@ -82,7 +82,7 @@ def _weight(b: GraphBuilder, layer: nn.Module, info: NodeInfo, options: QuantLay
         raise ExportError(info.name, type(layer).__name__, f"weight quantizer gives {type(qt).__name__}; only "
                           "group-wise (MX / per-group) weight quantizers export")
     q = qt.to_group_quantized()
-    scale_format = options.scale_format if q.scale_codes is not None else "float32"  # float scales stay float32
+    scale_format = options.scale_format if q.scale_format.is_power_of_two else "float32"  # option: power-of-two scales
     try:
         return weight_dequant_of(b, q, f"{_hint(info)}_weight", scale_format)
     except ValueError as e:

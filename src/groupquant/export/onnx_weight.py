@@ -17,12 +17,21 @@ FP6, FP4 and other minifloats           FLOAT8E4M3FN if every value is exact the
 ======================================  ===============================================
 
 FP6 and FP4 codes are re-encoded as float8e4m3fn (lossless: E2M1, E2M3 and E3M2 values all
-lie on the E4M3 grid) because onnxruntime does not dequantize FLOAT4E2M1 and has no FP6 type.
+lie on the E4M3 grid) because onnxruntime does not dequantize FLOAT4E2M1 and has no FP6 type
+(onnxruntime 1.32 has no CPU kernel for DequantizeLinear or Cast of FLOAT4E2M1, opset 23).
 
-Scales: one per group, shape ``S[:d] + (k,) + S[d+1:]``, float32 ``2**e`` (times
-``2**-frac_bits`` for integer codes, which read as fixed point). With ``scale_format='e8m0'``
-(opset 24 and up) the scales are FLOAT8E8M0 bytes followed by a ``Cast`` to float
-(onnxruntime's DequantizeLinear does not take E8M0 scales directly).
+Scales: one per group, shape ``S[:d] + (k,) + S[d+1:]`` (times ``2**-frac_bits`` for integer
+codes, which read as fixed point), by the weight's scale format:
+
+- E8M0 and E{k}M0: float32 ``2**e``; with ``scale_format='e8m0'`` (opset 24 and up) FLOAT8E8M0
+  bytes (E{k}M0 codes re-biased to E8M0's 127; every E{k}M0 scale is an E8M0 value) followed by a
+  ``Cast`` to float (onnxruntime's DequantizeLinear does not take E8M0 scales directly).
+- UE4M3 (NVFP4): FLOAT8E4M3FN bytes (the same bytes: sign bit 0) followed by a ``Cast`` to float.
+- bfloat16, float32 and other unsigned minifloats: float32 values (exact).
+
+A per-tensor scale ``g`` (NVFP4's second level) is a float32 constant and a ``Mul`` after the
+``DequantizeLinear``, so the graph computes ``(q * s) * g`` in groupquant's order: NVFP4 weights
+are bit-exact.
 """
 from __future__ import annotations
 
@@ -31,9 +40,10 @@ from dataclasses import dataclass
 import torch
 from onnx import TensorProto
 
-from ..formats import ElementFormat, FloatFormat, IntFormat, get_format
+from ..formats import ElementFormat, ExponentScale, FloatFormat, IntFormat, get_format
 from ..ops import GroupQuantized, decode, encode, round_to_format
 from ..packing.bitstream import pack_bits
+from ..packing.storage_dtypes import scale_storage_dtype
 from .onnx_builder import GraphBuilder
 from .onnx_element_round import onnx_float8_type
 
@@ -104,22 +114,46 @@ def _step_folds(scale: torch.Tensor, step: float) -> bool:
     return bool(torch.equal(exact[finite].float().double(), exact[finite]))
 
 
+def _e8m0_bytes(q: GroupQuantized) -> bytes:
+    """E8M0 bytes of ``q``'s exponent scale codes (E{k}M0 re-biased to 127; its NaN code -> 0xFF)."""
+    sf = q.scale_format
+    c = q.scale_codes.squeeze(q.layout.reduce_dim).contiguous().to(torch.int32)
+    e8m0 = torch.where(c == sf.nan_code, torch.full_like(c, 0xFF), c - sf.bias + 127)
+    return e8m0.to(torch.uint8).cpu().numpy().tobytes()
+
+
+def _coded_scale_bytes(q: GroupQuantized, scale_format: str):
+    """(ONNX type, raw bytes) of scales stored as a float8 type and cast to float, or None for float32 values."""
+    sf = q.scale_format
+    if isinstance(sf, ExponentScale):
+        if scale_format != "e8m0":
+            return None
+        return TensorProto.FLOAT8E8M0, _e8m0_bytes(q)
+    if scale_format == "e8m0":
+        raise ValueError(f"scale_format='e8m0' needs power-of-two scales; this weight has {sf.name} scales")
+    if q.scale_codes is not None and scale_storage_dtype(sf) == torch.float8_e4m3fn:  # UE4M3: FP8 E4M3, sign 0
+        return TensorProto.FLOAT8E4M3FN, q.scale_codes.squeeze(q.layout.reduce_dim).contiguous().cpu().numpy().tobytes()
+    return None
+
+
 def weight_dequant_of(b: GraphBuilder, q: GroupQuantized, hint: str, scale_format: str = "float32") -> str:
-    """Append initializers and a blocked ``DequantizeLinear`` for ``q``; returns the float32 weight's name."""
+    """Append initializers and a blocked ``DequantizeLinear`` for ``q`` (and a ``Mul`` by its tensor
+    scale, if any); returns the float32 weight's name. ``scale_format`` is how power-of-two scales are
+    stored ('float32' or 'e8m0'); UE4M3 scales are always FLOAT8E4M3FN, other float scales float32."""
     if scale_format not in SCALE_FORMATS:
         raise ValueError(f"scale_format must be one of {SCALE_FORMATS}, got {scale_format!r}")
+    if scale_format == "e8m0" and b.opset < E8M0_MIN_OPSET:
+        raise ValueError(f"scale_format='e8m0' needs opset >= {E8M0_MIN_OPSET} (FLOAT8E8M0), got opset {b.opset}")
     elements = onnx_elements(q)
     codes = b.raw_initializer(elements.raw, elements.data_type, q.layout.shape, hint=f"{hint}_codes")
     scale = q.scale.float().squeeze(q.layout.reduce_dim).contiguous()
     step = _fixed_point_step(q.fmt)
     folds = _step_folds(scale, step)
-    if scale_format == "e8m0":
-        if b.opset < E8M0_MIN_OPSET:
-            raise ValueError(f"scale_format='e8m0' needs opset >= {E8M0_MIN_OPSET} (FLOAT8E8M0), got opset {b.opset}")
-        if q.scale_codes is None:
-            raise ValueError("scale_format='e8m0' needs power-of-two scales; this weight has float scales")
-        raw = q.scale_codes.squeeze(q.layout.reduce_dim).contiguous().numpy().tobytes()
-        s = b.raw_initializer(raw, TensorProto.FLOAT8E8M0, scale.shape, hint=f"{hint}_scale_e8m0")
+    coded = _coded_scale_bytes(q, scale_format)
+    if coded is not None:
+        data_type, raw = coded
+        name = "e8m0" if data_type == TensorProto.FLOAT8E8M0 else "e4m3"
+        s = b.raw_initializer(raw, data_type, scale.shape, hint=f"{hint}_scale_{name}")
         s = b.node("Cast", [s], hint=f"{hint}_scale", to=TensorProto.FLOAT)
         if folds and step != 1.0:
             s = b.node("Mul", [s, b.const(step)], hint=f"{hint}_scale")
@@ -129,4 +163,7 @@ def weight_dequant_of(b: GraphBuilder, q: GroupQuantized, hint: str, scale_forma
     w = b.node("DequantizeLinear", [codes, s], hint=f"{hint}_dq", axis=q.layout.dim, block_size=q.layout.block_size)
     if not folds:
         w = b.node("Mul", [w, b.const(step)], hint=f"{hint}_dq")
+    if q.tensor_scale is not None:  # (q * s) * g, groupquant's order
+        g = q.tensor_scale.detach().float().reshape(()).cpu().numpy()
+        w = b.node("Mul", [w, b.const(g, hint=f"{hint}_tensor_scale")], hint=f"{hint}_dq")
     return w
