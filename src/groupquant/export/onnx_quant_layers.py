@@ -82,7 +82,8 @@ def _weight(b: GraphBuilder, layer: nn.Module, info: NodeInfo, options: QuantLay
         raise ExportError(info.name, type(layer).__name__, f"weight quantizer gives {type(qt).__name__}; only "
                           "group-wise (MX / per-group) weight quantizers export")
     q = qt.to_group_quantized()
-    scale_format = options.scale_format if q.scale_format.is_power_of_two else "float32"  # option: power-of-two scales
+    power_of_two = q.scale_codes is not None and q.scale_format.is_power_of_two
+    scale_format = options.scale_format if power_of_two else "float32"  # the option is for power-of-two scales
     try:
         return weight_dequant_of(b, q, f"{_hint(info)}_weight", scale_format)
     except ValueError as e:

@@ -125,12 +125,13 @@ def _e8m0_bytes(q: GroupQuantized) -> bytes:
 def _coded_scale_bytes(q: GroupQuantized, scale_format: str):
     """(ONNX type, raw bytes) of scales stored as a float8 type and cast to float, or None for float32 values."""
     sf = q.scale_format
-    if isinstance(sf, ExponentScale):
+    if isinstance(sf, ExponentScale) and q.scale_codes is not None:
         if scale_format != "e8m0":
             return None
         return TensorProto.FLOAT8E8M0, _e8m0_bytes(q)
     if scale_format == "e8m0":
-        raise ValueError(f"scale_format='e8m0' needs power-of-two scales; this weight has {sf.name} scales")
+        what = f"{sf.name} scales" if q.scale_codes is not None else "float scales"
+        raise ValueError(f"scale_format='e8m0' needs power-of-two scales; this weight has {what}")
     if q.scale_codes is not None and scale_storage_dtype(sf) == torch.float8_e4m3fn:  # UE4M3: FP8 E4M3, sign 0
         return TensorProto.FLOAT8E4M3FN, q.scale_codes.squeeze(q.layout.reduce_dim).contiguous().cpu().numpy().tobytes()
     return None

@@ -228,10 +228,10 @@ def pack(q: Union[GroupQuantized, object]) -> PackedTensor:
         raise ValueError(f"codes of {q.fmt.name} must be {want} of shape {q.layout.contracted_shape}, "
                          f"got {q.codes.dtype} of shape {tuple(q.codes.shape)}")
     sf = q.scale_format
+    if scale_is_coded(sf) and q.scale_codes is None:  # built without a scale format and with float scales
+        sf = FLOAT32_SCALE
     store = scale_storage_dtype(sf)
     if scale_is_coded(sf):
-        if q.scale_codes is None:
-            raise ValueError(f"scale format {sf.name} is stored as codes, but this GroupQuantized has no scale_codes")
         scale = q.scale_codes.squeeze(q.layout.reduce_dim).contiguous().to(torch.uint8).view(store)
     else:  # float32 values; bfloat16 scales are bf16-rounded, so the cast is exact
         scale = q.scale.float().squeeze(q.layout.reduce_dim).contiguous().to(store)
