@@ -8,7 +8,8 @@
 # 2. quantization error (SQNR, in dB) on Gaussian, Laplacian and heavy-tailed data and on the
 #    weights of a small network trained on real data (scikit-learn's digits);
 # 3. how the error moves with the block size, the scale rule and the rounding rule;
-# 4. what the per-element errors look like.
+# 4. what the per-element errors look like;
+# 5. scale formats beyond E8M0: NVFP4 (E4M3 block scales and a per-tensor scale) against MXFP4.
 #
 # Everything here uses three functions: `groupquant.fake_quant` (quantize and dequantize),
 # `groupquant.quantize` (codes and scales) and `groupquant.get_format` (a format's constants).
@@ -210,3 +211,54 @@ print("codes", tuple(q.codes.shape), q.codes.dtype, "| scale codes", tuple(q.sca
 bits = q.codes.numel() * 4 + q.scale_codes.numel() * 8
 print(f"{bits / 8:.0f} bytes packed = {bits / q.codes.numel():.2f} bits per element "
       f"(float32: {q.codes.numel() * 4} bytes)")
+
+# %% [markdown]
+# ## 5. Scales beyond E8M0: NVFP4
+#
+# The scale's own number format is a setting too. NVIDIA's NVFP4 keeps FP4 E2M1 elements but
+# shares a scale over blocks of 16, stores it as an unsigned FP8 E4M3 number (3 mantissa bits:
+# the scale follows amax within a binade, not just to the next power of two), and adds one float32
+# scale per tensor, `g = amax / (448 * 6)`, so that the E4M3 block scales use their range well:
+# 4 + 8/16 = 4.5 bits per element. Three FP4 variants at block 16:
+#
+# * MXFP4: E8M0 (power-of-two) scales, `fake_quant(x, "fp4_e2m1", block_size=16)`;
+# * MXFP4 with E4M3 scales, no tensor scale: `fake_quant(x, "nvfp4", tensor_scale=False)`;
+# * NVFP4: E4M3 scales and the per-tensor scale: `fake_quant(x, "nvfp4")`.
+#
+# The scale format can be anything else as well: `scale_format="e5m0"` (a 5-bit shared
+# exponent, as microxcaling's `scale_bits`), `"bfloat16"`, `"float32"`, or another unsigned minifloat `"ue5m3"`.
+
+# %%
+variants = {
+    "MXFP4 (E8M0, block 16)": dict(fmt="fp4_e2m1", block_size=16),
+    "MXFP4 + E4M3 scales": dict(fmt="nvfp4", tensor_scale=False),
+    "NVFP4 (E4M3 + FP32 tensor scale)": dict(fmt="nvfp4"),
+}
+table(["variant"] + [f"{k} (dB)" for k in data],
+      [[v] + [f"{sqnr_db(x, gq.fake_quant(x, **kw)):.2f}" for x in data.values()] for v, kw in variants.items()])
+
+# %% [markdown]
+# The E4M3 scale gains over E8M0 because a power-of-two scale wastes up to a binade: a block whose
+# amax is 7.9 / 2 = 3.95 in units of the scale uses only the lower part of FP4's grid (max 6). The
+# tensor scale matters when the data's range does not fit E4M3's own (2^-6 .. 448, about 17
+# binades): scaled far down, the block scales of single-level E4M3 fall under its smallest
+# normal and are clamped there, and the small blocks lose their precision.
+
+# %%
+tiny = data["gaussian"] * 2.0 ** -12  # a tensor far below E4M3's range of scales
+wide = data["gaussian"] * torch.exp2(torch.linspace(-10, 10, 256)).unsqueeze(1)  # rows over 20 binades
+table(["variant", "x 2^-12 (dB)", "rows over 20 binades (dB)"],
+      [[v, f"{sqnr_db(tiny, gq.fake_quant(tiny, **kw)):.2f}", f"{sqnr_db(wide, gq.fake_quant(wide, **kw)):.2f}"]
+       for v, kw in variants.items()])
+
+# %% [markdown]
+# `groupquant.quantize(x, "nvfp4")` gives the storage: FP4 codes, one E4M3 byte per block of 16
+# and the float32 tensor scale; `dequantize()` computes `(q * s) * g`, bit for bit what
+# `fake_quant` returns.
+
+# %%
+q = gq.quantize(data["MLP weights"], "nvfp4")
+print("codes", tuple(q.codes.shape), "| scale bytes", tuple(q.scale_codes.shape), q.scale_codes.dtype,
+      "| tensor scale", float(q.tensor_scale))
+print("dequantize() == fake_quant:", torch.equal(q.dequantize(), gq.fake_quant(data["MLP weights"], "nvfp4")))
+print(f"bits per element: {gq.NVFP4.bits_per_element} (+ 32 bits per tensor)")

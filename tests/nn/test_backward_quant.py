@@ -28,7 +28,8 @@ def _fq(t, quant, dim):
     if quant is None:
         return t
     spec = quantizer_spec(quant)
-    return gq.fake_quant(t, spec.fmt, spec.group_size, dim, spec.rounding, spec.scale_mode)
+    return gq.fake_quant(t, spec.fmt, spec.group_size, dim, spec.rounding, spec.scale_mode,
+                         scale_format=spec.scale_format, tensor_scale=spec.tensor_scale)
 
 
 def _slots(r):

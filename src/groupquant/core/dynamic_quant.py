@@ -59,7 +59,8 @@ def _op_spec(grouped: torch.Tensor, spec: QuantSpec, block: int, dim: int,
     key = (grouped.shape, grouped.dtype)
     op_spec = remembered.get(key) if keep else None
     if op_spec is None:
-        op_spec = make_spec(grouped, spec.fmt, block, dim, spec.rounding, spec.scale_mode, saturating=spec.saturating)
+        op_spec = make_spec(grouped, spec.fmt, block, dim, spec.rounding, spec.scale_mode, saturating=spec.saturating,
+                            scale_format=spec.scale_format, tensor_scale=spec.tensor_scale)
         if keep:
             if len(remembered) >= _MAX_REMEMBERED:
                 remembered.clear()
@@ -79,12 +80,14 @@ def dynamic_fake_quant(x: torch.Tensor, spec: QuantSpec, contract: bool = True,
     g = spec.scale_granularity
     grouped, block, dim = _as_groups(x, g)
     result = fake_quant_spec_with_scale(grouped, _op_spec(grouped, spec, block, dim, remembered), spec.ste)
+    ts = result.tensor_scale
     if not g.is_group:
-        return FakeQuantResult(_from_groups(result.value, x, g), result.scale.reshape(g.scale_shape(x.shape)))
+        return FakeQuantResult(_from_groups(result.value, x, g), result.scale.reshape(g.scale_shape(x.shape)),
+                               tensor_scale=ts)
     if not contract:
-        return FakeQuantResult(result.value, result.scale)
+        return FakeQuantResult(result.value, result.scale, tensor_scale=ts)
     layout = g.layout(x.shape)
-    return FakeQuantResult(layout.contract(result.value), result.scale, layout)
+    return FakeQuantResult(layout.contract(result.value), result.scale, layout, tensor_scale=ts)
 
 
 class DynamicQuant(nn.Module):
@@ -102,7 +105,9 @@ class DynamicQuant(nn.Module):
     def extra_repr(self) -> str:
         s = self.spec
         return (f"fmt={s.fmt.name}, granularity={s.granularity}, group_size={s.group_size}, "
-                f"scale_mode={s.scale_mode}, rounding={s.rounding}, ste={s.ste}")
+                f"scale_mode={s.scale_mode}, rounding={s.rounding}, ste={s.ste}"
+                + ("" if s.uses_default_scale_format else f", scale_format={s.scale_format.name}, "
+                   f"tensor_scale={s.tensor_scale}"))
 
     def forward(self, x: torch.Tensor, contract: bool = True) -> FakeQuantResult:
         """Quantize-dequantize ``x``; group values contracted (unless ``contract`` is False: then

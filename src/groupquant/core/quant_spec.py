@@ -20,7 +20,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..formats import ElementFormat
+from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ScaleFormat, ScaleKind
 from .granularity import ScaleGranularity
 
 __all__ = ["QuantSpec", "STANDALONE_GROUP_DIM", "STANDALONE_CHANNEL_DIM"]
@@ -46,6 +46,9 @@ class QuantSpec:
         rule); ste: gradient of the rounding.
     element_precision: None, or an ``ElementPrecision`` (bfloat16, fp16, ExMy) the tensor is
         rounded to, unscaled, before it is quantized (microxcaling's ``bfloat`` operands).
+    scale_format: the scale's number format (:mod:`groupquant.formats.scale`); None picks E8M0
+        for power-of-two scales and float32 for ``fp``. tensor_scale: a per-tensor float32 second
+        scale (two-level scaling, NVFP4; minifloat scale formats, abs-max scales from each tensor).
     """
 
     name: str
@@ -66,9 +69,23 @@ class QuantSpec:
     saturating: bool = True
     ste: str = "identity"
     element_precision: Optional[Any] = None  # an ElementPrecision: x is rounded to it first
+    scale_format: Optional[ScaleFormat] = None
+    tensor_scale: bool = False
 
     def __post_init__(self) -> None:
         """Refuse a mode no module implements (quantizers check settings with named errors first)."""
+        if self.scale_format is None:
+            object.__setattr__(self, "scale_format", E8M0 if self.restrict == "power_of_two" else FLOAT32_SCALE)
+        if self.scale_format.is_power_of_two != (self.restrict == "power_of_two"):
+            raise ValueError(f"QuantSpec restrict={self.restrict!r} does not go with scale_format "
+                             f"{self.scale_format.name!r}")
+        if self.tensor_scale and (self.scale_format.kind is not ScaleKind.MINIFLOAT or not self.is_dynamic
+                                  or self.granularity != "group"):
+            raise ValueError("QuantSpec tensor_scale needs a minifloat scale format, group granularity and abs-max "
+                             "scales from each tensor")
+        if not self.is_dynamic and not self.uses_default_scale_format:
+            raise ValueError(f"QuantSpec scale_format {self.scale_format.name!r} needs abs-max scales from each tensor "
+                             f"(scale_source='stats', stats_op='abs_max'), got {self.scale_source}/{self.stats_op}")
         allowed = {"granularity": ("tensor", "channel", "group"), "restrict": ("fp", "power_of_two"),
                    "scale_rounding": ("floor", "ceil", "even", "rceil"),
                    "scale_source": ("stats", "running_stats", "learned"), "stats_op": ("abs_max", "percentile", "mse"),
@@ -131,10 +148,21 @@ class QuantSpec:
         if stat == "mse":
             rule = (f"the power of two from {self.mse_window} binades below the floor rule's to one above it "
                     "with the least squared error")
-        kind = "float" if self.restrict == "fp" else "power of two (E8M0)"
+        sf = self.scale_format
+        if self.tensor_scale:
+            rule = f"({rule}) / g, g = max(amax(|x|) / (max_scale * max_normal), 2^-126) per tensor (float32)"
+        if self.restrict == "fp":
+            kind = "float" if sf.name == "float32" else f"float ({sf.name})"
+        else:
+            kind = f"power of two ({sf.name.upper()})"
         where = {"stats": "from each tensor", "running_stats": "running statistics",
                  "learned": "learned, initialised as"}[self.scale_source]
         return f"{kind}: {where} {rule}"
+
+    @property
+    def uses_default_scale_format(self) -> bool:
+        """True for E8M0 power-of-two or float32 scales without a tensor scale (every scale source works)."""
+        return not self.tensor_scale and self.scale_format in (E8M0, FLOAT32_SCALE)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -18,6 +18,8 @@ The built-in recipes (E4M3 quantizers for weights and inputs unless the name say
 ``mxfp4_fwd_mxfp8_bwd``    MXFP4 weights and inputs forward; every backward operand MXFP8 E4M3
 ``mxfp4_weight_only``      MXFP4 weights, float inputs, float backward (straight through)
 ``mxfp8_weight_only``      MXFP8 E4M3 weights, float inputs, float backward
+``nvfp4``                  NVFP4 (FP4, E4M3 scales per 16, FP32 tensor scale) for every operand
+``nvfp4_weight_only``      NVFP4 weights, float inputs, float backward
 =========================  =============================================================
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any, Dict, Optional
 from ..inject import ConfigError, UnknownSettingError
 from ..quantizers import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight, MXFloat6e3m2Act,
                           MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Act, MXInt8Act,
-                          MXInt8Weight)
+                          MXInt8Weight, NVFP4Act, NVFP4Weight)
 from ..ops.precision import resolve_precision
 from .grad_slots import SAME, check_grad_slot
 
@@ -109,6 +111,8 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in (
            input_quant_for_grad_weight=MXFloat8e4m3Act),
     Recipe("mxfp4_weight_only", weight_quant=MXFloat4e2m1Weight),
     Recipe("mxfp8_weight_only", weight_quant=MXFloat8e4m3Weight),
+    _everywhere("nvfp4", NVFP4Weight, NVFP4Act),
+    Recipe("nvfp4_weight_only", weight_quant=NVFP4Weight),
 )}
 
 

@@ -53,7 +53,7 @@ from .element_round import round_to_format
 
 __all__ = ["SCALE_MODES", "POWER_OF_TWO_MODES", "shared_exponent", "group_scale", "exponent_cap",
            "e8m0_encode", "e8m0_decode", "resolve_scale_mode", "check_tensor_scale", "tensor_scale_divisor",
-           "tensor_scale_of", "MIN_TENSOR_SCALE"]
+           "tensor_scale_of", "MIN_TENSOR_SCALE", "encode_scale"]
 
 POWER_OF_TWO_MODES = ("floor", "ceil", "even", "rceil")
 SCALE_MODES = POWER_OF_TWO_MODES + ("float",)
@@ -227,3 +227,26 @@ def e8m0_decode(codes: torch.Tensor) -> torch.Tensor:
     c = codes.to(torch.int32)
     scale = exp2i(c - E8M0.bias)
     return torch.where(c == E8M0.nan_code, torch.full_like(scale, float("nan")), scale)
+
+
+def encode_scale(scale: torch.Tensor, scale_format: ScaleFormat) -> Optional[torch.Tensor]:
+    """uint8 codes of ``scale`` (values of ``scale_format``; NaN -> its NaN code), or None for
+    float32 / bfloat16 scale formats (their values are stored as they are).
+
+    Raises ValueError if a finite scale is not a value of the format."""
+    if scale_format.kind in (ScaleKind.FLOAT32, ScaleKind.BFLOAT16):
+        return None
+    scale = scale.float()
+    nan = torch.isnan(scale)
+    if isinstance(scale_format, ExponentScale):
+        e = floor_log2(scale)
+        ok = nan | ((scale > 0) & (significand(scale) == 1.0) & (e >= scale_format.min_exponent)
+                    & (e <= scale_format.max_exponent))
+        codes = (e + scale_format.bias).clamp(0, 255).to(torch.uint8)
+    else:
+        el = scale_format.element
+        ok = nan | ((scale >= el.min_normal) & (scale <= el.max_normal) & (round_to_format(scale, el, "even") == scale))
+        codes = encode(torch.where(nan, torch.ones_like(scale), scale), el).to(torch.uint8)
+    if not bool(ok.all()):
+        raise ValueError(f"encode_scale: a scale is not a {scale_format.name} value (or NaN)")
+    return torch.where(nan, torch.full_like(codes, scale_format.nan_code), codes)

@@ -24,12 +24,14 @@ def quant_tensor_from_output(out: FakeQuantResult, spec: QuantSpec, training: bo
         if out.layout is not None:
             lay = out.layout
             return GroupwiseIntQuantTensor(out.value, out.scale, zero_point, lay.block_size, lay.dim, lay.shape,
-                                           fmt=fmt, training=training)
+                                           fmt=fmt, training=training, tensor_scale_=out.tensor_scale,
+                                           scale_format=spec.scale_format)
         return IntQuantTensor(out.value, out.scale, zero_point, fmt, training)
     if isinstance(fmt, FloatFormat):
         if out.layout is not None:
             lay = out.layout
             return GroupwiseFloatQuantTensor(out.value, out.scale, zero_point, lay.block_size, lay.dim, lay.shape,
-                                             fmt=fmt, saturating=spec.saturating, training=training)
+                                             fmt=fmt, saturating=spec.saturating, training=training,
+                                             tensor_scale_=out.tensor_scale, scale_format=spec.scale_format)
         return FloatQuantTensor(out.value, out.scale, zero_point, fmt, spec.saturating, training)
     raise TypeError(f"fmt must be an IntFormat or FloatFormat, got {type(fmt).__name__}")

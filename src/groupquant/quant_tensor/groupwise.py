@@ -7,13 +7,13 @@ Fields ending in ``_`` are contracted (see :class:`groupquant.ops.GroupLayout`):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 import torch
 
-from ..formats import ElementFormat
-from ..ops import GroupLayout, GroupQuantized, e8m0_encode
+from ..formats import E8M0, ElementFormat, ScaleFormat
+from ..ops import GroupLayout, GroupQuantized, encode_scale
 
 __all__ = ["GroupwiseFields"]
 
@@ -29,6 +29,9 @@ class GroupwiseFields:
         group_size: elements per group.
         group_dim: the grouped dim of the original tensor (non-negative).
         shape_: the original shape (before padding).
+        tensor_scale_ (keyword): the per-tensor float32 second scale ``g`` (0-d) of two-level
+            scaling (NVFP4), or None: ``value_ = (element * scale_) * tensor_scale_``.
+        scale_format (keyword): the number format of ``scale_`` (E8M0 for MX, UE4M3 for NVFP4).
     """
 
     value_: torch.Tensor
@@ -37,6 +40,8 @@ class GroupwiseFields:
     group_size: int
     group_dim: int
     shape_: Tuple[int, ...]
+    tensor_scale_: Optional[torch.Tensor] = field(default=None, kw_only=True)
+    scale_format: ScaleFormat = field(default=E8M0, kw_only=True)
 
     @property
     def layout(self) -> GroupLayout:
@@ -78,8 +83,15 @@ class GroupwiseFields:
 
     def shared_scale_(self) -> torch.Tensor:
         """The per-group scale ``X`` that multiplies element values on the format's grid (float32,
-        exactly as the op produced it)."""
+        exactly as the op produced it; the tensor scale, if any, multiplies after it)."""
         return self.scale_.detach().float()
+
+    def _block_value_(self) -> torch.Tensor:
+        """``value_ / tensor_scale_`` (float32; ``value_`` itself without a tensor scale): what the
+        block scales multiply, close enough to ``element * scale_`` for codes to round back exactly."""
+        if self.tensor_scale_ is None:
+            return self.value_
+        return self.value_.detach().float() / self.tensor_scale_.detach().float()
 
     def codes_(self) -> torch.Tensor:
         """Element codes, contracted."""
@@ -92,11 +104,9 @@ class GroupwiseFields:
     def to_group_quantized(self) -> GroupQuantized:
         """Element codes and shared scales as :class:`groupquant.ops.GroupQuantized` (what
         ``groupquant.quantize`` returns): codes ``[O, k, I/k]``, float32 scales ``X``
-        ``[O, k, 1]``, and their E8M0 codes where every scale is a power of two (else None).
-        ``result.dequantize()`` equals :attr:`value`."""
+        ``[O, k, 1]``, their codes in :attr:`scale_format` (None for float32 / bfloat16 scales)
+        and the tensor scale. ``result.dequantize()`` equals :attr:`value`."""
         shared = self.shared_scale_().detach().float()
-        try:
-            scale_codes: Optional[torch.Tensor] = e8m0_encode(shared)
-        except ValueError:
-            scale_codes = None
-        return GroupQuantized(self.codes_(), shared, scale_codes, self.fmt, self.layout, self.value_.dtype)
+        ts = None if self.tensor_scale_ is None else self.tensor_scale_.detach().float()
+        return GroupQuantized(self.codes_(), shared, encode_scale(shared, self.scale_format), self.fmt, self.layout,
+                              self.value_.dtype, self.scale_format, ts)

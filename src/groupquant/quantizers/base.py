@@ -56,6 +56,9 @@ class QuantizerBase(QuantizerMixin):
     channel_dim = None
     restrict_scaling_type = RestrictScaling.FP
     scale_rounding = ScaleRounding.FLOOR
+    scale_format = None  # None: E8M0 for POWER_OF_TWO, float32 for FP
+    tensor_scale = False
+    block_scheme = None
     float_to_int_rounding = FloatToIntRounding.EVEN
     scaling_source = ScalingSource.STATS
     scaling_stats_op = ScalingStatsOp.ABS_MAX

@@ -11,7 +11,8 @@ import weakref
 from typing import Optional
 
 from ..core import QuantSpec
-from ..formats import ElementFormat, FloatFormat, SpecialValues
+from ..formats import (ElementFormat, FloatFormat, ScaleFormat, ScaleKind, SpecialValues, get_scale_format, get_scheme,
+                       known_schemes)
 from ..inject import ConfigError
 from ..ops.precision import resolve_precision
 from .checks import check_bool, check_int, check_number, check_optional_int
@@ -66,18 +67,76 @@ def _check_scaling(granularity: ScalingPerOutput, source: ScalingSource, stat: S
         raise ConfigError("scaling_per_output", f"RUNNING_STATS scales are per tensor, got per {granularity.value}")
 
 
+def _check_scale_format(given: object, tensor_scale: object, restrict: RestrictScaling, source: ScalingSource,
+                        stat: ScalingStatsOp, granularity: ScalingPerOutput) -> tuple:
+    """(scale format or None, tensor scale) checked against the scale rule; ConfigError naming the setting."""
+    ts = check_bool("tensor_scale", tensor_scale)
+    if given is None:
+        sf: Optional[ScaleFormat] = None
+    else:
+        try:
+            sf = get_scale_format(given)
+        except (ValueError, TypeError) as err:
+            raise ConfigError("scale_format", str(err)) from None
+        pow2 = restrict is RestrictScaling.POWER_OF_TWO
+        if sf.is_power_of_two and not pow2:
+            raise ConfigError("scale_format", f"{sf.name} holds powers of two: it needs "
+                                              "restrict_scaling_type=RestrictScaling.POWER_OF_TWO")
+        if pow2 and not sf.is_power_of_two:
+            raise ConfigError("scale_format", f"{sf.name} holds float scales: it needs "
+                                              "restrict_scaling_type=RestrictScaling.FP (amax / max_normal)")
+        default = sf.name in ("e8m0", "float32")
+        if not default and (source is not ScalingSource.STATS or stat is not ScalingStatsOp.ABS_MAX):
+            raise ConfigError("scale_format", f"{sf.name} scales are computed from each tensor's abs-max: it needs "
+                                              "scaling_source=STATS and scaling_stats_op=ABS_MAX")
+    if ts and (sf is None or sf.kind is not ScaleKind.MINIFLOAT):
+        raise ConfigError("tensor_scale", "a per-tensor second scale extends a minifloat scale format's range: "
+                                          "it needs scale_format='ue4m3' (or another unsigned minifloat)")
+    if ts and granularity is not ScalingPerOutput.GROUP:
+        raise ConfigError("tensor_scale", f"a per-tensor second scale sits over group scales: it needs "
+                                          f"scaling_per_output=ScalingPerOutput.GROUP, got {granularity.value}")
+    if ts and (source is not ScalingSource.STATS or stat is not ScalingStatsOp.ABS_MAX):
+        raise ConfigError("tensor_scale", "the per-tensor scale comes from each tensor's abs-max: it needs "
+                                          "scaling_source=STATS and scaling_stats_op=ABS_MAX")
+    return sf, ts
+
+
+def _check_scheme(name: object, element_format: ElementFormat, sf: Optional[ScaleFormat], granularity: ScalingPerOutput,
+                  group_size: Optional[int]) -> None:
+    """A quantizer that declares ``block_scheme`` keeps that scheme's element format, scale format and block."""
+    if name is None:
+        return
+    scheme = get_scheme(name)
+    if scheme is None:
+        raise ConfigError("block_scheme", f"unknown scheme {name!r}; known: {', '.join(known_schemes())} (or None)")
+    label = scheme.name.upper()
+    if element_format != scheme.element:
+        raise ConfigError("bit_width", f"{label} elements are {scheme.element.name}, got {element_format.name}; "
+                                       "set block_scheme=None for other elements")
+    if sf != scheme.scale_format:
+        raise ConfigError("scale_format", f"{label} block scales are {scheme.scale_format.name}, got "
+                                          f"{None if sf is None else sf.name}; set block_scheme=None for others")
+    if granularity is not ScalingPerOutput.GROUP or group_size != scheme.block_size:
+        raise ConfigError("group_size", f"{label} uses groups of {scheme.block_size}, got {group_size!r} "
+                                        f"({granularity.value}); for FP4 with {scheme.scale_format.name} scales in "
+                                        "other blocks set block_scheme=None")
+
+
 def quant_spec(__self__: type, element_format: ElementFormat, granularity: ScalingPerOutput,
                group_size: Optional[int], group_dim: Optional[int], channel_dim: Optional[int],
                restrict_scaling_type: object, scale_rounding: object, scaling_source: object,
                scaling_stats_op: object, percentile: object, running_momentum: object, scaling_min_val: object,
                mse_window: object, float_to_int_rounding: object, saturating: object, ste: object,
-               element_precision: object = None) -> QuantSpec:
+               element_precision: object = None, scale_format: object = None,
+               tensor_scale: object = False, block_scheme: object = None) -> QuantSpec:
     """The solver behind every quantizer's ``spec``: all settings, checked, in one record."""
     _check_derived(__self__, element_format)
     restrict = coerce("restrict_scaling_type", restrict_scaling_type, RestrictScaling)
     source = coerce("scaling_source", scaling_source, ScalingSource)
     stat = coerce("scaling_stats_op", scaling_stats_op, ScalingStatsOp)
     _check_scaling(granularity, source, stat, restrict)
+    sf, ts = _check_scale_format(scale_format, tensor_scale, restrict, source, stat, granularity)
+    _check_scheme(block_scheme, element_format, sf, granularity, group_size)
     pct = check_number("percentile", percentile, 0.0, 100.0) if stat is ScalingStatsOp.PERCENTILE else 99.999
     momentum = check_number("running_momentum", running_momentum, 0.0, 1.0)
     return QuantSpec(
@@ -90,7 +149,7 @@ def quant_spec(__self__: type, element_format: ElementFormat, granularity: Scali
         mse_window=check_int("mse_window", mse_window, 0, 16),
         rounding=coerce("float_to_int_rounding", float_to_int_rounding, FloatToIntRounding).value,
         saturating=_check_saturating(saturating, element_format), ste=coerce("ste", ste, SteMode).value,
-        element_precision=_check_precision(element_precision))
+        element_precision=_check_precision(element_precision), scale_format=sf, tensor_scale=ts)
 
 
 def _check_precision(given: object):

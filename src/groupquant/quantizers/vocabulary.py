@@ -34,6 +34,11 @@ SETTINGS: Dict[str, str] = {
     "channel_dim": "dim of per-channel scales (None: the layer's output / feature channel dim)",
     # scale value
     "restrict_scaling_type": "RestrictScaling.FP (any float) or POWER_OF_TWO (E8M0)",
+    "scale_format": "the scale's number format: None (E8M0 for POWER_OF_TWO, float32 for FP), 'e{k}m0', "
+                    "'ue4m3' (NVFP4), 'ue{e}m{m}', 'bfloat16', 'float32'",
+    "tensor_scale": "a per-tensor float32 second scale over minifloat block scales (NVFP4: True)",
+    "block_scheme": "None, or a scheme name ('nvfp4') whose element format, scale format and block size the "
+                    "quantizer must keep",
     "scale_rounding": "power-of-two rule: ScaleRounding.FLOOR (OCP), CEIL, EVEN, RCEIL",
     "scaling_source": "ScalingSource.STATS (each tensor), RUNNING_STATS or LEARNED",
     "scaling_stats_op": "ScalingStatsOp.ABS_MAX, PERCENTILE or MSE (search of power-of-two scales)",
@@ -84,5 +89,7 @@ FOREIGN_NAMES: Dict[str, str] = {
     "elem_format": "microxcaling's elem_format is given by the widths in groupquant (bit_width, "
                    "exponent_bit_width, mantissa_bit_width) or a default quantizer (MXFloat4e2m1Weight, ...)",
     "round": "microxcaling's round is groupquant's float_to_int_rounding",
+    "scale_bits": "microxcaling's scale_bits is groupquant's scale_format ('e{k}m0' for k-bit shared exponents)",
+    "per_tensor_scale": "torchao's NVFP4 per_tensor_scale is groupquant's tensor_scale (True: computed per tensor)",
     "scale_calculation_mode": "torchao's scale_calculation_mode is groupquant's scale_rounding",
 }
