@@ -8,6 +8,7 @@ import groupquant.quantizers as Q
 from groupquant.export.packed_state_dict import load_packed_state_dict, packed_state_dict, unpacked_state_dict
 from groupquant.nn import QuantConv2d, QuantIdentity, QuantLinear
 from groupquant.quant_tensor import plain
+from groupquant.quantizers.settings import RestrictScaling
 
 WEIGHTS = [Q.MXInt8Weight, Q.MXFloat8e4m3Weight, Q.MXFloat8e5m2Weight, Q.MXFloat6e3m2Weight,
            Q.MXFloat6e2m3Weight, Q.MXFloat4e2m1Weight, Q.Int4WeightPerGroupFloat]
@@ -91,3 +92,46 @@ def test_unpacked_state_dict_and_errors():
         load_packed_state_dict(nn.Sequential(nn.Linear(2, 2)), sd)
     with pytest.raises(TypeError, match="nn.Module"):
         packed_state_dict(sd)
+
+
+SCALE_FORMAT_WEIGHTS = {
+    "nvfp4": Q.NVFP4Weight, "nvfp4_single_level": Q.NVFP4Weight.let(tensor_scale=False),
+    "fp8_e5m0": Q.MXFloat8e4m3Weight.let(scale_format="e5m0"),
+    "fp8_bf16": Q.MXFloat8e4m3Weight.let(scale_format="bf16", restrict_scaling_type=RestrictScaling.FP),
+}
+
+
+@pytest.mark.parametrize("name", SCALE_FORMAT_WEIGHTS)
+def test_scale_formats_and_tensor_scales_round_trip_bit_for_bit(name):
+    wq = SCALE_FORMAT_WEIGHTS[name]
+
+    def model():
+        return nn.Sequential(QuantLinear(64, 40, weight_quant=wq, input_quant=Q.NVFP4Act), nn.ReLU(),
+                             QuantLinear(40, 8, weight_quant=wq))
+
+    torch.manual_seed(0)
+    m = model().eval()
+    sd = loaded(saved(packed_state_dict(m)))
+    fresh = model()
+    load_packed_state_dict(fresh, sd)
+    fresh.eval()
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        for i in (0, 2):
+            qa, qb = m[i].quant_weight().to_group_quantized(), fresh[i].quant_weight().to_group_quantized()
+            assert qa.scale_format == qb.scale_format
+            assert torch.equal(qa.codes, qb.codes) and torch.equal(qa.scale, qb.scale)
+            assert (qa.tensor_scale is None) == (qb.tensor_scale is None) == (name != "nvfp4")
+            assert qa.tensor_scale is None or torch.equal(qa.tensor_scale, qb.tensor_scale)
+            assert torch.equal(unpacked_state_dict(sd)[f"{i}.weight"], plain(m[i].quant_weight()))
+        assert torch.equal(fresh(x), m(x))
+
+
+def test_nvfp4_file_is_about_4_5_over_32_of_float32():
+    torch.manual_seed(0)
+    model = nn.Sequential(QuantLinear(1024, 1024, weight_quant=Q.NVFP4Weight),
+                          QuantLinear(1024, 512, weight_quant=Q.NVFP4Weight))
+    sd = packed_state_dict(model)
+    assert sd["packed"]["0.weight"]["scale"].dtype == torch.float8_e4m3fn
+    ratio = len(saved(sd)) / len(saved(model.state_dict()))
+    assert 4.5 / 32 <= ratio < 4.5 / 32 * 1.02

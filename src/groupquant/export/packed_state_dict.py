@@ -12,7 +12,9 @@ A quantized layer is a module with an enabled ``weight_quant`` proxy whose ``qua
 a group-wise quant tensor (``to_group_quantized()``): groupquant's ``QuantLinear`` / ``QuantConv*``
 with MX or per-group weight quantizers. (Per-tensor / per-channel weights stay float.) Its
 ``weight`` entry is replaced by the packed codes and scales (an MXFP4 weight takes 4.25 bits
-per element: 4.25/32 of float32).
+per element: 4.25/32 of float32). Every scale format packs exactly, with the weight's scale format in
+its record: an NVFP4 weight (``NVFP4Weight``) is two FP4 codes per byte, one UE4M3 byte
+(``float8_e4m3fn``) per 16 elements and its float32 tensor scale, 4.5 bits per element.
 
 ``load_packed_state_dict(model, sd)`` loads into either the same quantized architecture or
 its float twin (``nn.Linear`` in place of ``QuantLinear``): weights are set to their dequantized
