@@ -110,3 +110,45 @@ def test_bad_settings_are_named():
         dynamic_fake_quant_of(GraphBuilder(21), "x", 2, 8, DynamicGroupQuant(get_format("int8"), dim=2))
     with pytest.raises(ValueError, match="opset"):
         GraphBuilder(20)
+
+
+SCALE_FORMAT_SETTINGS = [  # (element, block, scale_format, tensor_scale)
+    ("fp4_e2m1", 16, "ue4m3", True), ("fp4_e2m1", 16, "ue4m3", False), ("fp8_e4m3", 32, "e5m0", False),
+    ("fp6_e2m3", 32, "e3m0", False), ("fp8_e4m3", 32, "bf16", False), ("fp4_e2m1", 32, "ue5m2", False),
+    ("int8", 32, "ue4m3", True), ("fp8_e4m3", 32, "float32", False),
+]
+
+
+def scale_format_spec(fmt, block, scale_format, tensor_scale, dim=-1):
+    from groupquant.formats import get_scale_format
+    sf = get_scale_format(scale_format)
+    return QuantSpec("test", get_format(fmt), "group", block, dim, restrict="power_of_two" if sf.is_power_of_two else "fp",
+                     scale_rounding="floor", scale_format=sf, tensor_scale=tensor_scale)
+
+
+def scale_format_inputs(block):
+    g = torch.Generator().manual_seed(3)
+    wide = torch.randn(6, 4 * block, generator=g) * torch.exp2(torch.randint(-30, 30, (6, 4 * block), generator=g).float())
+    tiny = torch.randn(2, 4 * block, generator=g) * 1e-38  # below 2688 * 2**-126: the tensor scale's floor
+    huge = torch.full((1, 4 * block), 3e38)
+    return [boundary_blocks(block), wide, torch.randn(3, 70), tiny, huge, torch.zeros(2, 4 * block),
+            boundary_blocks(block)[:-3]]  # the last without NaN / Inf (with them, a tensor scale makes all NaN)
+
+
+@pytest.mark.parametrize("fmt,block,scale_format,tensor_scale", SCALE_FORMAT_SETTINGS, ids=str)
+def test_scale_formats_and_tensor_scale_bit_exact(fmt, block, scale_format, tensor_scale, ort_run, bits_equal):
+    for x in scale_format_inputs(block):
+        b = GraphBuilder(21)
+        out = dynamic_fake_quant_of(b, "x", 2, x.shape[1], scale_format_spec(fmt, block, scale_format, tensor_scale))
+        want = gq.fake_quant(x, fmt, block, scale_format=scale_format, tensor_scale=tensor_scale)
+        assert bits_equal(ort_run(b, x, out), want)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2 ** 16), spread=st.integers(0, 40), tensor_scale=st.booleans(), dim=st.sampled_from([0, 1]))
+def test_nvfp4_random_magnitudes_bit_exact(seed, spread, tensor_scale, dim, ort_run, bits_equal):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(24, 40, generator=g) * torch.exp2(torch.randint(-spread, spread + 1, (24, 40), generator=g).float())
+    b = GraphBuilder(21)
+    out = dynamic_fake_quant_of(b, "x", 2, x.shape[dim], scale_format_spec("fp4_e2m1", 16, "ue4m3", tensor_scale, dim))
+    assert bits_equal(ort_run(b, x, out), gq.fake_quant(x, "nvfp4", dim=dim, tensor_scale=tensor_scale))

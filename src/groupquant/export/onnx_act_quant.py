@@ -10,15 +10,35 @@ Graph, for ``x`` of known rank with a known size ``C`` of the grouped dim:
 3. the shared scale from :mod:`.onnx_shared_scale` (NaN for a non-finite block, via the probe);
 4. ``xg / scale`` rounded onto the element grid (:mod:`.onnx_element_round`), times ``scale``;
 5. back to the padded shape and ``Slice`` the padding off.
+
+With a per-tensor scale (``spec.tensor_scale``, NVFP4), computed first from the whole tensor:
+``g = Max(ReduceMax(Abs(x)) / (max_sf * max_normal), 2**-126)`` (2688 for NVFP4; NaN when ``x``
+holds NaN or Inf, by a whole-tensor probe), block scales ``round_sf(clamp((amax / max_normal) / g,
+min_sf, max_sf))``, elements ``round(xg * ((1 / g) / scale))`` and output ``(q * scale) * g``: the
+operations and their order of ``groupquant.ops.shared_scale``, so the result is bit-exact.
 """
 from __future__ import annotations
 
 from ..core import QuantSpec
+from ..ops.shared_scale import MIN_TENSOR_SCALE, tensor_scale_divisor
 from .onnx_builder import GraphBuilder
 from .onnx_element_round import round_elements_of
 from .onnx_shared_scale import shared_scale_of
 
-__all__ = ["dynamic_fake_quant_of"]
+__all__ = ["dynamic_fake_quant_of", "tensor_scale_of"]
+
+
+def tensor_scale_of(b: GraphBuilder, x: str, spec: QuantSpec):
+    """The per-tensor scale of ``x`` as ``(g, g_finite)``: ``g`` is NaN when ``x`` holds NaN or Inf,
+    ``g_finite`` is the same value with that case replaced by a finite one (for the block scales,
+    which are NaN there anyway)."""
+    probe = b.node("ReduceSum", [b.node("Mul", [x, b.const(0.0)])], hint="tensor_probe", keepdims=0)
+    amax = b.node("ReduceMax", [b.node("Abs", [x])], hint="tensor_amax", keepdims=0)
+    amax = b.node("Where", [b.node("IsNaN", [probe]), b.const(0.0), amax], hint="tensor_amax_finite")
+    divisor = tensor_scale_divisor(spec.fmt, spec.scale_format)
+    g_finite = b.node("Max", [b.node("Div", [amax, b.const(float(divisor))]), b.const(float(MIN_TENSOR_SCALE))],
+                      hint="tensor_scale_finite")
+    return b.node("Add", [g_finite, probe], hint="tensor_scale"), g_finite
 
 
 def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spec: QuantSpec) -> str:
@@ -28,6 +48,9 @@ def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spe
     if not -rank <= dim < rank:
         raise ValueError(f"group_dim={dim} is out of range for an input with {rank} dimensions")
     d = dim % rank
+    g = g_finite = None
+    if spec.tensor_scale:
+        g, g_finite = tensor_scale_of(b, x, spec)
     block = min(spec.group_size or dim_size, dim_size)
     k = -(-dim_size // block)
     pad = k * block - dim_size
@@ -42,9 +65,17 @@ def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spe
     amax = b.node("ReduceMax", [b.node("Abs", [xg]), axes], hint="amax", keepdims=1)
     probe = b.node("ReduceSum", [b.node("Mul", [xg, b.const(0.0)]), axes], hint="finite_probe", keepdims=1)
     amax = b.node("Where", [b.node("IsNaN", [probe]), b.const(0.0), amax], hint="amax_finite")
-    scale = b.node("Add", [shared_scale_of(b, amax, spec.fmt, spec.scale_mode), probe], hint="scale")
-    elements = round_elements_of(b, b.node("Div", [xg, scale], hint="scaled"), spec.fmt)
-    out = b.node("Reshape", [b.node("Mul", [elements, scale]), padded_shape], hint="fq")
+    block_scale = shared_scale_of(b, amax, spec.fmt, spec.scale_mode, spec.scale_format, g_finite)
+    scale = b.node("Add", [block_scale, probe], hint="scale")
+    if g is None:
+        scaled = b.node("Div", [xg, scale], hint="scaled")
+    else:  # xg * ((1 / g) / scale), as the reference computes it
+        scaled = b.node("Mul", [xg, b.node("Div", [b.node("Div", [b.const(1.0), g]), scale])], hint="scaled")
+    elements = round_elements_of(b, scaled, spec.fmt)
+    out = b.node("Mul", [elements, scale])
+    if g is not None:
+        out = b.node("Mul", [out, g])
+    out = b.node("Reshape", [out, padded_shape], hint="fq")
     if pad:
         out = b.node("Slice", [out, b.ints([0]), b.ints([dim_size]), b.ints([d])], hint="fq")
     return out

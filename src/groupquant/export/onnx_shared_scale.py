@@ -7,6 +7,13 @@ of two come from a constant table ``2**k`` for ``k`` in [-150, 128] (``Gather``)
 construction, subnormals included (``2**-150`` rounds to 0 and ``2**128`` to Inf in float32,
 which the comparisons need). All values are float32 holding exact integers; every comparison,
 ``Div`` by a power of two and ``Round`` (half to even, as torch.round) is exact.
+
+Exponent scale formats E{k}M0 clamp the exponent to ``[-bias, min(bias, cap)]`` as E8M0 does.
+Float-valued scale formats compute ``(amax / max_normal) / g`` (``g`` the per-tensor scale, if
+any), clamp it to the format's range and round it onto the format: UE4M3 by ``Cast`` to
+FLOAT8E4M3FN (``saturate=1``; onnxruntime rounds to nearest even there, as ml_dtypes and torch do)
+and back, bfloat16 by ``Cast`` to BFLOAT16 (nearest even) and back, other unsigned minifloats by
+the exact arithmetic of :mod:`.onnx_element_round`.
 """
 from __future__ import annotations
 
@@ -16,9 +23,13 @@ import numpy as np
 import torch
 from onnx import TensorProto
 
-from ..formats import E8M0, ElementFormat
+from typing import Optional
+
+from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ExponentScale, ScaleFormat, ScaleKind
 from ..ops.shared_scale import SCALE_MODES, exponent_cap
+from ..packing.storage_dtypes import scale_storage_dtype
 from .onnx_builder import GraphBuilder
+from .onnx_element_round import round_elements_of
 
 __all__ = ["pow2_table", "exp2_of", "floor_log2_of", "shared_scale_of"]
 
@@ -85,18 +96,49 @@ def _exponent(b: GraphBuilder, a: str, fmt: ElementFormat, mode: str) -> str:
     return b.node("Sub", [e, b.const(float(fmt.emax))])
 
 
-def shared_scale_of(b: GraphBuilder, amax: str, fmt: ElementFormat, mode: str) -> str:
+def _float_scale(b: GraphBuilder, amax: str, fmt: ElementFormat, sf: ScaleFormat, g: Optional[str]) -> str:
+    """``round_sf(clamp((amax / max_normal) / g, min_sf, max_sf))``, 1 where that is 0."""
+    scale = b.node("Div", [amax, b.const(float(fmt.max_normal))])
+    if g is not None:
+        scale = b.node("Div", [scale, g])
+    if sf.kind is ScaleKind.FLOAT32:
+        pass  # amax is finite: (amax / max_normal) / g is in [0, max]
+    elif sf.kind is ScaleKind.BFLOAT16:
+        scale = b.node("Clip", [scale, b.const(0.0), b.const(float(sf.max_value))])
+        scale = b.node("Cast", [b.node("Cast", [scale], to=TensorProto.BFLOAT16)], to=TensorProto.FLOAT)
+    else:
+        scale = b.node("Clip", [scale, b.const(float(sf.min_value)), b.const(float(sf.max_value))])
+        if scale_storage_dtype(sf) == torch.float8_e4m3fn:  # UE4M3: FP8 E4M3 values, in range
+            scale = b.node("Cast", [b.node("Cast", [scale], to=TensorProto.FLOAT8E4M3FN, saturate=1)],
+                           to=TensorProto.FLOAT)
+        else:
+            scale = round_elements_of(b, scale, sf.element)
+        return scale  # >= min normal > 0
+    positive = b.node("Greater", [scale, b.const(0.0)])
+    return b.node("Where", [positive, scale, b.const(1.0)], hint="scale")
+
+
+def shared_scale_of(b: GraphBuilder, amax: str, fmt: ElementFormat, mode: str,
+                    scale_format: Optional[ScaleFormat] = None, tensor_scale: Optional[str] = None) -> str:
     """The float32 shared scale of per-group ``amax`` (finite, >= 0) by ``mode``, as ``group_scale`` computes it.
 
-    Power-of-two modes: ``2**clamp(e, -127, cap)`` with cap = 127 - emax (float32 activations,
-    see :func:`groupquant.ops.shared_scale.exponent_cap`), an all-zero group 2**-127. ``float``:
-    ``amax / max_normal`` (1 where that is 0).
+    Power-of-two modes: ``2**clamp(e, -bias, cap)`` with cap = min(bias, 127 - emax) (float32
+    activations, see :func:`groupquant.ops.shared_scale.exponent_cap`; bias 127 for E8M0), an
+    all-zero group ``2**-bias``. ``float``: ``(amax / max_normal) / tensor_scale`` in the float
+    ``scale_format`` (default float32; see the module doc), 1 where that is 0. ``tensor_scale``
+    names a finite float32 scalar (the per-tensor ``g``), or None.
     """
+    if scale_format is None:
+        scale_format = FLOAT32_SCALE if mode == "float" else E8M0
     if mode == "float":
-        scale = b.node("Div", [amax, b.const(float(fmt.max_normal))])
-        positive = b.node("Greater", [scale, b.const(0.0)])
-        return b.node("Where", [positive, scale, b.const(1.0)], hint="scale")
+        if scale_format.is_power_of_two:
+            raise ValueError(f"scale_mode='float' cannot give {scale_format.name} scales")
+        return _float_scale(b, amax, fmt, scale_format, tensor_scale)
+    if not isinstance(scale_format, ExponentScale) or tensor_scale is not None:
+        raise ValueError(f"scale_mode={mode!r} gives power-of-two scales without a tensor scale, not "
+                         f"{scale_format.name} scales")
+    low = float(scale_format.min_exponent)
     e = _exponent(b, amax, fmt, mode)
-    e = b.node("Where", [b.node("Greater", [amax, b.const(0.0)]), e, b.const(float(E8M0.min_exponent))])
-    e = b.node("Clip", [e, b.const(float(E8M0.min_exponent)), b.const(float(exponent_cap(torch.float32, fmt)))])
+    e = b.node("Where", [b.node("Greater", [amax, b.const(0.0)]), e, b.const(low)])
+    e = b.node("Clip", [e, b.const(low), b.const(float(exponent_cap(torch.float32, fmt, scale_format)))])
     return exp2_of(b, e)
