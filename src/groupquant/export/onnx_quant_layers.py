@@ -4,7 +4,10 @@
   initializers and a blocked ``DequantizeLinear`` (:mod:`.onnx_weight`), then ``MatMul`` /
   ``Conv``. A layer without ``weight_quant`` keeps its float weight.
 - Input and output quantizers that compute scales per group on the fly (the MX activation
-  quantizers): the dynamic subgraph of :mod:`.onnx_act_quant`.
+  quantizers, NVFP4Act with its per-tensor scale): the dynamic subgraph of :mod:`.onnx_act_quant`.
+- Every scale format exports exactly (E{k}M0, UE4M3, other unsigned minifloats, bfloat16, float32),
+  NVFP4 weights as FP4 values re-encoded to FLOAT8E4M3FN, UE4M3 scale bytes and a ``Mul`` by the
+  tensor scale (see :mod:`.onnx_weight`).
 - A quantized bias is static: its fake-quant values are a float32 initializer.
 
 Per-tensor / per-channel weight quantizers, static or learned activation scales and rounding
@@ -42,6 +45,11 @@ class QuantLayerOptions:
             raise ValueError(f"scale_format must be one of {SCALE_FORMATS}, got {self.scale_format!r}")
 
 
+def _quantizer_name(proxy: QuantProxy) -> str:
+    """The quantizer class a proxy was built from (``NVFP4Act``), else the proxy's class name."""
+    return getattr(getattr(proxy, "quantizer", None), "__name__", None) or type(proxy).__name__
+
+
 def _hint(info: NodeInfo) -> str:
     return info.name.replace(".", "_") or "layer"
 
@@ -52,7 +60,7 @@ def _act_quant(b: GraphBuilder, proxy: QuantProxy, x: str, shape: Optional[torch
     if not proxy.is_quant_enabled:
         return x
     spec = proxy.spec
-    what = f"{type(proxy).__name__} {which}"
+    what = f"{which} {_quantizer_name(proxy)}"
     if not (spec.is_dynamic and spec.is_group):
         kind = spec.granularity if spec.is_dynamic else f"{spec.scale_source}/{spec.stats_op}"
         raise ExportError(info.name, what, f"{which} uses {kind} scaling; only dynamic group-wise (MX) activation "
@@ -82,12 +90,13 @@ def _weight(b: GraphBuilder, layer: nn.Module, info: NodeInfo, options: QuantLay
         raise ExportError(info.name, type(layer).__name__, f"weight quantizer gives {type(qt).__name__}; only "
                           "group-wise (MX / per-group) weight quantizers export")
     q = qt.to_group_quantized()
+    what = f"{type(layer).__name__} weight_quant {_quantizer_name(layer.weight_quant)}"
     power_of_two = q.scale_codes is not None and q.scale_format.is_power_of_two
     scale_format = options.scale_format if power_of_two else "float32"  # the option is for power-of-two scales
     try:
         return weight_dequant_of(b, q, f"{_hint(info)}_weight", scale_format)
     except ValueError as e:
-        raise ExportError(info.name, type(layer).__name__, str(e)) from e
+        raise ExportError(info.name, what, str(e)) from e
 
 
 def _bias(b: GraphBuilder, layer: nn.Module, info: NodeInfo) -> Optional[str]:
