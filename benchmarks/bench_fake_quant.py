@@ -5,7 +5,9 @@ Run by hand (from the repository root):
     PYTHONPATH=src python benchmarks/bench_fake_quant.py            # native, reference, compiled reference
     PYTHONPATH=src python benchmarks/bench_fake_quant.py --no-compile --peers
 
-For fp32 and bf16 and every MX format it prints the median time (ms) and the memory traffic
+For fp32 and bf16 and every MX format (blocks of 32, E8M0 scales) and NVFP4 (``nvfp4``: blocks of
+16, UE4M3 scales and the per-tensor float32 scale, whose amax costs one more pass over x in
+Python, ``torch.aminmax``; ``nvfp4-1l``: the single-level variant, ``tensor_scale=False``) it prints the median time (ms) and the memory traffic
 rate (GB/s: one read of x and one write of the result) of the native op, the PyTorch reference
 and torch.compile of the reference, with x.clone() (the same traffic, no arithmetic) as the
 memory floor measured in the same run; the ratio "x clone" is the figure to read. The table is
@@ -27,6 +29,15 @@ from groupquant.ops import make_spec, reference_fake_quant
 from groupquant.ops.native_ops import native_fake_quant
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+#: benchmark rows beyond the MX format names: label -> make_spec arguments
+SCHEME_ROWS: Dict[str, Dict[str, object]] = {"nvfp4": {"fmt": "nvfp4"},
+                                              "nvfp4-1l": {"fmt": "nvfp4", "tensor_scale": False}}
+
+
+def row_spec(x: torch.Tensor, row: str):
+    """The GroupSpec of a benchmark row: an MX format name, or one of :data:`SCHEME_ROWS`."""
+    kwargs = dict(SCHEME_ROWS.get(row, {"fmt": row}))
+    return make_spec(x, kwargs.pop("fmt"), **kwargs)
 
 
 def median_ms(fn: Callable[[], object], reps: int) -> float:
@@ -97,7 +108,7 @@ def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers
         x = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
         print(f"\n{header}")
         for fmt in formats:
-            spec = make_spec(x, fmt)
+            spec = row_spec(x, fmt)
             nat, clone_ms = paired_ms(lambda: native_fake_quant(x, spec), lambda: x.clone(), reps)
             ref = median_ms(lambda: reference_fake_quant(x, spec), max(1, reps // 3))
             line = (f"{dname:5} {fmt:9} {nat:9.1f} {gbps(x, nat):6.2f} {clone_ms:8.1f} {nat / clone_ms:7.2f} "
@@ -111,7 +122,7 @@ def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers
                 except Exception as exc:  # dynamo may not trace every format's Python
                     line += f" {'failed':>11}  ({type(exc).__name__})"
             print(line, flush=True)
-            if peers:
+            if peers and fmt not in SCHEME_ROWS:
                 for name, fn in peer_functions(fmt).items():
                     try:
                         ms = median_ms(lambda: fn(x), max(1, reps // 3))
@@ -124,7 +135,7 @@ def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers
         x = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
         cells = []
         for fmt in formats:
-            spec = make_spec(x, fmt)
+            spec = row_spec(x, fmt)
             nat, clone_ms = paired_ms(lambda: native_fake_quant(x, spec), lambda: x.clone(), reps)
             cells.append(f"{fmt} {nat:.1f} ms ({nat / clone_ms:.2f}x clone)")
         print(f"{dname}: " + "; ".join(cells))
@@ -134,14 +145,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=4096, help="the tensor is size x size")
     parser.add_argument("--reps", type=int, default=9, help="timed calls per native measurement (reference: a third)")
-    parser.add_argument("--formats", nargs="+", default=list(gq.MX_FORMATS))
+    parser.add_argument("--formats", nargs="+", default=list(gq.MX_FORMATS) + list(SCHEME_ROWS),
+                        help="MX format names and/or " + ", ".join(SCHEME_ROWS))
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile of the reference")
     parser.add_argument("--peers", action="store_true", help="also time Brevitas / torchao / microxcaling if importable")
     args = parser.parse_args(argv)
     print(f"groupquant backend: {gq.ops.backend()}; torch {torch.__version__}; threads {torch.get_num_threads()}; "
-          f"{args.size}x{args.size}, blocks of 32 along the last dim, median of {args.reps}")
+          f"{args.size}x{args.size}, blocks of 32 (nvfp4: 16) along the last dim, median of {args.reps}")
     if args.peers:
-        found = sorted({name for fmt in args.formats for name in peer_functions(fmt)})
+        found = sorted({name for fmt in args.formats if fmt not in SCHEME_ROWS for name in peer_functions(fmt)})
         print("peers importable: " + (", ".join(found) if found else "none (brevitas, torchao, microxcaling)"))
     run_table(args.size, args.reps, args.formats, not args.no_compile, args.peers)
 

@@ -18,6 +18,37 @@ def test_formats_table_lists_mx_constants(capsys):
     assert rows["int8"][4:6] == ["0", "1.98438"]
 
 
+def _section(out: str, first_word: str) -> dict:
+    """Rows of the table whose header starts with ``first_word``, by their first word."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first_word))
+    rows = {}
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        rows[line.split()[0]] = line.split()
+    return rows
+
+
+def test_formats_lists_scale_formats_and_schemes(capsys):
+    assert main(["formats"]) == 0
+    out = capsys.readouterr().out
+    scales = _section(out, "scale format")
+    # name bits min max NaN-code kind...
+    assert scales["e8m0"][:5] == ["e8m0", "8", "2^-127", "2^127", "0xff"]
+    assert scales["e5m0"][:5] == ["e5m0", "5", "2^-15", "2^15", "0x1f"]
+    assert scales["ue4m3"][:5] == ["ue4m3", "8", "0.015625", "448", "0x7f"]
+    assert scales["bfloat16"][:2] == ["bfloat16", "16"] and scales["bfloat16"][-3:] == ["-", "bfloat16", "value"]
+    assert scales["float32"][:2] == ["float32", "32"] and scales["float32"][4] == "3.40282e+38"
+    schemes = _section(out, "scheme")
+    # scheme elements scale block tensor-scale bits/element
+    assert schemes["nvfp4"] == ["nvfp4", "fp4_e2m1", "ue4m3", "16", "float32", "4.50"]
+    assert schemes["mxfp4_e2m1"] == ["mxfp4_e2m1", "fp4_e2m1", "e8m0", "32", "-", "4.25"]
+    assert schemes["mxint8"][-1] == "8.25" and schemes["mxfp6_e2m3"][-1] == "6.25"
+    assert main(["formats", "--all"]) == 0
+    assert "nvfp4" in capsys.readouterr().out
+
+
 def test_formats_all_lists_aliases(capsys):
     assert main(["formats", "--all"]) == 0
     out = capsys.readouterr().out

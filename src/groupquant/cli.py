@@ -3,7 +3,8 @@
 Commands (``build_parser`` holds their help, which ``--help`` prints once):
     demo      the main job: train on scikit-learn's digits, quantize to every MX format, QAT (default);
               with --recipe, train with an MX training recipe and compare with float
-    formats   the element format table (bits, bias, emax, max normal, min normal/subnormal, specials)
+    formats   the element format table (bits, bias, emax, max normal, min normal/subnormal, specials),
+              the scale format table and the block schemes (MX formats, NVFP4) with bits per element
     describe  the settings of a format or a quantizer, by name
 """
 from __future__ import annotations
@@ -15,9 +16,14 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from .formats import MX_FORMATS, get_format, known_formats
+from .formats import MX_FORMATS, get_format, get_scale_format, get_scheme, known_formats, known_schemes
 
-__all__ = ["main", "build_parser", "format_table", "format_aliases"]
+__all__ = ["main", "build_parser", "format_table", "format_aliases", "scale_format_table", "scheme_table"]
+
+#: scale formats in the table: name -> what it is for
+_TABLE_SCALES = (("e8m0", "power of two (OCP MX)"), ("e5m0", "power of two, e{k}m0 for k = 2..8"),
+                 ("ue4m3", "unsigned FP8 E4M3 (NVFP4)"), ("bfloat16", "bfloat16 value"),
+                 ("float32", "float32 value"))
 
 _EXTRA_TABLE_FORMATS = ("float_ocp_e4m3", "float_fnuz_e4m3", "float_e4m3", "int4")
 
@@ -102,6 +108,42 @@ def format_table(names: Sequence[str]) -> str:
     return "\n".join(rows)
 
 
+def scale_format_table() -> str:
+    """A text table of the scale formats: storage bits, smallest and largest scale, NaN code."""
+    rows = [f"{'scale format':<13} {'bits':>4} {'min':>10} {'max':>12} {'NaN code':>8}  kind"]
+    for name, kind in _TABLE_SCALES:
+        d = get_scale_format(name).describe()
+        lo, hi = d["min"], d["max"]
+        lo = lo if isinstance(lo, str) else ("0 (->1)" if lo == 0 else f"{lo:g}")
+        hi = hi if isinstance(hi, str) else f"{hi:g}"
+        nan = d.get("nan_code")
+        rows.append(f"{name:<13} {d['bit_width']:>4} {lo:>10} {hi:>12} {'-' if nan is None else hex(nan):>8}  {kind}")
+    rows.append("min/max: the scale's range (minifloats: clamped to their normal range; float32 / bfloat16:\n"
+                "a zero scale becomes 1). NaN code: the scale of a block holding NaN or Inf.")
+    return "\n".join(rows)
+
+
+def _mx_scheme_name(fmt: str) -> str:
+    """The full 'mx...' alias of an MX format (mxfp4_e2m1 for fp4_e2m1), else its name."""
+    names = [a for a in format_aliases().get(fmt, []) if a.startswith("mx")]
+    return max(names, key=len) if names else fmt
+
+
+def scheme_table() -> str:
+    """A text table of the block schemes: each MX format (E8M0 scale per 32) and NVFP4, with bits per element."""
+    rows = [f"{'scheme':<11} {'elements':<9} {'scale':<6} {'block':>5} {'tensor scale':>12} {'bits/element':>12}"]
+    for fmt in MX_FORMATS:
+        bits = get_format(fmt).bit_width + 8 / 32
+        rows.append(f"{_mx_scheme_name(fmt):<11} {fmt:<9} {'e8m0':<6} {32:>5} {'-':>12} {bits:>12.2f}")
+    for name in known_schemes():
+        sc = get_scheme(name)
+        rows.append(f"{name:<11} {sc.element.name:<9} {sc.scale_format.name:<6} {sc.block_size:>5} "
+                    f"{'float32' if sc.tensor_scale else '-':>12} {sc.bits_per_element:>12.2f}")
+    rows.append("bits/element: element bits + scale bits / block (a tensor scale adds 32 bits per tensor).\n"
+                "fake_quant(x, 'nvfp4'); other combinations: fake_quant(x, fmt, block_size, scale_format=, tensor_scale=).")
+    return "\n".join(rows)
+
+
 def format_aliases() -> Dict[str, List[str]]:
     """Canonical format name -> the other names ``get_format`` accepts for the same format."""
     aliases: Dict[str, List[str]] = {}
@@ -114,13 +156,18 @@ def format_aliases() -> Dict[str, List[str]]:
 
 
 def cmd_formats(args: argparse.Namespace) -> int:
-    """Print the format table: the MX formats and a few variants, or every format with --all."""
+    """Print the format table (the MX formats and a few variants, or every format with --all), then
+    the scale formats and the block schemes."""
     if args.all:
         aliases = format_aliases()
         print(format_table(sorted(aliases)))
         print("other names: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in sorted(aliases.items()) if v))
-        return 0
-    print(format_table(list(MX_FORMATS) + [n for n in _EXTRA_TABLE_FORMATS if n in known_formats()]))
+    else:
+        print(format_table(list(MX_FORMATS) + [n for n in _EXTRA_TABLE_FORMATS if n in known_formats()]))
+    print()
+    print(scale_format_table())
+    print()
+    print(scheme_table())
     return 0
 
 
@@ -231,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print the results as JSON (no progress bars)")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     demo.set_defaults(func=cmd_demo, formats_given=False)
-    fmts = sub.add_parser("formats", help="print the element format table")
+    fmts = sub.add_parser("formats", help="print the element, scale format and block scheme tables")
     fmts.add_argument("--all", action="store_true", help="every format name groupquant knows")
     fmts.set_defaults(func=cmd_formats)
     desc = sub.add_parser("describe", help="settings of a format or quantizer, e.g. describe fp4_e2m1")

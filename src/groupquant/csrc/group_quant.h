@@ -215,7 +215,8 @@ GQ_HD uint8_t encode_minifloat_scale(float s, const FormatParams& f) {
 // The float rule (shared_scale._float_block_scale): s = round(clamp((amax / max_normal) / g,
 // scale_min, scale_max)), 1 where that is 0; g is the per-tensor scale (1 without one: an exact
 // division). NaN scale and the NaN code for a block with NaN/Inf, or for any block when g is NaN.
-// inv = (1 / g) / s (two-level scaling multiplies by it; single-level divides by s instead).
+// inv = min((1 / g) / s, float32 max) (two-level scaling multiplies by it; single-level divides by s
+// instead): it overflows when g * s < 2^-128 (all-zero or tiny tensors), and Inf would turn 0 into NaN.
 GQ_HD BlockScale float_block_scale(uint32_t amax_bits, const FormatParams& f, float g) {
   const bool bad_g = !(fabsf(g) <= 3.4028234663852886e38f);  // NaN or Inf
   const bool nonfinite = amax_bits >= 0x7F800000u || bad_g;
@@ -227,7 +228,7 @@ GQ_HD BlockScale float_block_scale(uint32_t amax_bits, const FormatParams& f, fl
   sc = sc > 0.0f ? sc : 1.0f;
   BlockScale s;
   s.scale = nonfinite ? quiet_nan() : sc;
-  s.inv = nonfinite ? quiet_nan() : (1.0f / gg) / sc;
+  s.inv = nonfinite ? quiet_nan() : fminf((1.0f / gg) / sc, 3.4028234663852886e38f);
   const uint8_t code = f.scale_kind == kScaleMinifloat ? encode_minifloat_scale(sc, f) : 0;
   s.code = nonfinite && f.scale_nan_code >= 0 ? static_cast<uint8_t>(f.scale_nan_code) : code;
   return s;

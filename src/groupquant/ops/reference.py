@@ -20,6 +20,8 @@ from .group_layout import GroupLayout
 from .quantized import GroupQuantized
 from .shared_scale import group_scale, tensor_scale_of
 
+_F32_MAX = torch.finfo(torch.float32).max
+
 __all__ = ["GroupSpec", "reference_fake_quant", "reference_fake_quant_with_scale", "reference_quantize",
            "stochastic_noise", "ReferenceFakeQuantParts", "tensor_scale_for"]
 
@@ -82,7 +84,10 @@ def _quantize_values(x: torch.Tensor, spec: GroupSpec) -> _Quantized:
     g = tensor_scale_for(x, spec)
     scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_mode, x.dtype, spec.scale_format, g)
     noise = stochastic_noise(spec, x.device)
-    scaled = xg / scale if g is None else xg * (torch.div(torch.ones_like(g), g) / scale)
+    if g is None:
+        scaled = xg / scale
+    else:  # (1 / g) / s saturates at float32's max (see shared_scale): Inf would make 0 * Inf = NaN
+        scaled = xg * (torch.div(torch.ones_like(g), g) / scale).clamp_max(_F32_MAX)
     elements = round_to_format(scaled, spec.fmt, spec.rounding, noise, spec.saturating)
     return _Quantized(elements, scale, scale_codes, scaled, g)
 

@@ -22,7 +22,7 @@ The ``float`` rule (any float-valued scale format: float32, bfloat16, unsigned m
 UE4M3), in float32 arithmetic in this order::
 
     s = round_sf(clamp((amax / max_normal) / g, min_sf, max_sf))     # block scale
-    q = round_elem(x * ((1 / g) / s))    with a tensor scale g        # elements
+    q = round_elem(x * min((1 / g) / s, F32_MAX))   with a tensor scale g   # elements
     q = round_elem(x / s)                without one (a true division)
     dequantized = (q * s) * g            (q * s without one)
 
@@ -33,7 +33,9 @@ it (g = 1 without a tensor scale gives torchao's single-level variant).
 
 Per-tensor second scale (two-level scaling, minifloat scale formats only):
 ``g = max(amax(|x|) / (max_sf * max_normal), 2**-126)`` in float32, ``448 * 6 = 2688`` for NVFP4.
-The floor at float32's smallest normal keeps ``1 / g`` finite: an all-zero tensor gets
+The floor at float32's smallest normal keeps ``1 / g`` finite, and the multiplier ``(1 / g) / s``
+saturates at float32's max ``F32_MAX`` (as TransformerEngine's ``fminf(..., FLT_MAX)``; it would be Inf
+where ``g * s < 2**-128``, and ``0 * Inf`` NaN): an all-zero tensor gets
 ``g = 2**-126``, its block scales clamp to ``min_sf`` and every element is 0; a tensor whose amax
 is below ``2688 * 2**-126`` (about 3e-35) is quantized with that floor instead of NaN. A tensor
 holding NaN or Inf anywhere gets ``g = NaN``: every block scale (code: the scale format's NaN) and
