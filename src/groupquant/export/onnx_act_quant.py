@@ -19,6 +19,8 @@ operations and their order of ``groupquant.ops.shared_scale``, so the result is 
 """
 from __future__ import annotations
 
+import torch
+
 from ..core import QuantSpec
 from ..ops.shared_scale import MIN_TENSOR_SCALE, tensor_scale_divisor
 from .onnx_builder import GraphBuilder
@@ -69,8 +71,10 @@ def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spe
     scale = b.node("Add", [block_scale, probe], hint="scale")
     if g is None:
         scaled = b.node("Div", [xg, scale], hint="scaled")
-    else:  # xg * ((1 / g) / scale), as the reference computes it
-        scaled = b.node("Mul", [xg, b.node("Div", [b.node("Div", [b.const(1.0), g]), scale])], hint="scaled")
+    else:  # xg * min((1 / g) / scale, float32 max), as the reference computes it
+        inv = b.node("Div", [b.node("Div", [b.const(1.0), g]), scale])
+        inv = b.node("Min", [inv, b.const(float(torch.finfo(torch.float32).max))], hint="inv_scale")
+        scaled = b.node("Mul", [xg, inv], hint="scaled")
     elements = round_elements_of(b, scaled, spec.fmt)
     out = b.node("Mul", [elements, scale])
     if g is not None:
