@@ -67,11 +67,22 @@ def test_describe_a_quantizer_shows_derived_values(capsys):
     assert lines["max_normal"] == "7.5" and lines["group_size"] == "32" and lines["bias"] == "1"
 
 
+def test_describe_a_scheme_and_a_scale_format(capsys):
+    assert main(["describe", "nvfp4"]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["scale_format"] == "ue4m3" and lines["block_size"] == "16" and lines["bits_per_element"] == "4.5"
+    assert main(["describe", "ue4m3"]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["max"] == "448.0" and lines["min"] == "0.015625" and lines["nan_code"] == "127"
+    assert main(["describe", "e5m0"]) == 0
+    assert "2^15" in capsys.readouterr().out
+
+
 def test_describe_unknown_name_fails_clearly(capsys):
     assert main(["describe", "MXFloat5"]) == 2
-    assert "neither a format nor a quantizer" in capsys.readouterr().err
+    assert "neither a format, a scale format, a scheme nor a quantizer" in capsys.readouterr().err
     assert main(["describe", "ScaleRounding"]) == 2  # an enum, not a quantizer
-    assert "neither a format nor a quantizer" in capsys.readouterr().err
+    assert "neither a format, a scale format, a scheme nor a quantizer" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name, guess", [("fp4_e2m2", "fp4_e2m1"), ("mxfp_e4m3", "mxfp8_e4m3"),
@@ -80,7 +91,7 @@ def test_describe_unknown_name_fails_clearly(capsys):
 def test_describe_a_misspelt_name_suggests_the_closest(capsys, name, guess):
     assert main(["describe", name]) == 2
     err = capsys.readouterr().err
-    assert f"{name!r} is neither a format nor a quantizer" in err and f"did you mean {guess!r}?" in err
+    assert f"{name!r} is neither a format, a scale format, a scheme nor a quantizer" in err and f"did you mean {guess!r}?" in err
 
 
 def test_describe_far_from_any_name_suggests_nothing(capsys):

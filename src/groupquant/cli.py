@@ -202,14 +202,25 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
         print(describe(quantizer))
         return 0
+    scheme = get_scheme(name)
+    if scheme is not None:
+        rows = {"name": scheme.name, "elements": scheme.element.name, "scale_format": scheme.scale_format.name,
+                "block_size": scheme.block_size, "tensor_scale": "float32 per tensor" if scheme.tensor_scale else "none",
+                "bits_per_element": scheme.bits_per_element}
+        for key, value in rows.items():
+            print(f"{key:<20} {value}")
+        return 0
     try:
         fmt = get_format(name)
     except ValueError:
-        guess = _suggest(name, known_formats() + _quantizer_names())
-        hint = f"; did you mean {guess!r}?" if guess else ""
-        print(f"error: {name!r} is neither a format nor a quantizer in groupquant.quantizers{hint} "
-              "(formats: python -m groupquant formats --all)", file=sys.stderr)
-        return 2
+        try:
+            fmt = get_scale_format(name)
+        except ValueError:
+            guess = _suggest(name, known_formats() + known_schemes() + _quantizer_names())
+            hint = f"; did you mean {guess!r}?" if guess else ""
+            print(f"error: {name!r} is neither a format, a scale format, a scheme nor a quantizer in "
+                  f"groupquant.quantizers{hint} (formats: python -m groupquant formats --all)", file=sys.stderr)
+            return 2
     for key, value in fmt.describe().items():
         print(f"{key:<20} {value}")
     return 0
