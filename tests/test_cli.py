@@ -165,7 +165,7 @@ def test_options_without_a_command_run_the_demo(capsys, monkeypatch):
     monkeypatch.setattr(cli, "cmd_demo", lambda args: seen.append(args) or 0)
     assert main(["--epochs", "3", "--seed", "7"]) == 0
     assert seen[0].command == "demo" and seen[0].epochs == 3 and seen[0].seed == 7
-    assert seen[0].formats == list(cli.MX_FORMATS)
+    assert seen[0].formats == list(cli.BLOCK_FORMATS)
     with pytest.raises(SystemExit):
         main(["--epochs", "-1"])
     assert "must be >= 0" in capsys.readouterr().err

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from .formats import MX_FORMATS, get_format, get_scale_format, get_scheme, known_formats, known_schemes
+from .quantizers import BLOCK_FORMATS
 
 __all__ = ["main", "build_parser", "format_table", "format_aliases", "scale_format_table", "scheme_table"]
 
@@ -29,19 +30,22 @@ _EXTRA_TABLE_FORMATS = ("float_ocp_e4m3", "float_fnuz_e4m3", "float_e4m3", "int4
 
 
 def _mx_format_names() -> Dict[str, str]:
-    """Every name ``get_format`` accepts for an MX element format -> its canonical name."""
-    return {name: get_format(name).name for name in known_formats() if get_format(name).name in MX_FORMATS}
+    """Every name ``get_format`` accepts for an MX element format -> its canonical name, and the
+    block schemes (``nvfp4``) -> themselves."""
+    names = {name: get_format(name).name for name in known_formats() if get_format(name).name in MX_FORMATS}
+    names.update({name: name for name in known_schemes()})
+    return names
 
 
 def _split_formats(values: Sequence[str]) -> List[str]:
-    """``['fp4_e2m1,int8', 'fp8_e4m3']`` -> the canonical MX names, in order, each once.
+    """``['fp4_e2m1,int8', 'nvfp4']`` -> the canonical block format names, in order, each once.
 
-    Raises ``argparse.ArgumentTypeError`` naming the first name that is not an MX format, or
-    saying that no name was given; both messages list the valid names.
+    Raises ``argparse.ArgumentTypeError`` naming the first name that is not an MX format or a
+    scheme, or saying that no name was given; both messages list the valid names.
     """
     mx_names = _mx_format_names()
-    valid = (f"MX formats: {', '.join(MX_FORMATS)} "
-             f"(also: {', '.join(sorted(n for n in mx_names if n not in MX_FORMATS))})")
+    valid = (f"MX formats: {', '.join(MX_FORMATS)}; schemes: {', '.join(known_schemes())} "
+             f"(also: {', '.join(sorted(n for n in mx_names if n not in MX_FORMATS and n not in known_schemes()))})")
     names: List[str] = []
     for name in (v.strip() for item in values for v in item.split(",")):
         if not name:
@@ -272,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                "Help of one command: python -m groupquant COMMAND --help")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     demo = sub.add_parser("demo", help="train on digits, quantize to every MX format, QAT MXFP4 (default)")
-    demo.add_argument("--formats", nargs="+", default=list(MX_FORMATS), metavar="FMT", action=_FormatsAction,
+    demo.add_argument("--formats", nargs="+", default=list(BLOCK_FORMATS), metavar="FMT", action=_FormatsAction,
                       help=f"formats to compare, space or comma separated (default: {','.join(MX_FORMATS)})")
     demo.add_argument("--epochs", type=_non_negative_int, default=15,
                       help="float training epochs, and the --recipe run's (default 15)")

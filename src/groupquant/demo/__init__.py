@@ -1,7 +1,7 @@
 """The main job behind ``python -m groupquant demo``: MX quantization of a model trained on real data.
 
 Steps (see :func:`run_demo`): load scikit-learn's built-in digits; train a float MLP; post-training
-quantize it to every MX format (weights and activations, blocks of 32) and measure weight SQNR,
+quantize it to every MX format (weights and activations, blocks of 32) and NVFP4, and measure weight SQNR,
 test accuracy and packed size; fine-tune the MXFP4 model with quantization-aware training. With a
 training recipe (``DemoOptions(recipe="mxfp8")``), train a copy of the initial model with every
 GEMM operand quantized, forward and backward.

@@ -20,7 +20,7 @@ from ..nn import QuantLinear, quantize_model, recipe
 from ..nn.grad_slots import GRAD_SLOTS
 from ..packing import PackedTensor
 from ..quant_tensor import plain
-from ..quantizers import MX_QUANTIZERS, MXQuantizerPair, mx_quantizers
+from ..quantizers import MX_QUANTIZERS, MXQuantizerPair, mx_quantizers, quantizer_pair
 
 __all__ = ["MXQuantizerPair", "MX_QUANTIZERS", "mx_quantizers", "build_mlp", "quantized_copy", "recipe_copy",
            "gemm_operands", "GEMM_SLOTS", "weight_sqnr_db", "packed_model_bytes"]
@@ -49,8 +49,9 @@ def build_mlp(in_features: int = 64, hidden: Sequence[int] = (128, 128), classes
 
 
 def quantized_copy(model: nn.Module, fmt: str) -> nn.Module:
-    """A deep copy of ``model`` with every ``nn.Linear`` a ``QuantLinear`` quantizing weight and input to ``fmt``."""
-    pair = mx_quantizers(fmt)
+    """A deep copy of ``model`` with every ``nn.Linear`` a ``QuantLinear`` quantizing weight and input to
+    ``fmt`` (an MX format or ``'nvfp4'``, with their default quantizers)."""
+    pair = quantizer_pair(fmt)
     return quantize_model(copy.deepcopy(model), weight_quant=pair.weight, input_quant=pair.act)
 
 
@@ -90,8 +91,8 @@ def weight_sqnr_db(float_model: nn.Module, quant_model: nn.Module) -> float:
 
 
 def packed_model_bytes(model: nn.Module) -> int:
-    """Payload bytes of ``groupquant.export.packed_state_dict(model)``: packed weights (element codes
-    and E8M0 scales) plus every other tensor (biases in float32); quantizer state not counted."""
+    """Payload bytes of ``groupquant.export.packed_state_dict(model)``: packed weights (element codes,
+    scale bytes and any tensor scale) plus every other tensor (biases in float32); quantizer state not counted."""
     sd = packed_state_dict(model)
     skip = set(sd["quantizer_keys"])  # type: ignore[arg-type]
     packed = sum(PackedTensor.from_record(rec).nbytes for rec in sd["packed"].values())  # type: ignore[union-attr]

@@ -11,10 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ..formats import MX_FORMATS, get_format
+from ..formats import get_format, get_scheme
 from ..nn import QuantLinear, recipe as recipe_of
+from ..quantizers import BLOCK_FORMATS, canonical_block_format, quantizer_pair
 from .data import load_digits_split
-from .model import (build_mlp, gemm_operands, mx_quantizers, packed_model_bytes, quantized_copy, recipe_copy,
+from .model import (build_mlp, gemm_operands, packed_model_bytes, quantized_copy, recipe_copy,
                     weight_sqnr_db)
 from .training import Evaluation, TrainConfig, evaluate, gradient_sqnr_db, train_classifier
 
@@ -29,8 +30,8 @@ class DemoOptions:
     """Settings of the demo.
 
     Fields:
-        formats: MX element formats to post-training quantize to (names as ``groupquant.get_format`` takes);
-            may be empty when ``recipe`` is set.
+        formats: block formats to post-training quantize to: MX element formats (names as
+            ``groupquant.get_format`` takes) and ``'nvfp4'``; may be empty when ``recipe`` is set.
         float_epochs: epochs of float training (and of training with ``recipe``).
         qat_epochs: epochs of QAT fine-tuning (0 skips QAT).
         qat_format: the format fine-tuned with QAT (MXFP4, the coarsest, by default).
@@ -43,7 +44,7 @@ class DemoOptions:
             forward and backward, runs on quantized operands.
     """
 
-    formats: Tuple[str, ...] = tuple(MX_FORMATS)
+    formats: Tuple[str, ...] = BLOCK_FORMATS
     float_epochs: int = 15
     qat_epochs: int = 4
     qat_format: str = "fp4_e2m1"
@@ -56,7 +57,7 @@ class DemoOptions:
         if not self.formats and self.recipe is None:
             raise ValueError("formats must name at least one format (or give a recipe)")
         for name in (*self.formats, self.qat_format):
-            mx_quantizers(name)
+            quantizer_pair(name)
         if self.recipe is not None:
             recipe_of(self.recipe)  # an unknown name: UnknownSettingError with a did-you-mean
 
@@ -65,7 +66,7 @@ class DemoOptions:
 class FormatResult:
     """One row of the table: a format's size and error after post-training quantization.
 
-    ``bits_per_element`` counts the shared scale (element bits + 8/32); ``weight_sqnr_db`` is over
+    ``bits_per_element`` counts the shared scale (element bits + 8/32; NVFP4 4 + 8/16); ``weight_sqnr_db`` is over
     all weights; ``test`` is the quantized model's test accuracy and loss; ``packed_bytes`` the model
     size stored packed (weights and scales; float32 biases).
     """
@@ -119,7 +120,11 @@ class DemoReport:
 
 
 def bits_per_element(fmt: str, block_size: int = BLOCK_SIZE) -> float:
-    """Storage bits per element including the shared scale: ``bit_width + 8 / block_size``."""
+    """Storage bits per element including the shared scale: ``bit_width + 8 / block_size`` (a scheme
+    such as ``'nvfp4'``: its own block and scale format; the per-tensor scale not counted)."""
+    scheme = get_scheme(fmt)
+    if scheme is not None:
+        return scheme.bits_per_element
     return get_format(fmt).bit_width + SCALE_BITS / block_size
 
 
@@ -142,12 +147,12 @@ def run_demo(options: DemoOptions = DemoOptions()) -> DemoReport:
     for fmt in options.formats:
         qmodel = quantized_copy(model, fmt)
         report.ptq.append(FormatResult(
-            fmt=get_format(fmt).name, bits_per_element=bits_per_element(fmt),
+            fmt=canonical_block_format(fmt), bits_per_element=bits_per_element(fmt),
             weight_sqnr_db=weight_sqnr_db(model, qmodel), test=evaluate(qmodel, data.x_test, data.y_test),
             packed_bytes=packed_model_bytes(qmodel)))
     if options.qat_epochs > 0:
         qmodel = quantized_copy(model, options.qat_format)
-        report.qat_format = get_format(options.qat_format).name
+        report.qat_format = canonical_block_format(options.qat_format)
         report.qat_before = evaluate(qmodel, data.x_test, data.y_test)
         qat = train_classifier(qmodel, data.x_train, data.y_train, TrainConfig(
             epochs=options.qat_epochs, lr=5e-4, seed=options.seed + 1, progress=options.progress,

@@ -62,7 +62,8 @@ def format_report(report: DemoReport) -> str:
     if report.ptq:
         lines += [
             "",
-            "post-training quantization (weights and activations, blocks of 32, E8M0 scales):",
+            "post-training quantization (weights and activations; MX: blocks of 32, E8M0 scales; "
+            "NVFP4: blocks of 16, E4M3 scales, FP32 tensor scale):",
             f"{'format':<10} {'bits/elem':>9} {'weight SQNR':>11} {'test acc':>8} {'test loss':>9} {'packed bytes':>12}",
         ]
     for r in report.ptq:

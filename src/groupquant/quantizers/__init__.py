@@ -30,6 +30,7 @@ from .mx import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e
                  MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Act, MXFloat8e5m2Weight,
                  MXInt8Act, MXInt8Weight, MX_QUANTIZERS, MXQuantizerPair, mx_quantizers)
 from .nvfp4 import NVFP4Act, NVFP4Scaling, NVFP4Weight
+from .pairs import BLOCK_FORMATS, canonical_block_format, quantizer_pair
 from .settings import (FloatToIntRounding, NanInfRule, RestrictScaling, ScaleRounding, ScalingPerOutput,
                        ScalingSource, ScalingStatsOp, SteMode)
 
@@ -45,7 +46,7 @@ __all__ = [
     "MXFloat4e2m1Act", "MXFloat4e2m1Weight", "MXFloat6e2m3Act", "MXFloat6e2m3Weight", "MXFloat6e3m2Act",
     "MXFloat6e3m2Weight", "MXFloat8e4m3Act", "MXFloat8e4m3Weight", "MXFloat8e5m2Act", "MXFloat8e5m2Weight",
     "MXInt8Act", "MXInt8Weight", "MX_QUANTIZERS", "MXQuantizerPair", "mx_quantizers",
-    "NVFP4Act", "NVFP4Scaling", "NVFP4Weight",
+    "NVFP4Act", "NVFP4Scaling", "NVFP4Weight", "BLOCK_FORMATS", "canonical_block_format", "quantizer_pair",
     "FloatToIntRounding", "NanInfRule", "RestrictScaling", "ScaleRounding", "ScalingPerOutput",
     "ScalingSource", "ScalingStatsOp", "SteMode", "MSEScaling", "MXFloat4e2m1WeightMSE", "MXFloat6e2m3WeightMSE",
     "MXFloat6e3m2WeightMSE", "MXFloat8e4m3WeightMSE", "MXFloat8e5m2WeightMSE", "MXInt8WeightMSE",
