@@ -194,44 +194,65 @@ GQ_HD BlockScale pow2_block_scale(uint32_t amax_bits, const FormatParams& f, int
   return s;
 }
 
-// Round a positive float32 s (already clamped to [scale_min, scale_max]) onto the scale format:
-// float32 as is; bfloat16 to nearest even; a minifloat (s at least its min normal) to nearest even
-// with its mantissa_bits (no overflow: scale_max is on the grid).
+// Round a positive float32 s (already clamped to [scale_min, scale_max]) onto the scale format Kind
+// (ScaleKind): float32 as is; bfloat16 to nearest even; a minifloat (s at least its min normal) to
+// nearest even with its mantissa_bits (no overflow: scale_max is on the grid).
+template <int Kind>
 GQ_HD float round_scale(float s, const FormatParams& f) {
-  const int32_t e = exponent_field_log2(s);
-  const float mini = rintf(s * exp2i(f.scale_mantissa_bits - e)) * exp2i(e - f.scale_mantissa_bits);
-  const float bf = u2f(static_cast<uint32_t>(float_to_bf16_bits(s)) << 16);
-  return f.scale_kind == kScaleMinifloat ? mini : (f.scale_kind == kScaleBFloat16 ? bf : s);
+  if constexpr (Kind == kScaleMinifloat) {
+    const int32_t e = exponent_field_log2(s);
+    return rintf(s * exp2i(f.scale_mantissa_bits - e)) * exp2i(e - f.scale_mantissa_bits);
+  } else if constexpr (Kind == kScaleBFloat16) {
+    const uint32_t u = f2u(s);  // s is finite and positive: bfloat16 rounding without the NaN case
+    return u2f((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
+  } else {
+    return s;
+  }
 }
 
+// min(v, float32 max) for a v that is not NaN (a select, so loops over blocks vectorize).
+GQ_HD float saturate_to_max(float v) { return v > 3.4028234663852886e38f ? 3.4028234663852886e38f : v; }
+
 // Code of a minifloat scale s (normal, on the grid): exponent field and top mantissa bits.
-GQ_HD uint8_t encode_minifloat_scale(float s, const FormatParams& f) {
+GQ_HD int32_t encode_minifloat_scale(float s, const FormatParams& f) {
   const uint32_t b = f2u(s);
   const int32_t field = static_cast<int32_t>(b >> 23) - 127 + f.scale_bias;
   const uint32_t mant = (b & 0x007FFFFFu) >> (23 - f.scale_mantissa_bits);
-  return static_cast<uint8_t>((static_cast<uint32_t>(field) << f.scale_mantissa_bits) | mant);
+  return static_cast<int32_t>((static_cast<uint32_t>(field) << f.scale_mantissa_bits) | mant);
 }
 
-// The float rule (shared_scale._float_block_scale): s = round(clamp((amax / max_normal) / g,
-// scale_min, scale_max)), 1 where that is 0; g is the per-tensor scale (1 without one: an exact
-// division). NaN scale and the NaN code for a block with NaN/Inf, or for any block when g is NaN.
-// inv = min((1 / g) / s, float32 max) (two-level scaling multiplies by it; single-level divides by s
-// instead): it overflows when g * s < 2^-128 (all-zero or tiny tensors), and Inf would turn 0 into NaN.
-GQ_HD BlockScale float_block_scale(uint32_t amax_bits, const FormatParams& f, float g) {
+// The float rule (shared_scale._float_block_scale) for scale format Kind: s = round(clamp((amax /
+// max_normal) / g, scale_min, scale_max)), 1 where that is 0; g is the per-tensor scale (1 without
+// one: an exact division). NaN scale and the NaN code for a block with NaN/Inf, or for any block when
+// g is NaN. inv = min((1 / g) / s, float32 max) (two-level scaling multiplies by it; single-level
+// divides by s instead): it overflows when g * s < 2^-128 (all-zero or tiny tensors), and Inf would
+// turn 0 into NaN. Selects only (a loop over blocks vectorizes).
+template <int Kind>
+GQ_HD BlockScale float_block_scale_as(uint32_t amax_bits, const FormatParams& f, float g) {
   const bool bad_g = !(fabsf(g) <= 3.4028234663852886e38f);  // NaN or Inf
   const bool nonfinite = amax_bits >= 0x7F800000u || bad_g;
   const float gg = bad_g ? 1.0f : g;
   float sc = u2f(nonfinite ? 0u : amax_bits) / f.max_normal;
   sc = sc / gg;
-  sc = fminf(fmaxf(sc, f.scale_min), f.scale_max);
-  sc = round_scale(sc, f);
+  sc = sc < f.scale_min ? f.scale_min : sc;  // sc is not NaN here; selects (not fminf/fmaxf) vectorize
+  sc = sc > f.scale_max ? f.scale_max : sc;
+  sc = round_scale<Kind>(sc, f);
   sc = sc > 0.0f ? sc : 1.0f;
   BlockScale s;
   s.scale = nonfinite ? quiet_nan() : sc;
-  s.inv = nonfinite ? quiet_nan() : fminf((1.0f / gg) / sc, 3.4028234663852886e38f);
-  const uint8_t code = f.scale_kind == kScaleMinifloat ? encode_minifloat_scale(sc, f) : 0;
-  s.code = nonfinite && f.scale_nan_code >= 0 ? static_cast<uint8_t>(f.scale_nan_code) : code;
+  s.inv = nonfinite ? quiet_nan() : saturate_to_max((1.0f / gg) / sc);
+  const int32_t code = Kind == kScaleMinifloat ? encode_minifloat_scale(sc, f) : 0;
+  s.code = static_cast<uint8_t>(nonfinite && f.scale_nan_code >= 0 ? f.scale_nan_code : code);
   return s;
+}
+
+// float_block_scale_as for the scale format the record names.
+GQ_HD BlockScale float_block_scale(uint32_t amax_bits, const FormatParams& f, float g) {
+  switch (f.scale_kind) {
+    case kScaleMinifloat: return float_block_scale_as<kScaleMinifloat>(amax_bits, f, g);
+    case kScaleBFloat16: return float_block_scale_as<kScaleBFloat16>(amax_bits, f, g);
+    default: return float_block_scale_as<kScaleFloat32>(amax_bits, f, g);
+  }
 }
 
 // The scale of a block by any mode (shared_scale.group_scale); g: the per-tensor scale (or 1).

@@ -150,6 +150,20 @@ float padding_value(const BlockScale& sc, const Job& job) {
   return quantize_element(s, job.fmt, rule, rule.threshold);
 }
 
+// Float-valued scales of n blocks in scale format Kind (float_block_scale_as), a loop that vectorizes.
+template <int Kind>
+void float_block_scales(const uint32_t* __restrict amax, int64_t n, const FormatParams& fmt, float g,
+                        float* __restrict scale, float* __restrict inv, uint8_t* __restrict code) {
+  const FormatParams f = fmt;
+#pragma omp simd
+  for (int64_t t = 0; t < n; ++t) {
+    const BlockScale sc = float_block_scale_as<Kind>(amax[t], f, g);
+    scale[t] = sc.scale;
+    inv[t] = sc.inv;
+    code[t] = sc.code;
+  }
+}
+
 // Shared scales of n blocks from their amax (float32 bits of |x|): scale, inv and the scale
 // format's code per block, in a loop over blocks that vectorizes (no per-block branches).
 template <int Apply>
@@ -166,14 +180,12 @@ void block_scales(const uint32_t* __restrict amax, int64_t n, const Job& job, fl
       inv[t] = sc.inv;
       code[t] = sc.code;
     }
+  } else if (f.scale_kind == kScaleMinifloat) {
+    float_block_scales<kScaleMinifloat>(amax, n, f, g, scale, inv, code);
+  } else if (f.scale_kind == kScaleBFloat16) {
+    float_block_scales<kScaleBFloat16>(amax, n, f, g, scale, inv, code);
   } else {
-#pragma omp simd
-    for (int64_t t = 0; t < n; ++t) {
-      const BlockScale sc = float_block_scale(amax[t], f, g);
-      scale[t] = sc.scale;
-      inv[t] = sc.inv;
-      code[t] = sc.code;
-    }
+    float_block_scales<kScaleFloat32>(amax, n, f, g, scale, inv, code);
   }
 }
 
