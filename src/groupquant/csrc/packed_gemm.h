@@ -40,6 +40,8 @@ enum DecodePath : int32_t {
   kDecodeInt8 = 2,     // 8-bit: float(int8(code)) * elem_mul
   kDecodeHalf = 3,     // 8-bit: half bits (code & 0x80) << 8 | (code & 0x7F) << half_shift, times
                        // elem_mul; NaN where (code & 0x7F) == nan_low7 (nan_low7 >= 0)
+  kDecodeNibbleBf16 = 4,  // 4-bit codes whose table values are exact in bfloat16: byte shuffles of
+                          // the table's bfloat16 bytes (elem_mul, half_shift: powers of two, 1 / 0)
 };
 
 // The parameter record: field order = packed order of ops/packed_gemm_params.py (checked at load).

@@ -29,10 +29,6 @@
 #include <immintrin.h>
 #define GQP_AVX2 1
 #endif
-#if defined(__SSE__) || defined(__x86_64__)
-#include <xmmintrin.h>
-#define GQP_MXCSR 1
-#endif
 
 #include "packed_gemm.h"
 #include "packed_gemm_cpu.h"
@@ -44,18 +40,6 @@ namespace {
 constexpr int64_t kChunk = 512;                // K elements decoded per step (2 rows: 4 KiB)
 constexpr int64_t kTileBytes = int64_t(2) << 20;  // float32 weight tile of the many-rows path
 constexpr int kMaxTileRows = 4;                // input rows per micro-kernel call
-
-// Keeps subnormals while alive (MXCSR FTZ and DAZ cleared, restored after).
-class KeepDenormals {
- public:
-#if defined(GQP_MXCSR)
-  KeepDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0x8040u); }
-  ~KeepDenormals() { _mm_setcsr(saved_); }
-
- private:
-  unsigned saved_;
-#endif
-};
 
 // ---- decoding one block -------------------------------------------------------------------------
 
@@ -138,7 +122,8 @@ using BlockDecoder = void (*)(const PackedGemmParams&, const float*, const uint8
 BlockDecoder pick_decoder(const PackedGemmParams& p) {
 #if defined(GQP_AVX2)
   if (p.block_size % 8 == 0) {
-    if (p.code_bits == 4 && p.decode_path == kDecodeTable16) return decode_block_table16;
+    if (p.code_bits == 4 && (p.decode_path == kDecodeTable16 || p.decode_path == kDecodeNibbleBf16))
+      return decode_block_table16;
     if (p.code_bits == 8) return decode_block_byte;
   }
 #endif
@@ -150,8 +135,9 @@ void decode_span(const PackedGemmJob& job, BlockDecoder decode, int64_t n, int64
   const PackedGemmParams& p = job.p;
   const uint8_t* row = job.data + n * row_bytes(p);
   const uint8_t* scales = job.scale + n * p.num_blocks;
-  for (int64_t j = k0; j < k1; j += p.block_size) {
-    decode(p, job.value_table, row, j, p.block_size, job.scale_table[scales[j / p.block_size]], dst + (j - k0));
+  const int64_t b1 = k1 / p.block_size;  // no division per block (k0, k1 are block-aligned)
+  for (int64_t b = k0 / p.block_size, j = k0; b < b1; ++b, j += p.block_size) {
+    decode(p, job.value_table, row, j, p.block_size, job.scale_table[scales[b]], dst + (j - k0));
   }
 }
 
@@ -285,6 +271,16 @@ void run_many_rows(const PackedGemmJob& job, const at::Tensor& x, const at::Tens
 void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const at::Tensor& out) {
   if (job.rows == 0 || job.p.out_features == 0) return;
   if (job.rows < job.p.tile_gemm_min_rows) {
+    if (nibble_order_input(job.p)) {
+      const int64_t kp = job.p.num_blocks * job.p.block_size;
+      const at::Tensor order = at::tensor(std::vector<int64_t>{0, 2, 4, 6, 1, 3, 5, 7});
+      const at::Tensor xs = x.view({job.rows, kp / 8, 8}).index_select(2, order).contiguous();
+      PackedGemmJob permuted = job;
+      permuted.x = xs.data_ptr<float>();
+      if (run_packed_stream_cpu(permuted)) return;
+    } else if (run_packed_stream_cpu(job)) {
+      return;
+    }
     run_few_rows(job);
   } else {
     run_many_rows(job, x, out);

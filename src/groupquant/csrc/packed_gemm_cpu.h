@@ -5,8 +5,34 @@
 
 #include "packed_gemm.h"
 
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#define GQP_MXCSR 1
+#endif
+
 namespace groupquant {
 namespace packed {
+
+// Keeps subnormals while alive (MXCSR flush-to-zero and denormals-are-zero cleared, restored after):
+// the fake-quant dequantization keeps subnormal scales and products too.
+class KeepDenormals {
+ public:
+#if defined(GQP_MXCSR)
+  KeepDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0x8040u); }
+  ~KeepDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+#endif
+};
+
+// The register-blocked kernel for few input rows (packed_gemm_stream.cpp); false where it does not
+// apply (no AVX2/FMA/F16C build, or a block size that is not a multiple of 32).
+bool run_packed_stream_cpu(const PackedGemmJob& job);
+
+// Whether that kernel wants its input rows permuted to the nibble decode order (within every 8
+// columns: 0, 2, 4, 6, 1, 3, 5, 7).
+bool nibble_order_input(const PackedGemmParams& p);
 
 // out[M, N] = x @ W^T (+ bias), float32; x, out: the job's float32 tensors (x zero-padded to
 // num_blocks * block_size columns).

@@ -37,10 +37,10 @@ PackedGemmParams parse_packed_params(at::IntArrayRef params) {
   TORCH_CHECK_VALUE(p.block_size * p.code_bits % 8 == 0, "groupquant: a block of packed codes must fill whole bytes "
                     "(block_size * code_bits % 8 == 0), got block_size=", num(p.block_size), " code_bits=",
                     num(p.code_bits));
-  TORCH_CHECK_VALUE(p.decode_path >= kDecodeTable && p.decode_path <= kDecodeHalf,
-                    "groupquant: decode_path must be 0..3, got ", num(p.decode_path));
-  TORCH_CHECK_VALUE(p.decode_path != kDecodeTable16 || p.code_bits == 4, "groupquant: decode_path table16 needs "
-                    "4-bit codes");
+  TORCH_CHECK_VALUE(p.decode_path >= kDecodeTable && p.decode_path <= kDecodeNibbleBf16,
+                    "groupquant: decode_path must be 0..4, got ", num(p.decode_path));
+  TORCH_CHECK_VALUE((p.decode_path != kDecodeTable16 && p.decode_path != kDecodeNibbleBf16) || p.code_bits == 4,
+                    "groupquant: decode_path table16 / nibble_bf16 needs 4-bit codes");
   TORCH_CHECK_VALUE((p.decode_path != kDecodeInt8 && p.decode_path != kDecodeHalf) || p.code_bits == 8,
                     "groupquant: decode_path int8/half needs 8-bit codes");
   TORCH_CHECK_VALUE(p.half_shift >= 0 && p.half_shift <= 8 && p.nan_low7 >= -1 && p.nan_low7 <= 0x7F,

@@ -23,10 +23,10 @@ from .codes import decode
 from .shared_scale import e8m0_decode
 
 __all__ = ["element_value_table", "e8m0_scale_table", "FastDecode", "fast_decode", "DECODE_TABLE", "DECODE_TABLE16",
-           "DECODE_INT8", "DECODE_HALF", "MAX_CODE_BITS"]
+           "DECODE_INT8", "DECODE_HALF", "DECODE_NIBBLE_BF16", "MAX_CODE_BITS"]
 
 #: The kernels' decode paths (csrc/packed_gemm.h, enum DecodePath).
-DECODE_TABLE, DECODE_TABLE16, DECODE_INT8, DECODE_HALF = 0, 1, 2, 3
+DECODE_TABLE, DECODE_TABLE16, DECODE_INT8, DECODE_HALF, DECODE_NIBBLE_BF16 = 0, 1, 2, 3, 4
 #: Widest element code the packed GEMM decodes.
 MAX_CODE_BITS = 8
 
@@ -71,7 +71,8 @@ def e8m0_scale_table() -> torch.Tensor:
 class FastDecode:
     """An arithmetic decode of 8-bit codes the CPU kernel may use (csrc/packed_gemm.h, DecodePath).
 
-    ``path``: DECODE_TABLE (none), DECODE_TABLE16 (4-bit: table in registers), DECODE_INT8
+    ``path``: DECODE_TABLE (none), DECODE_TABLE16 (4-bit: table in registers), DECODE_NIBBLE_BF16
+    (4-bit whose table values are exact in bfloat16: byte shuffles of their bfloat16 bytes), DECODE_INT8
     (``int8(code) * elem_mul``) or DECODE_HALF (half bits ``(c & 0x80) << 8 | (c & 0x7F) << half_shift``
     times ``elem_mul``, NaN where ``c & 0x7F == nan_low7``; -1: no such code).
     """
@@ -117,7 +118,8 @@ def fast_decode(fmt: ElementFormat) -> FastDecode:
     """The CPU kernel's decode path for ``fmt``: an arithmetic one proven equal to the table, else the table."""
     table = _value_table(fmt)
     if fmt.bit_width == 4:
-        return FastDecode(DECODE_TABLE16)
+        bf16_exact = bool(((table.view(torch.int32) & 0xFFFF) == 0).all())
+        return FastDecode(DECODE_NIBBLE_BF16 if bf16_exact else DECODE_TABLE16)
     if fmt.bit_width != 8:
         return FastDecode()
     for cand in _candidates(fmt):
