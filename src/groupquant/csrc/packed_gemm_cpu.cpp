@@ -219,8 +219,7 @@ void run_few_rows(const PackedGemmJob& job) {
   const int64_t chunk = std::max<int64_t>(p.block_size, (kChunk / p.block_size) * p.block_size);
   const BlockDecoder decode = pick_decoder(p);
   const int64_t pairs = (p.out_features + 1) / 2;
-  at::parallel_for(0, pairs, 8, [&](int64_t q0, int64_t q1) {
-    KeepDenormals keep;
+  parallel_chunks(pairs, 32, [&](int64_t q0, int64_t q1) {
     std::vector<float> wbuf(2 * chunk);
     std::vector<float> part(job.rows * 2);
     for (int64_t q = q0; q < q1; ++q) {
@@ -254,8 +253,7 @@ void run_many_rows(const PackedGemmJob& job, const at::Tensor& x, const at::Tens
   for (int64_t n0 = 0; n0 < p.out_features; n0 += tile) {
     const int64_t rows = std::min(tile, p.out_features - n0);
     float* dst = buf.data_ptr<float>();
-    at::parallel_for(0, rows, 4, [&](int64_t r0, int64_t r1) {
-      KeepDenormals keep;
+    parallel_chunks(rows, 8, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) decode_span(job, decode, n0 + r, 0, kp, dst + r * kp);
     });
     at::Tensor o = out.narrow(1, n0, rows);
@@ -291,8 +289,7 @@ void run_packed_decode_cpu(const PackedGemmJob& job, float* dst) {
   const PackedGemmParams& p = job.p;
   const int64_t kp = p.num_blocks * p.block_size;
   const BlockDecoder decode = pick_decoder(p);
-  at::parallel_for(0, p.out_features, 16, [&](int64_t r0, int64_t r1) {
-    KeepDenormals keep;
+  parallel_chunks(p.out_features, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) decode_span(job, decode, r, 0, kp, dst + r * kp);
   });
 }

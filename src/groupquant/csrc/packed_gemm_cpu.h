@@ -2,6 +2,10 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
 
 #include "packed_gemm.h"
 
@@ -25,6 +29,20 @@ class KeepDenormals {
   unsigned saved_;
 #endif
 };
+
+// f(i0, i1) over [0, n) in chunks of `chunk`, handed out one at a time to torch's threads (dynamic
+// scheduling: a thread whose core is shared with another process takes fewer chunks instead of
+// holding the others up); subnormals kept in every thread.
+template <class F>
+void parallel_chunks(int64_t n, int64_t chunk, const F& f) {
+  const int64_t tasks = (n + chunk - 1) / chunk;
+  std::atomic<int64_t> next{0};
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), tasks));
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    KeepDenormals keep;
+    for (int64_t t = next.fetch_add(1); t < tasks; t = next.fetch_add(1)) f(t * chunk, std::min(n, t * chunk + chunk));
+  });
+}
 
 // The register-blocked kernel for few input rows (packed_gemm_stream.cpp); false where it does not
 // apply (no AVX2/FMA/F16C build, or a block size that is not a multiple of 32).

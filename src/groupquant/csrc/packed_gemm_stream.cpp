@@ -1,9 +1,9 @@
 // The register-blocked streaming kernel of the packed GEMM for few input rows (AVX2 + FMA + F16C):
-// each weight row is decoded 32 codes at a time straight into four vector registers, which are
-// multiplied into every input row of the tile; a block's partial dot product is multiplied by the
-// block's scale once (sum_j x_j * (q_j * s) == s * sum_j x_j * q_j up to float32 rounding: the
-// order of float32 operations differs from F.linear's anyway). Blocks whose size is a multiple
-// of 32; other cases use the decode-to-buffer kernel (packed_gemm_cpu.cpp).
+// each weight row is decoded 32 codes at a time straight into four vector registers, multiplied
+// by the block's scale (the dequantized weights, bit for bit) and FMA'd into every input row of
+// the tile; K runs in chunks whose input rows stay in L1, and threads take chunks of 64 weight
+// rows dynamically. Blocks whose size is a multiple of 32; other cases use the decode-to-buffer
+// kernel (packed_gemm_cpu.cpp).
 //
 // Decoders of 32 codes (element values without the scale, as float32):
 // - 4-bit, table values exact in bfloat16 (FP4 E2M1, INT4): two byte shuffles of the 16-entry
@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -37,7 +38,7 @@ namespace {
 
 constexpr int kMaxRows = 8;             // input rows per register tile
 constexpr int64_t kL1Floats = 4096;     // input floats per K chunk (16 KiB, in L1)
-constexpr int64_t kRowsPerPass = 256;   // weight rows per pass over the K chunks
+constexpr int64_t kRowsPerPass = 64;    // weight rows per task (one pass over the K chunks)
 
 // Values of 32 codes in four vectors.
 struct Block {
@@ -72,7 +73,7 @@ struct NibbleBf16 {
     out.v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, w1));
     out.v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, w1));
   }
-  static constexpr int kBytes = 16;
+  float mul = 1.0f;  // values are the table's
 };
 
 // Four vectors of 8 values from 16-bit half words w0 (elements 0-7 | 16-23) and w1 (8-15 | 24-31).
@@ -89,7 +90,9 @@ struct HalfShift {
   float inv_mul;      // 1 / elem_mul (a power of two): table values of a NaN block, before elem_mul
   __m128i lo_count, hi_count;
   __m256i lo_mask, hi_mask;
-  explicit HalfShift(const PackedGemmParams& p) : shift(p.half_shift), nan_low7(p.nan_low7), inv_mul(1.0f / p.elem_mul) {
+  float mul;          // elem_mul
+  explicit HalfShift(const PackedGemmParams& p)
+      : shift(p.half_shift), nan_low7(p.nan_low7), inv_mul(1.0f / p.elem_mul), mul(p.elem_mul) {
     lo_count = _mm_cvtsi32_si128(shift);
     hi_count = _mm_cvtsi32_si128(8 - shift);
     lo_mask = _mm256_set1_epi8(static_cast<char>((0xFF << shift) & 0xFF));
@@ -113,21 +116,21 @@ struct HalfShift {
     const __m256i lb = _mm256_and_si256(_mm256_sll_epi16(low7, lo_count), lo_mask);
     halves_to_block(_mm256_unpacklo_epi8(lb, hb), _mm256_unpackhi_epi8(lb, hb), out);
   }
-  static constexpr int kBytes = 32;
 };
 
 struct Int8 {
+  float mul;  // elem_mul
   inline void decode(const uint8_t* src, const float*, Block& out) const {
     for (int q = 0; q < 4; ++q) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 8 * q));
       out.v[q] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
     }
   }
-  static constexpr int kBytes = 32;
 };
 
 struct Table {
   int bits;
+  float mul = 1.0f;
   inline void decode(const uint8_t* src, const float* table, Block& out) const {
     alignas(32) float t[32];
     for (int j = 0; j < 32; ++j) t[j] = table[code_at(src, j, bits)];
@@ -143,38 +146,49 @@ inline float hsum(__m256 v) {
 }
 
 // part[(n - n0) * MR + m] += the dot products of blocks [b0, b1) for MR input rows m0.. and weight
-// rows [n0, n1); x rows are ldx floats apart.
+// rows [n0, n1); x rows are ldx floats apart. Each run of 32 values is multiplied by the block's
+// scale times the decoder's elem_mul (exact: both powers of two for MX, so these are the
+// dequantized weights bit for bit); where that product overflows, the block goes through the table.
 template <int MR, class Dec>
 void rows_tile(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t ldx, int64_t m0, int64_t n0,
                int64_t n1, int64_t b0, int64_t b1, float* part_sums) {
+  constexpr int A = MR >= 4 ? 1 : (MR == 1 ? 4 : 2);  // accumulators per input row (FMA latency)
   const PackedGemmParams& p = job.p;
   const int64_t sub = p.block_size / 32;  // runs of 32 per block
   const int64_t rb = row_bytes(p), run_bytes = 32 * p.code_bits / 8;
+  const Table table{p.code_bits};
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = job.data + n * rb + b0 * sub * run_bytes;
     const uint8_t* scales = job.scale + n * p.num_blocks;
-    __m256 acc[MR];
-    for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
+    __m256 acc[MR][A];
+    for (int m = 0; m < MR; ++m)
+      for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
     const float* xb = x + m0 * ldx + b0 * p.block_size;
     for (int64_t b = b0; b < b1; ++b) {
-      const __m256 s = _mm256_set1_ps(job.scale_table[scales[b]]);
-      __m256 part[MR];
-      for (int m = 0; m < MR; ++m) part[m] = _mm256_setzero_ps();
+      const float s = job.scale_table[scales[b]];
+      const float s_eff = s * dec.mul;
+      // (never for NibbleBf16, whose mul is 1: its permuted value order stays as the input's)
+      const bool via_table = !std::isfinite(s_eff) && std::isfinite(s);
+      const __m256 sv = _mm256_set1_ps(via_table ? s : s_eff);
       for (int64_t r = 0; r < sub; ++r, xb += 32, row += run_bytes) {
         Block w;
-        dec.decode(row, job.value_table, w);
+        if (via_table) {
+          table.decode(row, job.value_table, w);
+        } else {
+          dec.decode(row, job.value_table, w);
+        }
+        for (int q = 0; q < 4; ++q) w.v[q] = _mm256_mul_ps(w.v[q], sv);
         for (int m = 0; m < MR; ++m) {
           const float* xm = xb + m * ldx;
-          __m256 t = _mm256_mul_ps(w.v[0], _mm256_loadu_ps(xm));
-          t = _mm256_fmadd_ps(w.v[1], _mm256_loadu_ps(xm + 8), t);
-          __m256 u = _mm256_mul_ps(w.v[2], _mm256_loadu_ps(xm + 16));
-          u = _mm256_fmadd_ps(w.v[3], _mm256_loadu_ps(xm + 24), u);
-          part[m] = _mm256_add_ps(part[m], _mm256_add_ps(t, u));
+          for (int q = 0; q < 4; ++q) acc[m][q % A] = _mm256_fmadd_ps(w.v[q], _mm256_loadu_ps(xm + 8 * q), acc[m][q % A]);
         }
       }
-      for (int m = 0; m < MR; ++m) acc[m] = _mm256_fmadd_ps(part[m], s, acc[m]);
     }
-    for (int m = 0; m < MR; ++m) part_sums[(n - n0) * MR + m] += hsum(acc[m]);
+    for (int m = 0; m < MR; ++m) {
+      __m256 t = acc[m][0];
+      for (int a = 1; a < A; ++a) t = _mm256_add_ps(t, acc[m][a]);
+      part_sums[(n - n0) * MR + m] += hsum(t);
+    }
   }
 }
 
@@ -198,11 +212,9 @@ void rows_all_chunks(const PackedGemmJob& job, const Dec& dec, const float* x, i
 template <class Dec>
 void run_with(const PackedGemmJob& job, const Dec& dec, const float* x, float post) {
   const PackedGemmParams& p = job.p;
-  at::parallel_for(0, p.out_features, 16, [&](int64_t t0, int64_t t1) {
-    KeepDenormals keep;
+  parallel_chunks(p.out_features, kRowsPerPass, [&](int64_t n0, int64_t n1) {
     std::vector<float> part;
-    for (int64_t n0 = t0; n0 < t1; n0 += kRowsPerPass) {
-     const int64_t n1 = std::min(t1, n0 + kRowsPerPass);
+    {
      for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
       switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {
         case 8: rows_all_chunks<8>(job, dec, x, m0, n0, n1, post, part); break;
@@ -228,14 +240,14 @@ bool nibble_order_input(const PackedGemmParams& p) {
 bool run_packed_stream_cpu(const PackedGemmJob& job) {
   const PackedGemmParams& p = job.p;
   if (p.block_size % 32 != 0) return false;
-  // elem_mul and the global scale multiply the row's sum (exact powers of two for MX formats)
+  // the global scale (NVFP4's second scale) multiplies the row's sum
   const float global = p.has_global_scale ? p.global_scale : 1.0f;
   if (p.code_bits == 4 && p.decode_path == kDecodeNibbleBf16) {
     run_with(job, NibbleBf16(job.value_table), job.x, global);
   } else if (p.code_bits == 8 && p.decode_path == kDecodeHalf && (p.half_shift >= 1 && p.half_shift <= 8)) {
-    run_with(job, HalfShift(p), job.x, p.elem_mul * global);
+    run_with(job, HalfShift(p), job.x, global);
   } else if (p.code_bits == 8 && p.decode_path == kDecodeInt8) {
-    run_with(job, Int8(), job.x, p.elem_mul * global);
+    run_with(job, Int8{p.elem_mul}, job.x, global);
   } else {
     run_with(job, Table{p.code_bits}, job.x, global);
   }
