@@ -5,8 +5,8 @@
 // - Few input rows (M < tile_gemm_min_rows): at::parallel_for over pairs of output rows; per K
 //   chunk, decode two rows, then a register-blocked micro-kernel (2 weight rows x up to 4 input
 //   rows, AVX2 FMA where compiled for it) adds into per-row partial sums.
-// - Many input rows: the weight is decoded a tile of rows at a time (at most kTileBytes of float32,
-//   never the whole weight) in parallel, and a float GEMM (at::mm) multiplies the inputs by it.
+// - Many input rows: each thread decodes a tile of weight rows at a time (at most kTileBytes of
+//   float32, never the whole weight) and a float GEMM (at::mm) multiplies the inputs by it.
 //
 // Vector decoders (AVX2; AVX-512 builds also define __AVX2__, so they take these paths): a 4-bit
 // code selects its value from the 16-entry table pre-multiplied by the block scale in two
@@ -38,7 +38,7 @@ namespace packed {
 namespace {
 
 constexpr int64_t kChunk = 512;                // K elements decoded per step (2 rows: 4 KiB)
-constexpr int64_t kTileBytes = int64_t(2) << 20;  // float32 weight tile of the many-rows path
+constexpr int64_t kTileBytes = int64_t(1) << 20;  // float32 weight tile of the many-rows path (per thread)
 constexpr int kMaxTileRows = 4;                // input rows per micro-kernel call
 
 // ---- decoding one block -------------------------------------------------------------------------
@@ -247,18 +247,17 @@ void run_few_rows(const PackedGemmJob& job) {
 void run_many_rows(const PackedGemmJob& job, const at::Tensor& x, const at::Tensor& out) {
   const PackedGemmParams& p = job.p;
   const int64_t kp = p.num_blocks * p.block_size;
-  const int64_t tile = std::max<int64_t>(16, std::min<int64_t>(p.out_features, kTileBytes / (4 * kp)));
+  const int64_t tile = std::max<int64_t>(8, std::min<int64_t>(p.out_features, kTileBytes / (4 * kp)));
   const BlockDecoder decode = pick_decoder(p);
-  at::Tensor buf = at::empty({tile, kp}, x.options());
-  for (int64_t n0 = 0; n0 < p.out_features; n0 += tile) {
-    const int64_t rows = std::min(tile, p.out_features - n0);
+  // One parallel region: each thread decodes a tile of weight rows into its own buffer and runs a
+  // (sequential, being inside the region) float GEMM on it; no alternation between this region and
+  // a multithreaded GEMM, which stalls badly when the cores are shared with other processes.
+  parallel_chunks(p.out_features, tile, [&](int64_t n0, int64_t n1) {
+    at::Tensor buf = at::empty({n1 - n0, kp}, x.options());
     float* dst = buf.data_ptr<float>();
-    parallel_chunks(rows, 8, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) decode_span(job, decode, n0 + r, 0, kp, dst + r * kp);
-    });
-    at::Tensor o = out.narrow(1, n0, rows);
-    o.copy_(at::mm(x, buf.narrow(0, 0, rows).t()));
-  }
+    for (int64_t n = n0; n < n1; ++n) decode_span(job, decode, n, 0, kp, dst + (n - n0) * kp);
+    out.narrow(1, n0, n1 - n0).copy_(at::mm(x, buf.t()));
+  });
   if (job.bias != nullptr) {
     out.add_(at::from_blob(const_cast<float*>(job.bias), {p.out_features}, x.options()));
   }
