@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 from ..formats import MX_FORMATS, get_format
 from ..nn import QuantLinear, recipe as recipe_of
 from .data import load_digits_split
+from .packed_inference import PackedResult, measure_packed
 from .model import (build_mlp, gemm_operands, mx_quantizers, packed_model_bytes, quantized_copy, recipe_copy,
                     weight_sqnr_db)
 from .training import Evaluation, TrainConfig, evaluate, gradient_sqnr_db, train_classifier
@@ -115,6 +116,7 @@ class DemoReport:
     qat_after: Optional[Evaluation] = None
     qat_loss_curve: List[float] = field(default_factory=list)
     recipe: Optional[RecipeResult] = None
+    packed: List[PackedResult] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -145,6 +147,7 @@ def run_demo(options: DemoOptions = DemoOptions()) -> DemoReport:
             fmt=get_format(fmt).name, bits_per_element=bits_per_element(fmt),
             weight_sqnr_db=weight_sqnr_db(model, qmodel), test=evaluate(qmodel, data.x_test, data.y_test),
             packed_bytes=packed_model_bytes(qmodel)))
+        report.packed.append(measure_packed(model, qmodel, get_format(fmt).name, data.x_test, data.y_test))
     if options.qat_epochs > 0:
         qmodel = quantized_copy(model, options.qat_format)
         report.qat_format = get_format(options.qat_format).name
