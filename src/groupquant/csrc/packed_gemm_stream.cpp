@@ -149,6 +149,7 @@ inline float hsum(__m256 v) {
 // rows [n0, n1); x rows are ldx floats apart. Each run of 32 values is multiplied by the block's
 // scale times the decoder's elem_mul (exact: both powers of two for MX, so these are the
 // dequantized weights bit for bit); where that product overflows, the block goes through the table.
+// With one input row the run's dot product is scaled instead (the same up to float32 rounding).
 template <int MR, class Dec>
 void rows_tile(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t ldx, int64_t m0, int64_t n0,
                int64_t n1, int64_t b0, int64_t b1, float* part_sums) {
@@ -176,6 +177,14 @@ void rows_tile(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t
           table.decode(row, job.value_table, w);
         } else {
           dec.decode(row, job.value_table, w);
+        }
+        if constexpr (MR == 1) {  // one input row: scale the run's dot product instead of the four weight vectors
+          __m256 t = _mm256_mul_ps(w.v[0], _mm256_loadu_ps(xb));
+          __m256 u = _mm256_mul_ps(w.v[1], _mm256_loadu_ps(xb + 8));
+          t = _mm256_fmadd_ps(w.v[2], _mm256_loadu_ps(xb + 16), t);
+          u = _mm256_fmadd_ps(w.v[3], _mm256_loadu_ps(xb + 24), u);
+          acc[0][(b + r) & 3] = _mm256_fmadd_ps(_mm256_add_ps(t, u), sv, acc[0][(b + r) & 3]);
+          continue;
         }
         for (int q = 0; q < 4; ++q) w.v[q] = _mm256_mul_ps(w.v[q], sv);
         for (int m = 0; m < MR; ++m) {
