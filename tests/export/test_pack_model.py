@@ -131,3 +131,10 @@ def test_float_layers_stay_and_bad_dtype_is_named():
 def test_root_layer_is_replaced():
     layer = QuantLinear(64, 8, weight_quant=MXFloat4e2m1Weight)
     assert isinstance(gq.pack_model(layer), PackedLinear)
+
+
+def test_packed_model_compiles():
+    pm = gq.pack_model(nn.Sequential(QuantLinear(64, 32, weight_quant=MXFloat4e2m1Weight)).eval())
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        assert torch.equal(torch.compile(pm, fullgraph=True)(x), pm(x))
