@@ -2,9 +2,10 @@
 // into a small float tile (L1-sized: two weight rows times one K chunk), and the tile is used at
 // once against every input row; the weight is streamed from memory once per call.
 //
-// - Few input rows (M < tile_gemm_min_rows): at::parallel_for over pairs of output rows; per K
-//   chunk, decode two rows, then a register-blocked micro-kernel (2 weight rows x up to 4 input
-//   rows, AVX2 FMA where compiled for it) adds into per-row partial sums.
+// - Few input rows (M < tile_gemm_min_rows): the register-blocked streaming kernel of
+//   packed_gemm_stream.cpp where it applies (AVX2 + FMA + F16C, blocks of a multiple of 32); else
+//   the fallback here: per pair of output rows and K chunk, decode two rows into an L1 buffer,
+//   then a micro-kernel (2 weight rows x up to 4 input rows) adds into per-row partial sums.
 // - Many input rows: each thread decodes a tile of weight rows at a time (at most kTileBytes of
 //   float32, never the whole weight) and a float GEMM (at::mm) multiplies the inputs by it.
 //
@@ -14,7 +15,8 @@
 // the table (int8, half-precision bit shift), else gathered from the 256-entry table. Other widths
 // (FP6) and builds without AVX2 decode one code at a time from the table.
 //
-// Subnormal scales and products are kept: each parallel chunk clears flush-to-zero and
+// Work is shared with parallel_chunks (packed_gemm_cpu.h): chunks of rows handed out dynamically.
+// Subnormal scales and products are kept: each thread clears flush-to-zero and
 // denormals-are-zero while it runs (the fake-quant dequantization keeps them too).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

@@ -8,11 +8,14 @@
 // Decoders of 32 codes (element values without the scale, as float32):
 // - 4-bit, table values exact in bfloat16 (FP4 E2M1, INT4): two byte shuffles of the 16-entry
 //   table (high and low byte of each value's bfloat16 bits) and unpacks; the values come out in the
-//   order kNibbleOrder within each run of 8, so the input rows are permuted once per call to match.
+//   order 0, 2, 4, 6, 1, 3, 5, 7 within each run of 8, so the input rows are permuted once per call
+//   to match.
 // - 8-bit half shift (FP8 E4M3 / E5M2): the code's bits moved into half-precision bits with byte
-//   shifts, converted by F16C, times elem_mul at the end of the row; a block holding a NaN code
+//   shifts, converted by F16C (elem_mul is folded into the block scale); a block holding a NaN code
 //   (nan_low7) is decoded through the table instead.
-// - 8-bit int8 (MXINT8): sign extension and conversion, times elem_mul at the end of the row.
+// - 8-bit int8 (MXINT8): sign extension and conversion.
+// - 6-bit (FP6): byte shuffles and shifts into 32-bit lanes, then the 64-entry table by magnitude
+//   in registers (sign-symmetric tables) or gathered.
 // - anything else: one table lookup per code into a small buffer.
 #include <ATen/Parallel.h>
 
@@ -124,6 +127,63 @@ struct Int8 {
     for (int q = 0; q < 4; ++q) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 8 * q));
       out.v[q] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    }
+  }
+};
+
+// 6-bit codes (FP6 E2M3 / E3M2): eight codes (six bytes) per vector, each code's two bytes
+// shuffled into its lane, shifted and masked. A table whose upper half is its lower half with the
+// sign flipped (every signed minifloat) is looked up by magnitude in four 8-entry registers
+// (permutes and blends) and the sign bit applied; any other table is gathered.
+struct Gather6 {
+  float mul = 1.0f;
+  bool symmetric = false;
+  __m256i control, shifts;
+  __m256 mag[4];
+  const float* table;
+  const uint8_t* end;  // one past the last code byte
+  Gather6(const float* t, const uint8_t* data_end) : table(t), end(data_end) {
+    alignas(32) int8_t c[32];
+    alignas(32) int32_t sh[8];
+    for (int j = 0; j < 8; ++j) {
+      const int byte = (6 * j) >> 3;
+      const int lane = j & 3, half = (j >> 2) * 16;
+      c[half + 4 * lane] = static_cast<int8_t>(byte);
+      c[half + 4 * lane + 1] = static_cast<int8_t>(byte + 1);
+      c[half + 4 * lane + 2] = c[half + 4 * lane + 3] = static_cast<int8_t>(0x80);
+      sh[j] = (6 * j) & 7;
+    }
+    control = _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
+    shifts = _mm256_load_si256(reinterpret_cast<const __m256i*>(sh));
+    symmetric = true;
+    for (int i = 0; i < 32; ++i) {
+      uint32_t lo, hi;
+      std::memcpy(&lo, t + i, 4);
+      std::memcpy(&hi, t + i + 32, 4);
+      symmetric = symmetric && (hi == (lo ^ 0x80000000u));
+    }
+    for (int k = 0; k < 4; ++k) mag[k] = _mm256_loadu_ps(t + 8 * k);
+  }
+  inline __m256 lookup(__m256i idx) const {
+    if (!symmetric) return _mm256_i32gather_ps(table, idx, 4);
+    const __m256 b3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+    const __m256 low = _mm256_blendv_ps(_mm256_permutevar8x32_ps(mag[0], idx), _mm256_permutevar8x32_ps(mag[1], idx), b3);
+    const __m256 high = _mm256_blendv_ps(_mm256_permutevar8x32_ps(mag[2], idx), _mm256_permutevar8x32_ps(mag[3], idx), b3);
+    const __m256 v = _mm256_blendv_ps(low, high, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 27)));
+    const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(idx, 26), _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+    return _mm256_xor_ps(v, _mm256_castsi256_ps(sign));
+  }
+  inline void decode(const uint8_t* src, const float*, Block& out) const {
+    alignas(32) uint8_t copy[32] = {};
+    const uint8_t* run = src;
+    if (src + 32 > end) {  // the last runs of the tensor: never read past its end
+      std::memcpy(copy, src, 24);
+      run = copy;
+    }
+    for (int q = 0; q < 4; ++q) {
+      const __m128i six = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(run + 6 * q));
+      const __m256i pairs = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(six), control);
+      out.v[q] = lookup(_mm256_and_si256(_mm256_srlv_epi32(pairs, shifts), _mm256_set1_epi32(0x3F)));
     }
   }
 };
@@ -257,6 +317,8 @@ bool run_packed_stream_cpu(const PackedGemmJob& job) {
     run_with(job, HalfShift(p), job.x, global);
   } else if (p.code_bits == 8 && p.decode_path == kDecodeInt8) {
     run_with(job, Int8{p.elem_mul}, job.x, global);
+  } else if (p.code_bits == 6) {
+    run_with(job, Gather6(job.value_table, job.data + p.out_features * row_bytes(p)), job.x, global);
   } else {
     run_with(job, Table{p.code_bits}, job.x, global);
   }
