@@ -42,6 +42,7 @@ namespace {
 constexpr int kMaxRows = 8;             // input rows per register tile
 constexpr int64_t kL1Floats = 4096;     // input floats per K chunk (16 KiB, in L1)
 constexpr int64_t kRowsPerPass = 64;    // weight rows per task (one pass over the K chunks)
+constexpr int64_t kPrefetchRows = 4;    // weight rows ahead whose chunk is prefetched
 
 // Values of 32 codes in four vectors.
 struct Block {
@@ -218,9 +219,14 @@ void rows_tile(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t
   const int64_t sub = p.block_size / 32;  // runs of 32 per block
   const int64_t rb = row_bytes(p), run_bytes = 32 * p.code_bits / 8;
   const Table table{p.code_bits};
+  const int64_t span = (b1 - b0) * sub * run_bytes;  // bytes of one row in this K chunk
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = job.data + n * rb + b0 * sub * run_bytes;
     const uint8_t* scales = job.scale + n * p.num_blocks;
+    if (n + kPrefetchRows < n1) {  // the chunk of a row ahead: rows are rb bytes apart, a stride the
+      const uint8_t* ahead = row + kPrefetchRows * rb;  // hardware prefetcher does not follow here
+      for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
+    }
     __m256 acc[MR][A];
     for (int m = 0; m < MR; ++m)
       for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
