@@ -6,6 +6,7 @@ pytest.importorskip("sklearn", reason="the demo needs scikit-learn (the demo ext
 pytest.importorskip("tqdm", reason="the demo needs tqdm (the demo extra)")
 
 from groupquant.demo.pipeline import DemoOptions, bits_per_element, run_demo  # noqa: E402
+from groupquant.demo.report import format_report  # noqa: E402
 from groupquant.inject import UnknownSettingError  # noqa: E402
 
 
@@ -96,3 +97,13 @@ def test_weight_only_recipe_keeps_the_backward_in_float():
     assert not r.recipe.backward_quantized
     assert r.recipe.operands["input_quant"] is None and r.recipe.operands["grad_output_quant"] is None
     assert r.recipe.operands["weight_quant"] == "MXFloat4e2m1Weight"
+
+
+def test_packed_models_compute_the_ptq_models_in_fewer_bytes(small_report):
+    ptq = {row.fmt: row for row in small_report.ptq}
+    assert [p.fmt for p in small_report.packed] == [row.fmt for row in small_report.ptq]
+    for p in small_report.packed:
+        assert p.test.accuracy == ptq[p.fmt].test.accuracy
+        assert abs(p.test.loss - ptq[p.fmt].test.loss) < 1e-4
+        assert p.state_bytes < small_report.float_bytes and min(p.packed_ms, p.fake_quant_ms, p.float_ms) > 0
+    assert "packed inference" in format_report(small_report)

@@ -15,6 +15,7 @@ from ..formats import get_format, get_scheme
 from ..nn import QuantLinear, recipe as recipe_of
 from ..quantizers import BLOCK_FORMATS, canonical_block_format, quantizer_pair
 from .data import load_digits_split
+from .packed_inference import PackedResult, measure_packed
 from .model import (build_mlp, gemm_operands, packed_model_bytes, quantized_copy, recipe_copy,
                     weight_sqnr_db)
 from .training import Evaluation, TrainConfig, evaluate, gradient_sqnr_db, train_classifier
@@ -116,6 +117,7 @@ class DemoReport:
     qat_after: Optional[Evaluation] = None
     qat_loss_curve: List[float] = field(default_factory=list)
     recipe: Optional[RecipeResult] = None
+    packed: List[PackedResult] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -150,6 +152,7 @@ def run_demo(options: DemoOptions = DemoOptions()) -> DemoReport:
             fmt=canonical_block_format(fmt), bits_per_element=bits_per_element(fmt),
             weight_sqnr_db=weight_sqnr_db(model, qmodel), test=evaluate(qmodel, data.x_test, data.y_test),
             packed_bytes=packed_model_bytes(qmodel)))
+        report.packed.append(measure_packed(model, qmodel, canonical_block_format(fmt), data.x_test, data.y_test))
     if options.qat_epochs > 0:
         qmodel = quantized_copy(model, options.qat_format)
         report.qat_format = canonical_block_format(options.qat_format)

@@ -70,6 +70,16 @@ def format_report(report: DemoReport) -> str:
         sqnr = "inf" if math.isinf(r.weight_sqnr_db) else f"{r.weight_sqnr_db:.1f} dB"
         lines.append(f"{r.fmt:<10} {r.bits_per_element:>9.2f} {sqnr:>11} {_pct(r.test.accuracy):>8} "
                      f"{r.test.loss:>9.4f} {r.packed_bytes:>12}")
+    if report.packed:
+        lines += [
+            "",
+            "packed inference (groupquant.pack_model: element codes and scale bytes only, decoded inside the GEMM;",
+            "latency: one forward over the whole test set, best of 20):",
+            f"{'format':<10} {'state bytes':>11} {'test acc':>8} {'packed ms':>9} {'fake-quant ms':>13} {'float ms':>8}",
+        ]
+    for p in report.packed:
+        lines.append(f"{p.fmt:<10} {p.state_bytes:>11} {_pct(p.test.accuracy):>8} {p.packed_ms:>9.3f} "
+                     f"{p.fake_quant_ms:>13.3f} {p.float_ms:>8.3f}")
     if report.qat_format is not None and report.qat_before is not None and report.qat_after is not None:
         b, a = report.qat_before, report.qat_after
         lines += [

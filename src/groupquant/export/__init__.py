@@ -2,6 +2,9 @@
 
 - :func:`packed_state_dict` / :func:`load_packed_state_dict` / :func:`unpacked_state_dict`
   (torch only).
+- :func:`pack_model` / :func:`unpack_model`: packed inference layers (:class:`PackedLinear`, the
+  weight decoded inside the GEMM kernel) and the way back; :func:`mxfp4_linear` reads gpt-oss
+  MXFP4 ``*_blocks`` / ``*_scales`` tensors.
 - :func:`export_onnx` and :class:`ExportError` need the ``export`` extra (``pip install
   'groupquant[export]'``: onnx, onnxruntime); they are loaded on first use, so this package
   imports without onnx.
@@ -11,9 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from .export_error import ExportError
+from .mxfp4_checkpoint import mxfp4_blocks, mxfp4_linear, mxfp4_packed_tensor
+from .pack_model import pack_model, packed_layers, unpack_model
+from .packed_linear import PackedLinear, PackError
 from .packed_state_dict import load_packed_state_dict, packed_state_dict, unpacked_state_dict
 
-__all__ = ["ExportError", "export_onnx", "load_packed_state_dict", "packed_state_dict", "unpacked_state_dict"]
+__all__ = ["ExportError", "export_onnx", "load_packed_state_dict", "packed_state_dict", "unpacked_state_dict",
+           "pack_model", "unpack_model", "packed_layers", "PackedLinear", "PackError", "mxfp4_linear",
+           "mxfp4_packed_tensor", "mxfp4_blocks"]
 
 
 def __getattr__(name: str) -> Any:

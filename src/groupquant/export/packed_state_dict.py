@@ -19,7 +19,11 @@ its record: an NVFP4 weight (``NVFP4Weight``) is two FP4 codes per byte, one UE4
 ``load_packed_state_dict(model, sd)`` loads into either the same quantized architecture or
 its float twin (``nn.Linear`` in place of ``QuantLinear``): weights are set to their dequantized
 values (equal to the quantized model's fake-quant weights), and quantizer entries that the
-model does not have are skipped.
+model does not have are skipped. Into a packed model (``groupquant.pack_model``) each packed
+weight goes straight into its :class:`~.packed_linear.PackedLinear`, codes and scale bytes as they
+are (never decoded); a weight of another format, shape or block size raises
+:class:`~.packed_linear.PackError` naming the layer. ``packed_state_dict`` of a packed model gives
+the same dict as of the QuantLinear model it came from.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from torch import nn
 
 from ..packing import PackedTensor, pack
 from ..proxy import QuantProxy
+from .packed_linear import PackedLinear
 
 __all__ = ["packed_state_dict", "unpacked_state_dict", "load_packed_state_dict", "FORMAT_NAME", "FORMAT_VERSION"]
 
@@ -55,16 +60,21 @@ def packed_state_dict(model: nn.Module) -> Dict[str, object]:
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     state = model.state_dict()
     packed: Dict[str, object] = {}
+    own_bits: set = set()  # a PackedLinear's code and scale buffers (written as its packed weight)
     quantizer_keys: List[str] = []
     for name, module in model.named_modules():
         prefix = f"{name}." if name else ""
         if isinstance(module, QuantProxy):
             quantizer_keys += [k for k in state if k.startswith(prefix)]
             continue
+        if isinstance(module, PackedLinear):
+            packed[f"{prefix}weight"] = module.packed_weight().to_record()
+            own_bits.update({f"{prefix}weight_codes", f"{prefix}weight_scale"})
+            continue
         p = _packable_weight(module)
         if p is not None:
             packed[f"{prefix}weight"] = p.to_record()
-    tensors = {k: v.detach().clone() for k, v in state.items() if k not in packed}
+    tensors = {k: v.detach().clone() for k, v in state.items() if k not in packed and k not in own_bits}
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "packed": packed, "tensors": tensors,
             "quantizer_keys": sorted(quantizer_keys)}
 
@@ -93,7 +103,31 @@ def load_packed_state_dict(model: nn.Module, sd: Dict[str, object], strict: bool
     ``strict`` any other mismatch raises as ``nn.Module.load_state_dict`` does."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    state = unpacked_state_dict(sd)
+    sd = _check(sd)
+    direct = _load_into_packed_layers(model, sd)
+    rest = dict(sd, packed={k: v for k, v in sd["packed"].items() if k not in direct})  # type: ignore[union-attr]
+    state = unpacked_state_dict(rest)
     own = model.state_dict()
     skip = set(sd["quantizer_keys"]) - set(own)  # type: ignore[arg-type]
-    return model.load_state_dict({k: v for k, v in state.items() if k not in skip}, strict=strict)
+    state = {k: v for k, v in state.items() if k not in skip}
+    if not direct:
+        return model.load_state_dict(state, strict=strict)
+    result = model.load_state_dict(state, strict=False)
+    loaded_bits = {f"{key[:-len('weight')]}{b}" for key in direct for b in ("weight_codes", "weight_scale")}
+    missing = [k for k in result.missing_keys if k not in loaded_bits]
+    if strict and (missing or result.unexpected_keys):
+        raise RuntimeError(f"Error(s) in loading the packed state dict into {type(model).__name__}: missing keys "
+                           f"{missing}, unexpected keys {result.unexpected_keys}")
+    return type(result)(missing, result.unexpected_keys)
+
+
+def _load_into_packed_layers(model: nn.Module, sd: Dict[str, object]) -> set:
+    """Load each packed weight whose layer is a PackedLinear directly (bits as stored); returns their keys."""
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, PackedLinear)}
+    done = set()
+    for key, record in sd["packed"].items():  # type: ignore[union-attr]
+        name = key[:-len(".weight")] if key.endswith(".weight") else ("" if key == "weight" else None)
+        if name is not None and name in layers:
+            layers[name].load_packed(PackedTensor.from_record(record))
+            done.add(key)
+    return done

@@ -1,0 +1,63 @@
+// CPU entry points of the packed-weight GEMM (packed_gemm_cpu.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "packed_gemm.h"
+
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#define GQP_MXCSR 1
+#endif
+
+namespace groupquant {
+namespace packed {
+
+// Keeps subnormals while alive (MXCSR flush-to-zero and denormals-are-zero cleared, restored after):
+// the fake-quant dequantization keeps subnormal scales and products too.
+class KeepDenormals {
+ public:
+#if defined(GQP_MXCSR)
+  KeepDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0x8040u); }
+  ~KeepDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+#endif
+};
+
+// f(i0, i1) over [0, n) in chunks of `chunk`, handed out one at a time to torch's threads (dynamic
+// scheduling: a thread whose core is shared with another process takes fewer chunks instead of
+// holding the others up); subnormals kept in every thread.
+template <class F>
+void parallel_chunks(int64_t n, int64_t chunk, const F& f) {
+  const int64_t tasks = (n + chunk - 1) / chunk;
+  std::atomic<int64_t> next{0};
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), tasks));
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    KeepDenormals keep;
+    for (int64_t t = next.fetch_add(1); t < tasks; t = next.fetch_add(1)) f(t * chunk, std::min(n, t * chunk + chunk));
+  });
+}
+
+// The register-blocked kernel for few input rows (packed_gemm_stream.cpp); false where it does not
+// apply (no AVX2/FMA/F16C build, or a block size that is not a multiple of 32).
+bool run_packed_stream_cpu(const PackedGemmJob& job);
+
+// Whether that kernel wants its input rows permuted to the nibble decode order (within every 8
+// columns: 0, 2, 4, 6, 1, 3, 5, 7).
+bool nibble_order_input(const PackedGemmParams& p);
+
+// out[M, N] = x @ W^T (+ bias), float32; x, out: the job's float32 tensors (x zero-padded to
+// num_blocks * block_size columns).
+void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const at::Tensor& out);
+
+// dst[N, num_blocks * block_size] = the decoded weight (padding columns included), float32.
+void run_packed_decode_cpu(const PackedGemmJob& job, float* dst);
+
+}  // namespace packed
+}  // namespace groupquant
