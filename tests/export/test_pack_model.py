@@ -15,7 +15,7 @@ from groupquant.export import (PackedLinear, PackError, load_packed_state_dict, 
 from groupquant.nn import QuantLinear
 from groupquant.quantizers import (Int4WeightPerGroupFloat, Int8WeightPerTensor, MXFloat4e2m1Weight,
                                    MXFloat6e2m3Weight, MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight,
-                                   MXFloat8e5m2Weight, MXInt8Weight)
+                                   MXFloat8e5m2Weight, MXInt8Weight, NVFP4Act, NVFP4Weight)
 
 
 class MXInt4Weight(MXInt8Weight):
@@ -23,7 +23,8 @@ class MXInt4Weight(MXInt8Weight):
 
 
 WEIGHTS = [MXFloat4e2m1Weight, MXFloat6e2m3Weight, MXFloat6e3m2Weight, MXFloat8e4m3Weight, MXFloat8e5m2Weight,
-           MXInt8Weight, MXInt4Weight]
+           MXInt8Weight, MXInt4Weight, NVFP4Weight, NVFP4Weight.let(tensor_scale=False),
+           MXFloat8e4m3Weight.let(scale_format="e5m0")]
 
 
 def rel_err(y, ref):
@@ -55,7 +56,7 @@ def test_packed_model_computes_the_fake_quant_model(weight_quant, rows):
         assert torch.equal(pm[0].dequantized_weight(), w)
 
 
-@pytest.mark.parametrize("weight_quant", [MXFloat4e2m1Weight, MXFloat8e4m3Weight, MXInt8Weight],
+@pytest.mark.parametrize("weight_quant", [MXFloat4e2m1Weight, MXFloat8e4m3Weight, MXInt8Weight, NVFP4Weight],
                          ids=lambda q: q.__name__)
 def test_bfloat16_model(weight_quant):
     m = model(weight_quant, dtype=torch.bfloat16)
@@ -100,6 +101,34 @@ def test_state_dict_round_trip_into_packed_model_and_back():
     back.train()
     back(x).sum().backward()  # trainable again
     assert back[0].weight.grad is not None
+
+
+def test_nvfp4_model_with_nvfp4_inputs_packs_and_round_trips():
+    """NVFP4 weights (UE4M3 scale bytes and the per-tensor scale in the kernel) and NVFP4 inputs; the
+    packed state dict and torch's own state dict load into the packed model with their tensor scale."""
+    torch.manual_seed(1)
+    m = nn.Sequential(QuantLinear(70, 48, weight_quant=NVFP4Weight, input_quant=NVFP4Act), nn.ReLU(),
+                      QuantLinear(48, 10, weight_quant=NVFP4Weight, input_quant=NVFP4Act)).eval()
+    x = torch.randn(6, 70) * 5
+    with torch.no_grad():
+        ref = m(x)
+        pm = gq.pack_model(copy.deepcopy(m))
+        assert pm[0].scale_format.name == "ue4m3" and pm[0].weight_tensor_scale is not None
+        assert rel_err(pm(x), ref) < 1e-5
+        assert torch.equal(pm[0].dequantized_weight(), m[0].quant_weight().value)
+        assert pm[0].nbytes == 48 * 80 // 2 + 48 * 5 + 48 * 4 + 4  # codes (5 padded blocks of 16), UE4M3 bytes, bias, g
+        other = nn.Sequential(QuantLinear(70, 48, weight_quant=NVFP4Weight, input_quant=NVFP4Act), nn.ReLU(),
+                              QuantLinear(48, 10, weight_quant=NVFP4Weight, input_quant=NVFP4Act)).eval()
+        packed_other = gq.pack_model(other)
+        load_packed_state_dict(packed_other, packed_state_dict(m))
+        assert torch.equal(packed_other(x), pm(x))
+        fresh = gq.pack_model(copy.deepcopy(other))
+        fresh.load_state_dict(pm.state_dict())  # the kernel record follows the loaded tensor scale
+        assert torch.equal(fresh(x), pm(x))
+        assert torch.equal(unpack_model(copy.deepcopy(pm))(x), ref)
+    with pytest.raises(PackError, match=r"^0: .*scale_format"):
+        load_packed_state_dict(gq.pack_model(copy.deepcopy(m)), packed_state_dict(model(NVFP4Weight.let(
+            tensor_scale=False))))
 
 
 def test_load_of_another_format_or_shape_names_the_layer():

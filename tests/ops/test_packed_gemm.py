@@ -48,6 +48,20 @@ def test_value_table_is_the_format_decode(name):
     assert same_bits(table, decode(codes.to(torch.int32), fmt))
 
 
+def test_scale_tables_of_other_scale_formats():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+    from groupquant.formats import get_scale_format
+    from groupquant.ops.packed_tables import scale_table
+    t = scale_table(get_scale_format("ue4m3"))
+    ref = np.arange(128, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    assert same_bits(t[:128], torch.from_numpy(ref)) and torch.isnan(t[127]) and torch.isnan(t[128:]).all()
+    e5 = scale_table(get_scale_format("e5m0"))
+    assert e5[15] == 1.0 and e5[0] == 2.0 ** -15 and e5[30] == 2.0 ** 15 and torch.isnan(e5[31:]).all()
+    assert torch.equal(scale_table(get_scale_format("e8m0")), e8m0_scale_table(), ) or same_bits(
+        scale_table(get_scale_format("e8m0")), e8m0_scale_table())
+
+
 def test_scale_table_is_e8m0():
     t = e8m0_scale_table()
     assert t[127] == 1.0 and t[0] == 2.0 ** -127 and t[254] == 2.0 ** 127 and torch.isnan(t[255])

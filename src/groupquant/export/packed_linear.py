@@ -1,12 +1,15 @@
 """PackedLinear: an inference linear layer that holds only its packed weight and its bias.
 
 ``PackedLinear.from_quant_linear(layer)`` takes a :class:`~groupquant.nn.QuantLinear` whose weight
-quantizer is group-wise with power-of-two (E8M0) scales (the MX formats MXFP4, MXFP6, MXFP8,
-MXINT8, and other integer / minifloat widths up to 8 bits in blocks) and keeps:
+quantizer is group-wise with byte-coded scales (the MX formats MXFP4, MXFP6, MXFP8, MXINT8 with
+E8M0 scales, NVFP4 with UE4M3 scales and its per-tensor scale, other integer / minifloat widths up
+to 8 bits in blocks, E{k}M0 or other minifloat scales) and keeps:
 
 - ``weight_codes``: the element codes at their bits, one uint8 stream (row-major ``[N, k, B]``,
   least significant bit first: the :class:`groupquant.packing.PackedTensor` layout);
-- ``weight_scale``: one E8M0 byte per block, uint8 ``[N, k]``;
+- ``weight_scale``: one scale byte per block, uint8 ``[N, k]`` (E8M0, UE4M3, ...: ``scale_format``);
+- ``weight_tensor_scale``: NVFP4's per-tensor float32 scale ``g`` (0-d; absent without one), which
+  the kernel multiplies after the block scale: ``W = (q * s) * g``;
 - ``bias`` and the layer's quantizer proxies (``input_quant``, ``bias_quant``, ``output_quant``,
   and ``weight_quant`` only to rebuild the trainable layer: it holds no weight).
 
@@ -27,8 +30,8 @@ from ..nn import QuantLinear
 from ..ops import GroupLayout
 from ..ops.packed_gemm import PACKED_INPUT_DTYPES, PackedWeight, packed_linear
 from ..ops.packed_gemm_params import packed_gemm_params
-from ..ops.packed_tables import MAX_CODE_BITS, e8m0_scale_table, element_value_table
-from ..packing import E8M0_DTYPE, PackedTensor, element_storage_dtype, is_byte_format, pack
+from ..ops.packed_tables import MAX_CODE_BITS, element_value_table, scale_table
+from ..packing import PackedTensor, element_storage_dtype, is_byte_format, pack, scale_storage_dtype
 from ..proxy import QuantProxy
 from ..quant_tensor import QuantTensor, plain
 
@@ -43,14 +46,15 @@ class PackError(ValueError):
 
 
 def check_packable(packed: PackedTensor, where: str) -> None:
-    """PackError unless ``packed`` is a 2-D weight grouped along its input dim with E8M0 scales and
-    codes of at most 8 bits whose blocks fill whole bytes."""
+    """PackError unless ``packed`` is a 2-D weight grouped along its input dim with byte-coded scales
+    (E8M0, E{k}M0, UE4M3, ...) and codes of at most 8 bits whose blocks fill whole bytes."""
     if len(packed.shape) != 2 or packed.dim != 1:
         raise PackError(f"{where}: a packed linear weight is 2-D [out, in] grouped along dim 1 (in_features); "
                         f"got shape {tuple(packed.shape)} grouped along dim {packed.dim}")
-    if not packed.power_of_two_scales:
-        raise PackError(f"{where}: the weight quantizer has float scales (not E8M0 power-of-two scale bytes); "
-                        "packed inference takes restrict_scaling_type=POWER_OF_TWO (MX) group quantizers")
+    if packed.scale_format.bit_width > 8:
+        raise PackError(f"{where}: the weight quantizer has float scales stored as {packed.scale_format.name} "
+                        "values, not scale bytes; packed inference takes byte-coded scale formats (scale_format "
+                        "e8m0 (MX), e{k}m0, ue4m3 (NVFP4), ...)")
     if packed.fmt.bit_width > MAX_CODE_BITS:
         raise PackError(f"{where}: packed inference takes element codes of at most {MAX_CODE_BITS} bits; "
                         f"the weight format {packed.fmt.name} has bit_width={packed.fmt.bit_width}")
@@ -80,18 +84,32 @@ class PackedLinear(nn.Module):
         self.register_buffer("weight_codes", packed.data.reshape(-1).view(torch.uint8).clone())
         self.register_buffer("weight_scale", packed.scale.view(torch.uint8).reshape(self.out_features, -1).clone())
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+        self.scale_format = packed.scale_format
+        ts = packed.tensor_scale
+        self.register_buffer("weight_tensor_scale", None if ts is None else ts.detach().float().reshape(()).clone())
         self.register_buffer("value_table", element_value_table(self.fmt), persistent=False)
-        self.register_buffer("scale_table", e8m0_scale_table(), persistent=False)
-        self.params = packed_gemm_params(self.fmt, self.out_features, self.in_features, self.block_size)
+        self.register_buffer("scale_table", scale_table(self.scale_format), persistent=False)
+        self.params = self._params()
         for attr, proxy in (proxies or {}).items():
             setattr(self, attr, proxy)
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        """torch's state-dict loading, then the kernel record again (it holds the per-tensor scale)."""
+        super()._load_from_state_dict(*args, **kwargs)
+        self.params = self._params()
+
+    def _params(self):
+        """The kernel record (the per-tensor scale, if any, is part of it)."""
+        ts = self.weight_tensor_scale
+        return packed_gemm_params(self.fmt, self.out_features, self.in_features, self.block_size,
+                                  global_scale=1.0 if ts is None else float(ts), has_global_scale=ts is not None)
 
     # ---- construction -------------------------------------------------------------------------
 
     @classmethod
     def from_quant_linear(cls, layer: QuantLinear, name: str = "QuantLinear") -> "PackedLinear":
         """The packed form of ``layer``; PackError (naming ``name`` and the setting) unless its weight
-        quantizer is group-wise with E8M0 scales."""
+        quantizer is group-wise with byte-coded scales (E8M0, UE4M3, ...)."""
         proxy = getattr(layer, "weight_quant", None)
         if not isinstance(proxy, QuantProxy) or not proxy.is_quant_enabled:
             raise PackError(f"{name}: weight_quant is None (a float weight); packed inference needs a group-wise "
@@ -121,7 +139,9 @@ class PackedLinear(nn.Module):
         data = self.weight_codes.clone()
         if is_byte_format(self.fmt):
             data = data.view(element_storage_dtype(self.fmt)).view(layout.contracted_shape)
-        return PackedTensor(data, self.weight_scale.clone().view(E8M0_DTYPE), self.fmt, layout, self.weight_dtype)
+        scale = self.weight_scale.clone().view(scale_storage_dtype(self.scale_format))
+        ts = None if self.weight_tensor_scale is None else self.weight_tensor_scale.clone()
+        return PackedTensor(data, scale, self.fmt, layout, self.weight_dtype, self.scale_format, ts)
 
     def load_packed(self, packed: PackedTensor) -> None:
         """Replace the codes and scales by ``packed``'s; PackError names the layer and the setting that differs."""
@@ -131,9 +151,16 @@ class PackedLinear(nn.Module):
             raise PackError(f"{self.layer_name}: packed weight of format {packed.fmt.name}, shape {tuple(packed.shape)}, "
                             f"block_size {packed.block_size} does not fit this layer (format {self.fmt.name}, shape "
                             f"{(self.out_features, self.in_features)}, block_size {self.block_size})")
+        if packed.scale_format != self.scale_format or (packed.tensor_scale is None) != (self.weight_tensor_scale is None):
+            raise PackError(f"{self.layer_name}: packed weight with scale_format {packed.scale_format.name} "
+                            f"(tensor scale: {packed.tensor_scale is not None}) does not fit this layer (scale_format "
+                            f"{self.scale_format.name}, tensor scale: {self.weight_tensor_scale is not None})")
         with torch.no_grad():
             self.weight_codes.copy_(packed.data.reshape(-1).view(torch.uint8))
             self.weight_scale.copy_(packed.scale.view(torch.uint8).reshape(self.out_features, -1))
+            if packed.tensor_scale is not None:
+                self.weight_tensor_scale.copy_(packed.tensor_scale.reshape(()))
+        self.params = self._params()
 
     def dequantized_weight(self) -> torch.Tensor:
         """The decoded weight ``[out, in]`` in the original dtype (equal to the fake-quant weight)."""
@@ -146,7 +173,8 @@ class PackedLinear(nn.Module):
     def nbytes(self) -> int:
         """Bytes of the layer's state: packed codes, scale bytes and bias."""
         bias = 0 if self.bias is None else self.bias.numel() * self.bias.element_size()
-        return self.weight_codes.numel() + self.weight_scale.numel() + bias
+        ts = 0 if self.weight_tensor_scale is None else 4
+        return self.weight_codes.numel() + self.weight_scale.numel() + bias + ts
 
     # ---- forward and the way back ---------------------------------------------------------------
 
@@ -184,4 +212,5 @@ class PackedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"format={self.fmt.name}, block_size={self.block_size}, nbytes={self.nbytes}")
+                f"format={self.fmt.name}, block_size={self.block_size}, scale_format={self.scale_format.name}"
+                f"{', tensor_scale' if self.weight_tensor_scale is not None else ''}, nbytes={self.nbytes}")

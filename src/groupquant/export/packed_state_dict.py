@@ -36,6 +36,9 @@ from ..packing import PackedTensor, pack
 from ..proxy import QuantProxy
 from .packed_linear import PackedLinear
 
+#: A PackedLinear's buffers that its packed weight record carries (codes, scale bytes, tensor scale).
+_PACKED_BUFFERS = ("weight_codes", "weight_scale", "weight_tensor_scale")
+
 __all__ = ["packed_state_dict", "unpacked_state_dict", "load_packed_state_dict", "FORMAT_NAME", "FORMAT_VERSION"]
 
 FORMAT_NAME = "groupquant.packed_state_dict"
@@ -69,7 +72,7 @@ def packed_state_dict(model: nn.Module) -> Dict[str, object]:
             continue
         if isinstance(module, PackedLinear):
             packed[f"{prefix}weight"] = module.packed_weight().to_record()
-            own_bits.update({f"{prefix}weight_codes", f"{prefix}weight_scale"})
+            own_bits.update({f"{prefix}{b}" for b in _PACKED_BUFFERS})
             continue
         p = _packable_weight(module)
         if p is not None:
@@ -113,7 +116,7 @@ def load_packed_state_dict(model: nn.Module, sd: Dict[str, object], strict: bool
     if not direct:
         return model.load_state_dict(state, strict=strict)
     result = model.load_state_dict(state, strict=False)
-    loaded_bits = {f"{key[:-len('weight')]}{b}" for key in direct for b in ("weight_codes", "weight_scale")}
+    loaded_bits = {f"{key[:-len('weight')]}{b}" for key in direct for b in _PACKED_BUFFERS}
     missing = [k for k in result.missing_keys if k not in loaded_bits]
     if strict and (missing or result.unexpected_keys):
         raise RuntimeError(f"Error(s) in loading the packed state dict into {type(model).__name__}: missing keys "

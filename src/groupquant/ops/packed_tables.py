@@ -4,8 +4,10 @@
   of code ``c`` (the code's bit pattern, unsigned; integer codes are two's complement), exactly
   :func:`groupquant.ops.codes.decode` of that code.
 - :func:`e8m0_scale_table`: 256 float32 values, entry ``s`` = ``2**(s - 127)``, entry 255 = NaN
-  (OCP MX E8M0), exactly :func:`groupquant.ops.e8m0_decode`. Another scale format (E4M3 scales of
-  NVFP4) is another 256-entry table from its own decode; nothing else in the kernel changes.
+  (OCP MX E8M0), exactly :func:`groupquant.ops.e8m0_decode`. :func:`scale_table` gives the table
+  of any byte-coded scale format the same way (E{k}M0, UE4M3 of NVFP4, other unsigned minifloats;
+  bytes that are no code of the format, e.g. UE4M3's with the sign bit set, decode to NaN);
+  nothing else in the kernel changes.
 - :func:`fast_decode`: whether the CPU kernel may decode 8-bit codes arithmetically (int8 or a
   half-precision bit shift) instead of through the table; chosen only when the arithmetic gives
   the table's float32 bits for all 256 codes (NaN for NaN).
@@ -18,11 +20,12 @@ from typing import Tuple
 
 import torch
 
-from ..formats import ElementFormat, IntFormat
+from ..formats import ElementFormat, IntFormat, ScaleFormat, ScaleKind
+from .bits import exp2i
 from .codes import decode
 from .shared_scale import e8m0_decode
 
-__all__ = ["element_value_table", "e8m0_scale_table", "FastDecode", "fast_decode", "DECODE_TABLE", "DECODE_TABLE16",
+__all__ = ["element_value_table", "e8m0_scale_table", "scale_table", "FastDecode", "fast_decode", "DECODE_TABLE", "DECODE_TABLE16",
            "DECODE_INT8", "DECODE_HALF", "DECODE_NIBBLE_BF16", "MAX_CODE_BITS"]
 
 #: The kernels' decode paths (csrc/packed_gemm.h, enum DecodePath).
@@ -65,6 +68,22 @@ def _e8m0() -> torch.Tensor:
 def e8m0_scale_table() -> torch.Tensor:
     """float32 ``[256]``: the E8M0 scale of each byte (``2**(s-127)``, 0xFF -> NaN)."""
     return _e8m0().clone()
+
+
+def scale_table(scale_format: ScaleFormat) -> torch.Tensor:
+    """float32 ``[256]``: the scale each byte encodes in ``scale_format`` (E{k}M0 or an unsigned
+    minifloat); the NaN code and bytes beyond the format's codes give NaN. ValueError for scale
+    formats stored as values (float32, bfloat16)."""
+    c = torch.arange(256, dtype=torch.int32)
+    if scale_format.kind is ScaleKind.EXPONENT:
+        values = exp2i((c - scale_format.bias).clamp(-149, 127))
+        return torch.where(c >= scale_format.nan_code, torch.full_like(values, float("nan")), values).contiguous()
+    if scale_format.kind is ScaleKind.MINIFLOAT:
+        el = scale_format.element
+        inside = c < (1 << el.bit_width)
+        values = decode(torch.where(inside, c, torch.zeros_like(c)), el).to(torch.float32)
+        return torch.where(inside, values, torch.full_like(values, float("nan"))).contiguous()
+    raise ValueError(f"scale_format {scale_format.name} is stored as values, not bytes: no scale table")
 
 
 @dataclass(frozen=True)
