@@ -6,7 +6,7 @@ Run by hand (from the repository root):
     PYTHONPATH=src python benchmarks/bench_packed.py                 # the README table
     PYTHONPATH=src python benchmarks/bench_packed.py --size 1024 --rounds 3
 
-For every format (MXFP4, MXFP6 E2M3, MXFP8 E4M3 / E5M2, MXINT8; weight-only: no input quantizer)
+For every format (MXFP4, MXFP6 E2M3, MXFP8 E4M3 / E5M2, MXINT8, NVFP4; weight-only: no input quantizer)
 and batch 1, 8, 64 it prints the best time (ms) over --rounds rounds of --reps calls of
 
 - ``packed``: the PackedLinear of a QuantLinear with that weight quantizer (float32 input);
@@ -31,11 +31,11 @@ from torch import nn
 
 import groupquant as gq
 from groupquant.nn import QuantLinear
-from groupquant.quantizers import (MXFloat4e2m1Weight, MXFloat6e2m3Weight, MXFloat8e4m3Weight, MXFloat8e5m2Weight,
+from groupquant.quantizers import (NVFP4Weight, MXFloat4e2m1Weight, MXFloat6e2m3Weight, MXFloat8e4m3Weight, MXFloat8e5m2Weight,
                                    MXInt8Weight)
 
 FORMATS = {"MXFP4": MXFloat4e2m1Weight, "MXFP6 e2m3": MXFloat6e2m3Weight, "MXFP8 e4m3": MXFloat8e4m3Weight,
-           "MXFP8 e5m2": MXFloat8e5m2Weight, "MXINT8": MXInt8Weight}
+           "MXFP8 e5m2": MXFloat8e5m2Weight, "MXINT8": MXInt8Weight, "NVFP4": NVFP4Weight}
 BATCHES = (1, 8, 64)
 INT4_GROUP = 32
 
