@@ -118,6 +118,33 @@ def test_block_sizes_and_leading_dims(name, block):
     assert rel_err(y, F.linear(x.double(), deq.double())) < 1e-5
 
 
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 16])
+@pytest.mark.parametrize("name", ["fp4_e2m1", "fp8_e4m3", "int8", "fp6_e3m2"])
+def test_blocks_of_16_in_pairs_of_a_run(name, rows):
+    """Blocks of 16 with an even count (the streaming kernel's pairs) and an odd one (its fallback)."""
+    for k in (192, 208):
+        torch.manual_seed(rows + k)
+        w = torch.randn(21, k) * torch.logspace(-4, 4, k, base=2.0)  # block scales differ along the row
+        pw, deq = packed_weight(name, w, 16)
+        x = torch.randn(rows, k)
+        assert rel_err(packed_linear(x, pw), F.linear(x.double(), deq.double())) < 1e-5
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8, 17, 64])
+def test_nvfp4_weight_with_ue4m3_table_and_global_scale(rows):
+    from groupquant.ops.packed_tables import scale_table
+    torch.manual_seed(rows)
+    w = torch.randn(33, 256) * torch.logspace(-6, 6, 256, base=2.0)
+    p = gq.pack(gq.quantize(w, "nvfp4"))
+    pw = PackedWeight(p.data.reshape(-1).view(torch.uint8), p.scale.view(torch.uint8).reshape(33, -1),
+                      element_value_table(p.fmt), scale_table(p.scale_format),
+                      packed_gemm_params(p.fmt, 33, 256, 16, global_scale=float(p.tensor_scale), has_global_scale=True))
+    deq = p.dequantize().float()
+    assert same_bits(packed_decode(pw), deq)  # (q * s) * g, bit for bit
+    x = torch.randn(rows, 256)
+    assert rel_err(packed_linear(x, pw), F.linear(x.double(), deq.double())) < 1e-5
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows", [1, 8, 64])
 def test_half_inputs_accumulate_in_float32(dtype, rows):
