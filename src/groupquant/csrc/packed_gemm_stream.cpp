@@ -216,13 +216,12 @@ void rows_tile(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t
                int64_t n1, int64_t b0, int64_t b1, float* part_sums) {
   constexpr int A = MR >= 4 ? 1 : (MR == 1 ? 4 : 2);  // accumulators per input row (FMA latency)
   const PackedGemmParams& p = job.p;
-  const int64_t sub = p.block_size / 32;  // runs of 32 per block (block_size 16: half a run)
+  const int64_t sub = p.block_size / 32;  // runs of 32 per block
   const int64_t rb = row_bytes(p), run_bytes = 32 * p.code_bits / 8;
   const Table table{p.code_bits};
-  const int64_t block_bytes = p.block_size * p.code_bits / 8;
-  const int64_t span = (b1 - b0) * block_bytes;  // bytes of one row in this K chunk
+  const int64_t span = (b1 - b0) * sub * run_bytes;  // bytes of one row in this K chunk
   for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* row = job.data + n * rb + b0 * block_bytes;
+    const uint8_t* row = job.data + n * rb + b0 * sub * run_bytes;
     const uint8_t* scales = job.scale + n * p.num_blocks;
     if (n + kPrefetchRows < n1) {  // the chunk of a row ahead: rows are rb bytes apart, a stride the
       const uint8_t* ahead = row + kPrefetchRows * rb;  // hardware prefetcher does not follow here
@@ -232,37 +231,7 @@ void rows_tile(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t
     for (int m = 0; m < MR; ++m)
       for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
     const float* xb = x + m0 * ldx + b0 * p.block_size;
-    if (p.block_size == 16) {  // a run of 32 holds two blocks: v[0..1] the first, v[2..3] the second
-      for (int64_t b = b0; b < b1; b += 2, xb += 32, row += run_bytes) {
-        const float sa = job.scale_table[scales[b]], sb = job.scale_table[scales[b + 1]];
-        const float ea = sa * dec.mul, eb = sb * dec.mul;
-        const bool via_table = (!std::isfinite(ea) && std::isfinite(sa)) || (!std::isfinite(eb) && std::isfinite(sb));
-        const __m256 sva = _mm256_set1_ps(via_table ? sa : ea), svb = _mm256_set1_ps(via_table ? sb : eb);
-        Block w;
-        if (via_table) {
-          table.decode(row, job.value_table, w);
-        } else {
-          dec.decode(row, job.value_table, w);
-        }
-        if constexpr (MR == 1) {  // one input row: scale each block's dot product
-          const __m256 ta = _mm256_fmadd_ps(w.v[1], _mm256_loadu_ps(xb + 8), _mm256_mul_ps(w.v[0], _mm256_loadu_ps(xb)));
-          const __m256 tb = _mm256_fmadd_ps(w.v[3], _mm256_loadu_ps(xb + 24),
-                                            _mm256_mul_ps(w.v[2], _mm256_loadu_ps(xb + 16)));
-          acc[0][b & 3] = _mm256_fmadd_ps(ta, sva, acc[0][b & 3]);
-          acc[0][(b + 1) & 3] = _mm256_fmadd_ps(tb, svb, acc[0][(b + 1) & 3]);
-          continue;
-        }
-        w.v[0] = _mm256_mul_ps(w.v[0], sva);
-        w.v[1] = _mm256_mul_ps(w.v[1], sva);
-        w.v[2] = _mm256_mul_ps(w.v[2], svb);
-        w.v[3] = _mm256_mul_ps(w.v[3], svb);
-        for (int m = 0; m < MR; ++m) {
-          const float* xm = xb + m * ldx;
-          for (int q = 0; q < 4; ++q) acc[m][q % A] = _mm256_fmadd_ps(w.v[q], _mm256_loadu_ps(xm + 8 * q), acc[m][q % A]);
-        }
-      }
-    }
-    for (int64_t b = b0; b < b1 && p.block_size != 16; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       const float s = job.scale_table[scales[b]];
       const float s_eff = s * dec.mul;
       // (never for NibbleBf16, whose mul is 1: its permuted value order stays as the input's)
@@ -298,6 +267,64 @@ void rows_tile(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t
   }
 }
 
+// rows_tile for blocks of 16 (NVFP4): a run of 32 codes holds two blocks, and every decoder puts
+// the first block's values in v[0..1] and the second's in v[2..3] (the nibble order permutes only
+// within groups of 8), so each half of the run takes its own block's scale. [b0, b1) is an even
+// number of blocks. Kept apart from rows_tile so that the blocks-of-32 loop stays as tuned.
+template <int MR, class Dec>
+void rows_tile_pairs(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t ldx, int64_t m0, int64_t n0,
+                     int64_t n1, int64_t b0, int64_t b1, float* part_sums) {
+  constexpr int A = MR >= 4 ? 1 : (MR == 1 ? 4 : 2);  // accumulators per input row (FMA latency)
+  const PackedGemmParams& p = job.p;
+  const int64_t rb = row_bytes(p), run_bytes = 32 * p.code_bits / 8;
+  const Table table{p.code_bits};
+  const int64_t span = (b1 - b0) / 2 * run_bytes;  // bytes of one row in this K chunk
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = job.data + n * rb + b0 / 2 * run_bytes;
+    const uint8_t* scales = job.scale + n * p.num_blocks;
+    if (n + kPrefetchRows < n1) {
+      const uint8_t* ahead = row + kPrefetchRows * rb;
+      for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
+    }
+    __m256 acc[MR][A];
+    for (int m = 0; m < MR; ++m)
+      for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
+    const float* xb = x + m0 * ldx + b0 * 16;
+    for (int64_t b = b0; b < b1; b += 2, xb += 32, row += run_bytes) {
+      const float sa = job.scale_table[scales[b]], sb = job.scale_table[scales[b + 1]];
+      const float ea = sa * dec.mul, eb = sb * dec.mul;
+      const bool via_table = (!std::isfinite(ea) && std::isfinite(sa)) || (!std::isfinite(eb) && std::isfinite(sb));
+      const __m256 sva = _mm256_set1_ps(via_table ? sa : ea), svb = _mm256_set1_ps(via_table ? sb : eb);
+      Block w;
+      if (via_table) {
+        table.decode(row, job.value_table, w);
+      } else {
+        dec.decode(row, job.value_table, w);
+      }
+      if constexpr (MR == 1) {  // one input row: scale each block's dot product
+        const __m256 ta = _mm256_fmadd_ps(w.v[1], _mm256_loadu_ps(xb + 8), _mm256_mul_ps(w.v[0], _mm256_loadu_ps(xb)));
+        const __m256 tb = _mm256_fmadd_ps(w.v[3], _mm256_loadu_ps(xb + 24), _mm256_mul_ps(w.v[2], _mm256_loadu_ps(xb + 16)));
+        acc[0][b & 3] = _mm256_fmadd_ps(ta, sva, acc[0][b & 3]);
+        acc[0][(b + 1) & 3] = _mm256_fmadd_ps(tb, svb, acc[0][(b + 1) & 3]);
+        continue;
+      }
+      w.v[0] = _mm256_mul_ps(w.v[0], sva);
+      w.v[1] = _mm256_mul_ps(w.v[1], sva);
+      w.v[2] = _mm256_mul_ps(w.v[2], svb);
+      w.v[3] = _mm256_mul_ps(w.v[3], svb);
+      for (int m = 0; m < MR; ++m) {
+        const float* xm = xb + m * ldx;
+        for (int q = 0; q < 4; ++q) acc[m][q % A] = _mm256_fmadd_ps(w.v[q], _mm256_loadu_ps(xm + 8 * q), acc[m][q % A]);
+      }
+    }
+    for (int m = 0; m < MR; ++m) {
+      __m256 t = acc[m][0];
+      for (int a = 1; a < A; ++a) t = _mm256_add_ps(t, acc[m][a]);
+      part_sums[(n - n0) * MR + m] += hsum(t);
+    }
+  }
+}
+
 // Rows m0 .. m0 + MR of the output for weight rows [n0, n1), K in chunks whose input rows fit L1.
 template <int MR, class Dec>
 void rows_all_chunks(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t m0, int64_t n0, int64_t n1,
@@ -305,10 +332,16 @@ void rows_all_chunks(const PackedGemmJob& job, const Dec& dec, const float* x, i
   const PackedGemmParams& p = job.p;
   const int64_t ldx = p.num_blocks * p.block_size;
   int64_t chunk = std::max<int64_t>(1, kL1Floats / MR / p.block_size);  // blocks per chunk
-  if (p.block_size == 16) chunk = std::max<int64_t>(2, chunk & ~int64_t{1});  // whole runs of two blocks
   part.assign((n1 - n0) * MR, 0.0f);
-  for (int64_t b0 = 0; b0 < p.num_blocks; b0 += chunk) {
-    rows_tile<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part.data());
+  if (p.block_size == 16) {
+    chunk = std::max<int64_t>(2, chunk & ~int64_t{1});  // whole runs: pairs of blocks
+    for (int64_t b0 = 0; b0 < p.num_blocks; b0 += chunk) {
+      rows_tile_pairs<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part.data());
+    }
+  } else {
+    for (int64_t b0 = 0; b0 < p.num_blocks; b0 += chunk) {
+      rows_tile<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part.data());
+    }
   }
   for (int64_t n = n0; n < n1; ++n) {
     const float b = job.bias != nullptr ? job.bias[n] : 0.0f;
