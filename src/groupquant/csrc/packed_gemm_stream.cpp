@@ -326,20 +326,19 @@ void rows_tile_pairs(const PackedGemmJob& job, const Dec& dec, const float* x, i
 }
 
 // Rows m0 .. m0 + MR of the output for weight rows [n0, n1), K in chunks whose input rows fit L1.
-template <int MR, class Dec>
+// Pairs: blocks of 16 (rows_tile_pairs), else blocks of a multiple of 32 (rows_tile).
+template <int MR, bool Pairs, class Dec>
 void rows_all_chunks(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t m0, int64_t n0, int64_t n1,
                      float post, std::vector<float>& part) {
   const PackedGemmParams& p = job.p;
   const int64_t ldx = p.num_blocks * p.block_size;
-  int64_t chunk = std::max<int64_t>(1, kL1Floats / MR / p.block_size);  // blocks per chunk
+  const int64_t fit = std::max<int64_t>(1, kL1Floats / MR / p.block_size);  // blocks per chunk
+  const int64_t chunk = Pairs ? std::max<int64_t>(2, fit & ~int64_t{1}) : fit;  // pairs: whole runs
   part.assign((n1 - n0) * MR, 0.0f);
-  if (p.block_size == 16) {
-    chunk = std::max<int64_t>(2, chunk & ~int64_t{1});  // whole runs: pairs of blocks
-    for (int64_t b0 = 0; b0 < p.num_blocks; b0 += chunk) {
+  for (int64_t b0 = 0; b0 < p.num_blocks; b0 += chunk) {
+    if constexpr (Pairs) {
       rows_tile_pairs<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part.data());
-    }
-  } else {
-    for (int64_t b0 = 0; b0 < p.num_blocks; b0 += chunk) {
+    } else {
       rows_tile<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part.data());
     }
   }
@@ -349,7 +348,7 @@ void rows_all_chunks(const PackedGemmJob& job, const Dec& dec, const float* x, i
   }
 }
 
-template <class Dec>
+template <bool Pairs, class Dec>
 void run_with(const PackedGemmJob& job, const Dec& dec, const float* x, float post) {
   const PackedGemmParams& p = job.p;
   parallel_chunks(p.out_features, kRowsPerPass, [&](int64_t n0, int64_t n1) {
@@ -357,14 +356,14 @@ void run_with(const PackedGemmJob& job, const Dec& dec, const float* x, float po
     {
      for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
       switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {
-        case 8: rows_all_chunks<8>(job, dec, x, m0, n0, n1, post, part); break;
-        case 7: rows_all_chunks<7>(job, dec, x, m0, n0, n1, post, part); break;
-        case 6: rows_all_chunks<6>(job, dec, x, m0, n0, n1, post, part); break;
-        case 5: rows_all_chunks<5>(job, dec, x, m0, n0, n1, post, part); break;
-        case 4: rows_all_chunks<4>(job, dec, x, m0, n0, n1, post, part); break;
-        case 3: rows_all_chunks<3>(job, dec, x, m0, n0, n1, post, part); break;
-        case 2: rows_all_chunks<2>(job, dec, x, m0, n0, n1, post, part); break;
-        default: rows_all_chunks<1>(job, dec, x, m0, n0, n1, post, part); break;
+        case 8: rows_all_chunks<8, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
+        case 7: rows_all_chunks<7, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
+        case 6: rows_all_chunks<6, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
+        case 5: rows_all_chunks<5, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
+        case 4: rows_all_chunks<4, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
+        case 3: rows_all_chunks<3, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
+        case 2: rows_all_chunks<2, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
+        default: rows_all_chunks<1, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
       }
      }
     }
@@ -382,21 +381,28 @@ bool nibble_order_input(const PackedGemmParams& p) {
   return stream_blocks(p) && p.code_bits == 4 && p.decode_path == kDecodeNibbleBf16;
 }
 
+// run_with for the weight's block size: pairs of blocks of 16, or blocks of a multiple of 32.
+template <class Dec>
+void run_blocks(const PackedGemmJob& job, const Dec& dec, float post) {
+  if (job.p.block_size == 16) run_with<true>(job, dec, job.x, post);
+  else run_with<false>(job, dec, job.x, post);
+}
+
 bool run_packed_stream_cpu(const PackedGemmJob& job) {
   const PackedGemmParams& p = job.p;
   if (!stream_blocks(p)) return false;
   // the global scale (NVFP4's second scale) multiplies the row's sum
   const float global = p.has_global_scale ? p.global_scale : 1.0f;
   if (p.code_bits == 4 && p.decode_path == kDecodeNibbleBf16) {
-    run_with(job, NibbleBf16(job.value_table), job.x, global);
+    run_blocks(job, NibbleBf16(job.value_table), global);
   } else if (p.code_bits == 8 && p.decode_path == kDecodeHalf && (p.half_shift >= 1 && p.half_shift <= 8)) {
-    run_with(job, HalfShift(p), job.x, global);
+    run_blocks(job, HalfShift(p), global);
   } else if (p.code_bits == 8 && p.decode_path == kDecodeInt8) {
-    run_with(job, Int8{p.elem_mul}, job.x, global);
+    run_blocks(job, Int8{p.elem_mul}, global);
   } else if (p.code_bits == 6) {
-    run_with(job, Gather6(job.value_table, job.data + p.out_features * row_bytes(p)), job.x, global);
+    run_blocks(job, Gather6(job.value_table, job.data + p.out_features * row_bytes(p)), global);
   } else {
-    run_with(job, Table{p.code_bits}, job.x, global);
+    run_blocks(job, Table{p.code_bits}, global);
   }
   return true;
 }
