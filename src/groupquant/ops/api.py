@@ -263,7 +263,8 @@ def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block
 
     Arguments as :func:`fake_quant`. ``result.value`` equals ``fake_quant(x, ...)`` bit for bit
     (same gradient); ``result.scale`` (float32, contracted scale shape ``S[:d] + (k, 1) + S[d+1:]``,
-    no gradient) equals ``quantize(x, ...).scale``.
+    no gradient) equals ``quantize(x, ...).scale``; ``result.tensor_scale`` is the per-tensor scale ``g``
+    of two-level scaling (NVFP4; else None): ``value == (element * scale) * g``.
     """
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating, scale_format,
                      tensor_scale)
