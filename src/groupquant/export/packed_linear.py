@@ -51,7 +51,7 @@ def check_packable(packed: PackedTensor, where: str) -> None:
     if len(packed.shape) != 2 or packed.dim != 1:
         raise PackError(f"{where}: a packed linear weight is 2-D [out, in] grouped along dim 1 (in_features); "
                         f"got shape {tuple(packed.shape)} grouped along dim {packed.dim}")
-    if packed.scale_format.bit_width > 8:
+    if not packed.scale_format.is_coded:
         raise PackError(f"{where}: the weight quantizer has float scales stored as {packed.scale_format.name} "
                         "values, not scale bytes; packed inference takes byte-coded scale formats (scale_format "
                         "e8m0 (MX), e{k}m0, ue4m3 (NVFP4), ...)")

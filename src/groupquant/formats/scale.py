@@ -52,6 +52,7 @@ class ExponentScale:
 
     kind = ScaleKind.EXPONENT
     is_power_of_two = True
+    is_coded = True  # stored as one code byte per scale
 
     def __post_init__(self) -> None:
         if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 2 <= self.bits <= 8:
@@ -144,6 +145,11 @@ class FloatScale:
     def bit_width(self) -> int:
         """Storage bits per scale: 32, 16, or one byte for a minifloat (UE4M3 is FP8 E4M3 with sign bit 0)."""
         return {ScaleKind.FLOAT32: 32, ScaleKind.BFLOAT16: 16}.get(self.kind, 8)
+
+    @property
+    def is_coded(self) -> bool:
+        """True for minifloats (one code byte per scale), False for float32 / bfloat16 (stored as values)."""
+        return self.kind is ScaleKind.MINIFLOAT
 
     @property
     def min_value(self) -> float:

@@ -24,7 +24,7 @@ from .element_round import ROUNDING_MODES
 from .reference import GroupSpec
 from .shared_scale import SCALE_MODES, exponent_cap
 
-__all__ = ["KernelParams", "kernel_params", "op_params", "field_names", "field_index", "check_field_names",
+__all__ = ["KernelParams", "kernel_params", "op_params", "field_names", "field_index", "check_field_names", "pack_field",
            "SPECIAL_CODES"]
 
 #: The kernels' numbering of special-value rules (csrc/group_quant.h, enum Special).
@@ -84,11 +84,11 @@ class KernelParams:
 
     def pack(self) -> List[int]:
         """The op argument ``params``: one int per field, in field order."""
-        return [_packed(getattr(self, name)) for name in field_names()]
+        return [pack_field(getattr(self, name)) for name in field_names()]
 
 
-def _packed(value: object) -> int:
-    """One field as an int64: bools as 0/1, floats as their float32 bit pattern."""
+def pack_field(value: object) -> int:
+    """One field of an op record as an int64: bools as 0/1, floats as their float32 bit pattern."""
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, float):

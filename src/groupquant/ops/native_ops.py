@@ -105,5 +105,5 @@ def native_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     ts = tensor_scale_for(x, spec)
     codes, scale, scale_codes = torch.ops.groupquant.group_quantize(x.detach(), op_params(spec, x.dtype),
                                                                    code_dtype(spec.fmt), ts)
-    keep_codes = scale_codes if spec.scale_format.bit_width <= 8 else None
+    keep_codes = scale_codes if spec.scale_format.is_coded else None
     return GroupQuantized(codes, scale, keep_codes, spec.fmt, spec.layout, x.dtype, spec.scale_format, ts)

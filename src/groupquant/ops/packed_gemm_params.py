@@ -7,11 +7,11 @@ the packed ops are first used. Packing: bool as 0/1, int as is, float as its flo
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, fields
 from typing import List, Sequence, Tuple
 
 from ..formats import ElementFormat
+from .kernel_params import pack_field
 from .packed_tables import FastDecode, fast_decode
 
 __all__ = ["PackedGemmParams", "packed_gemm_params", "packed_field_names", "check_packed_field_names",
@@ -49,15 +49,7 @@ class PackedGemmParams:
 
     def pack(self) -> List[int]:
         """The op argument ``params``: one int per field, in field order."""
-        return [_packed(getattr(self, name)) for name in packed_field_names()]
-
-
-def _packed(value: object) -> int:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, float):
-        return struct.unpack("<I", struct.pack("<f", value))[0]
-    return int(value)  # type: ignore[call-overload]
+        return [pack_field(getattr(self, name)) for name in packed_field_names()]
 
 
 _NAMES: Tuple[str, ...] = tuple(f.name for f in fields(PackedGemmParams))

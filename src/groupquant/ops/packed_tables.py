@@ -20,10 +20,9 @@ from typing import Tuple
 
 import torch
 
-from ..formats import ElementFormat, IntFormat, ScaleFormat, ScaleKind
-from .bits import exp2i
+from ..formats import ElementFormat, IntFormat, ScaleFormat
 from .codes import decode
-from .shared_scale import e8m0_decode
+from .shared_scale import decode_scale, e8m0_decode
 
 __all__ = ["element_value_table", "e8m0_scale_table", "scale_table", "FastDecode", "fast_decode", "DECODE_TABLE", "DECODE_TABLE16",
            "DECODE_INT8", "DECODE_HALF", "DECODE_NIBBLE_BF16", "MAX_CODE_BITS"]
@@ -72,18 +71,9 @@ def e8m0_scale_table() -> torch.Tensor:
 
 def scale_table(scale_format: ScaleFormat) -> torch.Tensor:
     """float32 ``[256]``: the scale each byte encodes in ``scale_format`` (E{k}M0 or an unsigned
-    minifloat); the NaN code and bytes beyond the format's codes give NaN. ValueError for scale
-    formats stored as values (float32, bfloat16)."""
-    c = torch.arange(256, dtype=torch.int32)
-    if scale_format.kind is ScaleKind.EXPONENT:
-        values = exp2i((c - scale_format.bias).clamp(-149, 127))
-        return torch.where(c >= scale_format.nan_code, torch.full_like(values, float("nan")), values).contiguous()
-    if scale_format.kind is ScaleKind.MINIFLOAT:
-        el = scale_format.element
-        inside = c < (1 << el.bit_width)
-        values = decode(torch.where(inside, c, torch.zeros_like(c)), el).to(torch.float32)
-        return torch.where(inside, values, torch.full_like(values, float("nan"))).contiguous()
-    raise ValueError(f"scale_format {scale_format.name} is stored as values, not bytes: no scale table")
+    minifloat; :func:`groupquant.ops.shared_scale.decode_scale`): the NaN code and bytes beyond the
+    format's codes give NaN. ValueError for scale formats stored as values (float32, bfloat16)."""
+    return decode_scale(torch.arange(256, dtype=torch.int32), scale_format).contiguous()
 
 
 @dataclass(frozen=True)

@@ -50,12 +50,12 @@ import torch
 
 from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ExponentScale, FloatScale, ScaleFormat, ScaleKind
 from .bits import exp2i, floor_log2, significand
-from .codes import encode
+from .codes import decode, encode
 from .element_round import round_to_format
 
 __all__ = ["SCALE_MODES", "POWER_OF_TWO_MODES", "shared_exponent", "group_scale", "exponent_cap",
            "e8m0_encode", "e8m0_decode", "resolve_scale_mode", "check_tensor_scale", "tensor_scale_divisor",
-           "tensor_scale_of", "MIN_TENSOR_SCALE", "encode_scale"]
+           "tensor_scale_of", "MIN_TENSOR_SCALE", "encode_scale", "decode_scale"]
 
 POWER_OF_TWO_MODES = ("floor", "ceil", "even", "rceil")
 SCALE_MODES = POWER_OF_TWO_MODES + ("float",)
@@ -236,7 +236,7 @@ def encode_scale(scale: torch.Tensor, scale_format: ScaleFormat) -> Optional[tor
     float32 / bfloat16 scale formats (their values are stored as they are).
 
     Raises ValueError if a finite scale is not a value of the format."""
-    if scale_format.kind in (ScaleKind.FLOAT32, ScaleKind.BFLOAT16):
+    if not scale_format.is_coded:
         return None
     scale = scale.float()
     nan = torch.isnan(scale)
@@ -252,3 +252,20 @@ def encode_scale(scale: torch.Tensor, scale_format: ScaleFormat) -> Optional[tor
     if not bool(ok.all()):
         raise ValueError(f"encode_scale: a scale is not a {scale_format.name} value (or NaN)")
     return torch.where(nan, torch.full_like(codes, scale_format.nan_code), codes)
+
+
+def decode_scale(codes: torch.Tensor, scale_format: ScaleFormat) -> torch.Tensor:
+    """float32 scales of integer ``codes`` in a coded scale format (E{k}M0: ``2**(c - bias)``;
+    minifloats: their value). The NaN code, and codes the format does not have (beyond its width,
+    e.g. UE4M3 bytes with the sign bit set), give NaN. ValueError for float32 / bfloat16 formats."""
+    if not scale_format.is_coded:
+        raise ValueError(f"scale_format {scale_format.name} is stored as values, not codes")
+    c = codes.to(torch.int32)
+    if isinstance(scale_format, ExponentScale):
+        values = exp2i((c - scale_format.bias).clamp(-149, 127))
+        bad = c >= scale_format.nan_code
+    else:
+        el = scale_format.element
+        bad = (c < 0) | (c >= (1 << el.bit_width))
+        values = decode(torch.where(bad, torch.zeros_like(c), c), el).to(torch.float32)
+    return torch.where(bad, torch.full_like(values, float("nan")), values)

@@ -27,13 +27,11 @@ from typing import Dict, Optional, Union
 
 import torch
 
-from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, IntFormat, ScaleFormat, ScaleKind
-from ..ops import GroupLayout, GroupQuantized, code_dtype, decode
-from ..ops.bits import exp2i
+from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, IntFormat, ScaleFormat
+from ..ops import GroupLayout, GroupQuantized, code_dtype, decode_scale
 from .bitstream import pack_bits, packed_nbytes, unpack_bits
 from .format_record import format_from_record, format_record, scale_format_from_record, scale_format_record
-from .storage_dtypes import (element_storage_dtype, is_byte_format, scale_is_coded,
-                             scale_storage_dtype)
+from .storage_dtypes import element_storage_dtype, is_byte_format, scale_storage_dtype
 
 __all__ = ["PackedTensor", "pack"]
 
@@ -61,16 +59,7 @@ def _default_scale_format(scale: torch.Tensor) -> ScaleFormat:
 def _allowed_scale_dtypes(sf: ScaleFormat) -> tuple:
     """Storage dtypes accepted for ``sf``: its own, and uint8 for any byte-coded format (same bytes)."""
     want = scale_storage_dtype(sf)
-    return (want, torch.uint8) if scale_is_coded(sf) else (want,)
-
-
-def _decode_scale_codes(codes: torch.Tensor, sf: ScaleFormat) -> torch.Tensor:
-    """float32 scale values of uint8 scale codes (E{k}M0: ``2**(c - bias)``; minifloats; NaN code -> NaN)."""
-    if sf.kind is ScaleKind.MINIFLOAT:
-        return decode(codes, sf.element)
-    c = codes.to(torch.int32)
-    scale = exp2i(c - sf.bias)
-    return torch.where(c == sf.nan_code, torch.full_like(scale, float("nan")), scale)
+    return (want, torch.uint8) if sf.is_coded else (want,)
 
 
 @dataclass(frozen=True)
@@ -157,9 +146,9 @@ class PackedTensor:
             codes = unpack_bits(self.data, fmt.bit_width, count, signed).to(code_dtype(fmt))
             codes = codes.view(layout.contracted_shape)
         sf = self.scale_format
-        if scale_is_coded(sf):
+        if sf.is_coded:
             scale_codes = self.scale.view(torch.uint8).unsqueeze(layout.reduce_dim)
-            scale = _decode_scale_codes(scale_codes, sf)
+            scale = decode_scale(scale_codes, sf)
         else:
             scale_codes, scale = None, self.scale.float().unsqueeze(layout.reduce_dim)
         return GroupQuantized(codes, scale, scale_codes, fmt, layout, self.dtype, sf, self.tensor_scale)
@@ -228,10 +217,10 @@ def pack(q: Union[GroupQuantized, object]) -> PackedTensor:
         raise ValueError(f"codes of {q.fmt.name} must be {want} of shape {q.layout.contracted_shape}, "
                          f"got {q.codes.dtype} of shape {tuple(q.codes.shape)}")
     sf = q.scale_format
-    if scale_is_coded(sf) and q.scale_codes is None:  # built without a scale format and with float scales
+    if sf.is_coded and q.scale_codes is None:  # built without a scale format and with float scales
         sf = FLOAT32_SCALE
     store = scale_storage_dtype(sf)
-    if scale_is_coded(sf):
+    if sf.is_coded:
         scale = q.scale_codes.squeeze(q.layout.reduce_dim).contiguous().to(torch.uint8).view(store)
     else:  # float32 values; bfloat16 scales are bf16-rounded, so the cast is exact
         scale = q.scale.float().squeeze(q.layout.reduce_dim).contiguous().to(store)

@@ -19,7 +19,7 @@ import torch
 
 from ..formats import ElementFormat, FloatFormat, IntFormat, ScaleFormat, ScaleKind, SpecialValues
 
-__all__ = ["E8M0_DTYPE", "element_storage_dtype", "is_byte_format", "scale_storage_dtype", "scale_is_coded"]
+__all__ = ["E8M0_DTYPE", "element_storage_dtype", "is_byte_format", "scale_storage_dtype"]
 
 #: dtype of packed E8M0 scale bytes.
 E8M0_DTYPE: torch.dtype = getattr(torch, "float8_e8m0fnu", torch.uint8)
@@ -52,12 +52,6 @@ def element_storage_dtype(fmt: ElementFormat) -> torch.dtype:
     if isinstance(fmt, IntFormat):
         return torch.int8 if fmt.signed else torch.uint8
     return _torch_float8(fmt) or torch.uint8
-
-
-def scale_is_coded(scale_format: ScaleFormat) -> bool:
-    """True when a scale format is stored as its one-byte codes (E{k}M0, minifloats), False when
-    stored as values (float32, bfloat16)."""
-    return scale_format.kind in (ScaleKind.EXPONENT, ScaleKind.MINIFLOAT)
 
 
 def scale_storage_dtype(scale_format: ScaleFormat) -> torch.dtype:
