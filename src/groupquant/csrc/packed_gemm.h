@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "group_quant_params.h"  // unpack_value: one packed int64 as a field (the ops' shared rule)
+
 #if defined(__CUDACC__)
 #define GQP_HD __host__ __device__ __forceinline__
 #else
@@ -73,30 +75,12 @@ constexpr const char kPackedFieldNames[] = GQP_FIELDS(GQP_NAME);
 constexpr int kNumPackedParams = 0 GQP_FIELDS(GQP_COUNT);
 #undef GQP_COUNT
 
-inline bool unpack_field(int64_t v, int64_t* out) {
-  *out = v;
-  return true;
-}
-inline bool unpack_field(int64_t v, int32_t* out) {
-  *out = static_cast<int32_t>(v);
-  return v >= INT32_MIN && v <= INT32_MAX;
-}
-inline bool unpack_field(int64_t v, bool* out) {
-  *out = v != 0;
-  return v == 0 || v == 1;
-}
-inline bool unpack_field(int64_t v, float* out) {  // a float travels as its float32 bit pattern
-  const uint32_t bits = static_cast<uint32_t>(v);
-  std::memcpy(out, &bits, sizeof bits);
-  return v >= 0 && v <= static_cast<int64_t>(UINT32_MAX);
-}
-
 // Fills p from kNumPackedParams values; returns the first field that does not fit, or nullptr.
 inline const char* unpack_packed_params(const int64_t* packed, PackedGemmParams* p) {
   int i = 0;
   const char* bad = nullptr;
 #define GQP_UNPACK(type, name) \
-  if (!unpack_field(packed[i++], &p->name) && bad == nullptr) bad = #name;
+  if (!unpack_value(packed[i++], &p->name) && bad == nullptr) bad = #name;
   GQP_FIELDS(GQP_UNPACK)
 #undef GQP_UNPACK
   return bad;

@@ -97,11 +97,9 @@ at::Tensor padded_float_input(const at::Tensor& x, const PackedGemmParams& p) {
   return xp;
 }
 
-namespace {
-
-at::Tensor packed_linear_cpu(const at::Tensor& x, const at::Tensor& data, const at::Tensor& scale,
-                             const at::Tensor& value_table, const at::Tensor& scale_table,
-                             const c10::optional<at::Tensor>& bias, at::IntArrayRef params) {
+at::Tensor packed_linear_impl(const at::Tensor& x, const at::Tensor& data, const at::Tensor& scale,
+                              const at::Tensor& value_table, const at::Tensor& scale_table,
+                              const c10::optional<at::Tensor>& bias, at::IntArrayRef params, PackedLinearRunner run) {
   const PackedGemmParams p = parse_packed_params(params);
   PackedGemmJob job = make_weight_job(p, data, scale, value_table, scale_table, bias);
   TORCH_CHECK_VALUE(x.device() == data.device(), "groupquant: packed linear input and weight must be on one device");
@@ -110,17 +108,38 @@ at::Tensor packed_linear_cpu(const at::Tensor& x, const at::Tensor& data, const 
   job.x = xf.data_ptr<float>();
   job.out = out.data_ptr<float>();
   job.rows = x.size(0);
-  run_packed_linear_cpu(job, xf, out);
+  run(job, xf, out);
   return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
+}
+
+at::Tensor packed_decode_impl(const at::Tensor& data, const at::Tensor& scale, const at::Tensor& value_table,
+                              const at::Tensor& scale_table, at::IntArrayRef params, PackedDecodeRunner run) {
+  const PackedGemmParams p = parse_packed_params(params);
+  PackedGemmJob job = make_weight_job(p, data, scale, value_table, scale_table, c10::nullopt);
+  at::Tensor out = at::empty({p.out_features, p.num_blocks * p.block_size}, value_table.options());
+  if (out.numel() > 0) run(job, out);
+  return out.narrow(1, 0, p.in_features).contiguous();
+}
+
+namespace {
+
+void run_linear_on_cpu(const PackedGemmJob& job, const at::Tensor& xf, const at::Tensor& out) {
+  run_packed_linear_cpu(job, xf, out);
+}
+
+void run_decode_on_cpu(const PackedGemmJob& job, const at::Tensor& dst) {
+  run_packed_decode_cpu(job, dst.data_ptr<float>());
+}
+
+at::Tensor packed_linear_cpu(const at::Tensor& x, const at::Tensor& data, const at::Tensor& scale,
+                             const at::Tensor& value_table, const at::Tensor& scale_table,
+                             const c10::optional<at::Tensor>& bias, at::IntArrayRef params) {
+  return packed_linear_impl(x, data, scale, value_table, scale_table, bias, params, run_linear_on_cpu);
 }
 
 at::Tensor packed_decode_cpu(const at::Tensor& data, const at::Tensor& scale, const at::Tensor& value_table,
                              const at::Tensor& scale_table, at::IntArrayRef params) {
-  const PackedGemmParams p = parse_packed_params(params);
-  PackedGemmJob job = make_weight_job(p, data, scale, value_table, scale_table, c10::nullopt);
-  at::Tensor out = at::empty({p.out_features, p.num_blocks * p.block_size}, value_table.options());
-  if (out.numel() > 0) run_packed_decode_cpu(job, out.data_ptr<float>());
-  return out.narrow(1, 0, p.in_features).contiguous();
+  return packed_decode_impl(data, scale, value_table, scale_table, params, run_decode_on_cpu);
 }
 
 std::string packed_gemm_param_fields() {

@@ -206,6 +206,24 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Prefetches the K chunk (span bytes) of the weight row kPrefetchRows ahead of row n: rows are rb
+// bytes apart, a stride the hardware prefetcher does not follow here.
+inline void prefetch_row_ahead(const uint8_t* row, int64_t n, int64_t n1, int64_t rb, int64_t span) {
+  if (n + kPrefetchRows >= n1) return;
+  const uint8_t* ahead = row + kPrefetchRows * rb;
+  for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
+}
+
+// Adds the A accumulators of each of MR input rows into their partial sums (one weight row's slot).
+template <int MR, int A>
+inline void add_row_sums(__m256 (&acc)[MR][A], float* sums) {
+  for (int m = 0; m < MR; ++m) {
+    __m256 t = acc[m][0];
+    for (int a = 1; a < A; ++a) t = _mm256_add_ps(t, acc[m][a]);
+    sums[m] += hsum(t);
+  }
+}
+
 // part[(n - n0) * MR + m] += the dot products of blocks [b0, b1) for MR input rows m0.. and weight
 // rows [n0, n1); x rows are ldx floats apart. Each run of 32 values is multiplied by the block's
 // scale times the decoder's elem_mul (exact: both powers of two for MX, so these are the
@@ -223,10 +241,7 @@ void rows_tile(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = job.data + n * rb + b0 * sub * run_bytes;
     const uint8_t* scales = job.scale + n * p.num_blocks;
-    if (n + kPrefetchRows < n1) {  // the chunk of a row ahead: rows are rb bytes apart, a stride the
-      const uint8_t* ahead = row + kPrefetchRows * rb;  // hardware prefetcher does not follow here
-      for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
-    }
+    prefetch_row_ahead(row, n, n1, rb, span);
     __m256 acc[MR][A];
     for (int m = 0; m < MR; ++m)
       for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
@@ -259,11 +274,7 @@ void rows_tile(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t
         }
       }
     }
-    for (int m = 0; m < MR; ++m) {
-      __m256 t = acc[m][0];
-      for (int a = 1; a < A; ++a) t = _mm256_add_ps(t, acc[m][a]);
-      part_sums[(n - n0) * MR + m] += hsum(t);
-    }
+    add_row_sums<MR, A>(acc, part_sums + (n - n0) * MR);
   }
 }
 
@@ -282,10 +293,7 @@ void rows_tile_pairs(const PackedGemmJob& job, const Dec& dec, const float* x, i
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = job.data + n * rb + b0 / 2 * run_bytes;
     const uint8_t* scales = job.scale + n * p.num_blocks;
-    if (n + kPrefetchRows < n1) {
-      const uint8_t* ahead = row + kPrefetchRows * rb;
-      for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
-    }
+    prefetch_row_ahead(row, n, n1, rb, span);
     __m256 acc[MR][A];
     for (int m = 0; m < MR; ++m)
       for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
@@ -317,11 +325,7 @@ void rows_tile_pairs(const PackedGemmJob& job, const Dec& dec, const float* x, i
         for (int q = 0; q < 4; ++q) acc[m][q % A] = _mm256_fmadd_ps(w.v[q], _mm256_loadu_ps(xm + 8 * q), acc[m][q % A]);
       }
     }
-    for (int m = 0; m < MR; ++m) {
-      __m256 t = acc[m][0];
-      for (int a = 1; a < A; ++a) t = _mm256_add_ps(t, acc[m][a]);
-      part_sums[(n - n0) * MR + m] += hsum(t);
-    }
+    add_row_sums<MR, A>(acc, part_sums + (n - n0) * MR);
   }
 }
 
