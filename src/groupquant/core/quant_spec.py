@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ScaleFormat, ScaleKind
+from ..ops.shared_scale import default_scale_format
 from .granularity import ScaleGranularity
 
 __all__ = ["QuantSpec", "STANDALONE_GROUP_DIM", "STANDALONE_CHANNEL_DIM"]
@@ -75,7 +76,7 @@ class QuantSpec:
     def __post_init__(self) -> None:
         """Refuse a mode no module implements (quantizers check settings with named errors first)."""
         if self.scale_format is None:
-            object.__setattr__(self, "scale_format", E8M0 if self.restrict == "power_of_two" else FLOAT32_SCALE)
+            object.__setattr__(self, "scale_format", default_scale_format(self.scale_mode))
         if self.scale_format.is_power_of_two != (self.restrict == "power_of_two"):
             raise ValueError(f"QuantSpec restrict={self.restrict!r} does not go with scale_format "
                              f"{self.scale_format.name!r}")

@@ -9,7 +9,7 @@ from typing import Optional, Union
 
 import torch
 
-from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ScaleFormat, get_format, get_scale_format, get_scheme
+from ..formats import ElementFormat, ScaleFormat, get_format, get_scale_format, get_scheme
 from . import native
 from .element_round import ROUNDING_MODES, check_saturating
 from .group_layout import GroupLayout
@@ -17,7 +17,7 @@ from .fake_quant_result import FakeQuantResult
 from .native_ops import native_fake_quant, native_fake_quant_with_scale, native_quantize
 from .quantized import GroupQuantized
 from .reference import GroupSpec, reference_fake_quant, reference_fake_quant_parts, reference_quantize
-from .shared_scale import check_tensor_scale, resolve_scale_mode
+from .shared_scale import check_tensor_scale, default_scale_format, resolve_scale_mode
 
 __all__ = ["FORMAT_BLOCK", "fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
 
@@ -131,15 +131,15 @@ def _draw_seed(generator: Optional[torch.Generator], seed: Optional[int]) -> int
 
 
 def _resolve_scheme(fmt: object, block_size: Optional[int], scale_format: Union[None, str, ScaleFormat],
-                    tensor_scale: Optional[bool]) -> tuple:
+                    tensor_scale: Optional[bool], scale_mode: Optional[str]) -> tuple:
     """(element format, block size, scale format, tensor scale) for ``fmt`` and the scale arguments.
 
     A scheme name (``'nvfp4'``) fixes its element and scale formats and its block; a conflicting
-    argument is a ValueError naming it. Otherwise the scale format defaults to E8M0 and
-    ``tensor_scale`` to False."""
+    argument is a ValueError naming it. Otherwise the scale format defaults to the one
+    ``scale_mode`` implies (float32 for ``'float'``, else E8M0) and ``tensor_scale`` to False."""
     scheme = get_scheme(fmt)
     if scheme is None:
-        sf = E8M0 if scale_format is None else get_scale_format(scale_format)
+        sf = default_scale_format(scale_mode) if scale_format is None else get_scale_format(scale_format)
         if isinstance(block_size, _FormatBlock):
             block_size = int(block_size)
         return get_format(fmt), block_size, sf, check_tensor_scale(False if tensor_scale is None else tensor_scale, sf)
@@ -165,9 +165,7 @@ def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optio
 
     ``scale_mode='float'`` without a ``scale_format`` means float32 scales (as before scale formats)."""
     _check_tensor(x)
-    if scale_format is None and scale_mode == "float" and get_scheme(fmt) is None:
-        scale_format = FLOAT32_SCALE
-    element_format, block_size, sf, ts = _resolve_scheme(fmt, block_size, scale_format, tensor_scale)
+    element_format, block_size, sf, ts = _resolve_scheme(fmt, block_size, scale_format, tensor_scale, scale_mode)
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
     mode = resolve_scale_mode(scale_mode, sf)

@@ -53,7 +53,7 @@ from .bits import exp2i, floor_log2, significand
 from .codes import decode, encode
 from .element_round import round_to_format
 
-__all__ = ["SCALE_MODES", "POWER_OF_TWO_MODES", "shared_exponent", "group_scale", "exponent_cap",
+__all__ = ["SCALE_MODES", "POWER_OF_TWO_MODES", "shared_exponent", "group_scale", "exponent_cap", "default_scale_format",
            "e8m0_encode", "e8m0_decode", "resolve_scale_mode", "check_tensor_scale", "tensor_scale_divisor",
            "tensor_scale_of", "MIN_TENSOR_SCALE", "encode_scale", "decode_scale"]
 
@@ -62,6 +62,11 @@ SCALE_MODES = POWER_OF_TWO_MODES + ("float",)
 
 #: Smallest per-tensor scale, float32's smallest normal (keeps 1 / g finite).
 MIN_TENSOR_SCALE = 2.0 ** -126
+
+
+def default_scale_format(scale_mode: Optional[str]) -> ScaleFormat:
+    """The scale format a rule implies when none is named: float32 for ``'float'``, else E8M0."""
+    return FLOAT32_SCALE if scale_mode == "float" else E8M0
 
 
 def resolve_scale_mode(scale_mode: Optional[str], scale_format: ScaleFormat) -> str:
@@ -186,7 +191,7 @@ def group_scale(amax: torch.Tensor, fmt: ElementFormat, mode: str, dtype: torch.
     ``scale_format`` None: float32 for ``mode='float'``, else E8M0.
     """
     if scale_format is None:
-        scale_format = FLOAT32_SCALE if mode == "float" else E8M0
+        scale_format = default_scale_format(mode)
     amax = amax.float()
     finite = torch.isfinite(amax)
     if tensor_scale is not None:
@@ -226,9 +231,7 @@ def e8m0_decode(codes: torch.Tensor) -> torch.Tensor:
     """float32 scales 2**(code - 127) from uint8 E8M0 codes; 0xFF -> NaN."""
     if codes.dtype != torch.uint8:
         raise TypeError(f"E8M0 codes must be uint8, got {codes.dtype}")
-    c = codes.to(torch.int32)
-    scale = exp2i(c - E8M0.bias)
-    return torch.where(c == E8M0.nan_code, torch.full_like(scale, float("nan")), scale)
+    return decode_scale(codes, E8M0)
 
 
 def encode_scale(scale: torch.Tensor, scale_format: ScaleFormat) -> Optional[torch.Tensor]:
