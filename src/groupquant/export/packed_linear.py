@@ -13,58 +13,56 @@ to 8 bits in blocks, E{k}M0 or other minifloat scales) and keeps:
 - ``bias`` and the layer's quantizer proxies (``input_quant``, ``bias_quant``, ``output_quant``,
   and ``weight_quant`` only to rebuild the trainable layer: it holds no weight).
 
-``forward`` computes ``output_quant(F.linear(input_quant(x), W, bias_quant(b)))`` with ``W``
-decoded inside the kernel (:func:`groupquant.ops.packed_gemm.packed_linear`), so it equals the
-fake-quant layer up to float32 summation order. ``to_quant_linear()`` is the way back: a
-trainable ``QuantLinear`` with the dequantized weight and the same quantizers.
+It is a quant layer (:class:`groupquant.nn.QuantLayerMixin`) whose weight comes from packed
+storage: ``forward`` computes ``output_quant(F.linear(input_quant(x), W, bias_quant(b)))`` with the
+layer's proxies and the mixin's output tail (``return_quant_tensor``), and ``W`` decoded inside the
+kernel (:func:`groupquant.ops.packed_gemm.packed_linear`), so it equals the fake-quant layer up to
+float32 summation order. ``group_quantized_weight()`` reads the packed storage back (codes and
+scale bytes bit for bit); ``quant_weight()`` is its group-wise quant tensor.
+
+Backward: the input gets its gradient ``dY @ W`` (float32 accumulation; :mod:`.packed_backward`),
+the packed weight none. Dtypes: the state stays float32 / bytes whatever ``.to(dtype)`` /
+``.half()`` / ``.bfloat16()`` say (those set the dtype the weight is dequantized to); inputs may be
+float32, bfloat16 or float16. An in-place change of ``weight_tensor_scale`` is seen by the next
+forward. ``to_quant_linear()`` is the way back: a trainable ``QuantLinear`` with the dequantized
+weight and the same quantizers.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Union
+from typing import Callable, Dict, Optional, Union
 
 import torch
 from torch import nn
 
+from ..core import QuantSpec
 from ..formats import ElementFormat
-from ..nn import QuantLinear
-from ..ops import GroupLayout
-from ..ops.packed_gemm import PACKED_INPUT_DTYPES, PackedWeight, packed_linear
-from ..ops.packed_gemm_params import packed_gemm_params
-from ..ops.packed_tables import MAX_CODE_BITS, element_value_table, scale_table
+from ..nn import QuantLayerMixin, QuantLinear
+from ..nn.group_quantized_weight import WeightNotGroupQuantized
+from ..nn.inside import in_quant_layer
+from ..ops import FakeQuantResult, GroupLayout, GroupQuantized
+from ..ops.packed_gemm import PACKED_INPUT_DTYPES, PackedWeight
+from ..ops.packed_gemm_params import PackedGemmParams, packed_gemm_params
+from ..ops.packed_tables import element_value_table, scale_table
 from ..packing import PackedTensor, element_storage_dtype, is_byte_format, pack, scale_storage_dtype
-from ..proxy import QuantProxy
-from ..quant_tensor import QuantTensor, plain
+from ..proxy import ActQuantProxy, BiasQuantProxy, QuantProxy, WeightQuantProxy
+from ..quant_tensor import QuantTensor, quant_tensor_from_output
+from .pack_error import PackError, check_packable
+from .packed_backward import packed_linear_with_input_grad
 
 __all__ = ["PackedLinear", "PackError"]
 
-#: proxies a QuantLinear owns besides the four of the forward (backward-GEMM slots), kept as they are
-_FORWARD_PROXIES = ("weight_quant", "input_quant", "bias_quant", "output_quant")
+#: float32 buffers that stay float32 whatever dtype the module is cast to (the kernel reads them as such)
+_FLOAT32_STATE = ("bias", "weight_tensor_scale", "value_table", "scale_table")
 
 
-class PackError(ValueError):
-    """A layer or packed weight that a packed inference layer cannot take (the message names both)."""
+def _target_dtype(fn: Callable[[torch.Tensor], torch.Tensor], device: torch.device) -> Optional[torch.dtype]:
+    """The float dtype a ``Module._apply`` function casts floating tensors to, or None when it keeps dtypes."""
+    probes = [fn(torch.zeros((), dtype=d, device=device)).dtype for d in (torch.float32, torch.float16)]
+    return None if probes == [torch.float32, torch.float16] else probes[0]
 
 
-def check_packable(packed: PackedTensor, where: str) -> None:
-    """PackError unless ``packed`` is a 2-D weight grouped along its input dim with byte-coded scales
-    (E8M0, E{k}M0, UE4M3, ...) and codes of at most 8 bits whose blocks fill whole bytes."""
-    if len(packed.shape) != 2 or packed.dim != 1:
-        raise PackError(f"{where}: a packed linear weight is 2-D [out, in] grouped along dim 1 (in_features); "
-                        f"got shape {tuple(packed.shape)} grouped along dim {packed.dim}")
-    if not packed.scale_format.is_coded:
-        raise PackError(f"{where}: the weight quantizer has float scales stored as {packed.scale_format.name} "
-                        "values, not scale bytes; packed inference takes byte-coded scale formats (scale_format "
-                        "e8m0 (MX), e{k}m0, ue4m3 (NVFP4), ...)")
-    if packed.fmt.bit_width > MAX_CODE_BITS:
-        raise PackError(f"{where}: packed inference takes element codes of at most {MAX_CODE_BITS} bits; "
-                        f"the weight format {packed.fmt.name} has bit_width={packed.fmt.bit_width}")
-    if packed.block_size * packed.fmt.bit_width % 8:
-        raise PackError(f"{where}: a block of {packed.block_size} codes of {packed.fmt.bit_width} bits does not "
-                        "fill whole bytes (group_size * bit_width must be a multiple of 8)")
-
-
-class PackedLinear(nn.Module):
-    """Inference-only linear layer on packed group-wise weights (see the module docstring).
+class PackedLinear(QuantLayerMixin, nn.Module):
+    """Inference linear layer on packed group-wise weights (see the module docstring).
 
     Build it with :meth:`from_quant_linear` (``groupquant.pack_model`` does it for a whole model)
     or :meth:`from_packed` (a :class:`PackedTensor`, e.g. from a gpt-oss MXFP4 checkpoint).
@@ -89,8 +87,17 @@ class PackedLinear(nn.Module):
         self.register_buffer("weight_tensor_scale", None if ts is None else ts.detach().float().reshape(()).clone())
         self.register_buffer("value_table", element_value_table(self.fmt), persistent=False)
         self.register_buffer("scale_table", scale_table(self.scale_format), persistent=False)
+        self._params_of: Optional[tuple] = None  # (tensor scale object, its version) the record was made from
         self.params = self._params()
-        for attr, proxy in (proxies or {}).items():
+        proxies = dict(proxies or {})
+        bias_shape = (self.out_features,) if bias is not None else (0,)
+        defaults = {"weight_quant": lambda: WeightQuantProxy(None, (self.out_features, self.in_features), None, name),
+                    "bias_quant": lambda: BiasQuantProxy(None, bias_shape, None, name),
+                    "input_quant": lambda: ActQuantProxy(None, "input_", -1, None, name),
+                    "output_quant": lambda: ActQuantProxy(None, "output_", -1, None, name)}
+        for attr, make in defaults.items():
+            setattr(self, attr, proxies.pop(attr, None) or make())
+        for attr, proxy in proxies.items():  # backward-GEMM slots of the layer it came from, kept for the way back
             setattr(self, attr, proxy)
 
     def _load_from_state_dict(self, *args, **kwargs) -> None:
@@ -98,37 +105,55 @@ class PackedLinear(nn.Module):
         super()._load_from_state_dict(*args, **kwargs)
         self.params = self._params()
 
-    def _params(self):
+    def _params(self) -> PackedGemmParams:
         """The kernel record (the per-tensor scale, if any, is part of it)."""
         ts = self.weight_tensor_scale
+        self._params_of = None if ts is None else (ts, ts._version)
         return packed_gemm_params(self.fmt, self.out_features, self.in_features, self.block_size,
                                   global_scale=1.0 if ts is None else float(ts), has_global_scale=ts is not None)
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> "PackedLinear":
+        """``Module._apply`` (``.to``, ``.cuda``, ``.half``, ...) that moves the state but keeps the
+        float32 buffers float32 (the kernel reads them so; a cast would round the bias and the tensor
+        scale); a float dtype it asks for becomes the dtype the weight dequantizes to."""
+        dtype = _target_dtype(fn, self.weight_codes.device)
+        if dtype is not None and dtype not in PACKED_INPUT_DTYPES:
+            raise TypeError(f"{self.layer_name}: PackedLinear dequantizes to {[str(d) for d in PACKED_INPUT_DTYPES]}, "
+                            f"got a cast to {dtype}")
+        kept = {n: getattr(self, n) for n in _FLOAT32_STATE if getattr(self, n) is not None}
+        super()._apply(fn, recurse)
+        for n, t in kept.items():
+            now = getattr(self, n)
+            if now.dtype != torch.float32:
+                self._buffers[n] = t.to(now.device)
+        if dtype is not None:
+            self.weight_dtype = dtype
+        self.params = self._params()
+        return self
 
     # ---- construction -------------------------------------------------------------------------
 
     @classmethod
     def from_quant_linear(cls, layer: QuantLinear, name: str = "QuantLinear") -> "PackedLinear":
-        """The packed form of ``layer``; PackError (naming ``name`` and the setting) unless its weight
-        quantizer is group-wise with byte-coded scales (E8M0, UE4M3, ...)."""
-        proxy = getattr(layer, "weight_quant", None)
-        if not isinstance(proxy, QuantProxy) or not proxy.is_quant_enabled:
-            raise PackError(f"{name}: weight_quant is None (a float weight); packed inference needs a group-wise "
-                            "weight quantizer (MX formats, integer groups)")
-        with torch.no_grad():
-            qt = layer.quant_weight()
-        if not callable(getattr(qt, "to_group_quantized", None)):
-            raise PackError(f"{name}: weight_quant={proxy.quantizer.__name__} is not group-wise "
-                            f"({type(qt).__name__}); packed inference needs scaling_per_output=GROUP "
-                            "(MX formats, integer groups)")
-        packed = pack(qt)
-        proxy.clear_cache()  # the packed layer keeps the quantizer, never a float weight
+        """The packed form of ``layer`` (its :meth:`~groupquant.nn.QuantLayerMixin.group_quantized_weight`);
+        PackError (naming ``name`` and the setting) unless its weight quantizer is group-wise with
+        byte-coded scales (E8M0, UE4M3, ...)."""
+        try:
+            q = layer.group_quantized_weight(name)
+        except WeightNotGroupQuantized as e:
+            raise PackError(str(e)) from None
+        packed = pack(q)
+        layer.weight_quant.clear_cache()  # the packed layer keeps the quantizer, never a float weight
         proxies = {n: m for n, m in layer.named_children() if isinstance(m, QuantProxy)}
         return cls(packed, layer.bias, name=name, proxies=proxies, return_quant_tensor=layer.return_quant_tensor)
 
     @classmethod
     def from_packed(cls, packed: PackedTensor, bias: Optional[torch.Tensor] = None, *,
-                    input_quant: Optional[nn.Module] = None, name: str = "PackedLinear") -> "PackedLinear":
-        """A layer on ``packed`` (``[out, in]`` grouped along ``in``), optionally quantizing its input."""
+                    input_quant: Union[None, type, nn.Module] = None, name: str = "PackedLinear") -> "PackedLinear":
+        """A layer on ``packed`` (``[out, in]`` grouped along ``in``), optionally quantizing its input
+        (an input quantizer class, or an ``ActQuantProxy``)."""
+        if isinstance(input_quant, type):
+            input_quant = ActQuantProxy(input_quant, "input_", -1, None, name)
         return cls(packed, bias, name=name, proxies=None if input_quant is None else {"input_quant": input_quant})
 
     # ---- the packed weight ----------------------------------------------------------------------
@@ -142,6 +167,26 @@ class PackedLinear(nn.Module):
         scale = self.weight_scale.clone().view(scale_storage_dtype(self.scale_format))
         ts = None if self.weight_tensor_scale is None else self.weight_tensor_scale.clone()
         return PackedTensor(data, scale, self.fmt, layout, self.weight_dtype, self.scale_format, ts)
+
+    def group_quantized_weight(self, name: Optional[str] = None) -> GroupQuantized:
+        """The weight's codes, scale codes, tensor scale, layout and format, from packed storage (bit for bit)."""
+        return self.packed_weight().unpack()
+
+    def quant_weight(self) -> QuantTensor:
+        """The weight as a group-wise quant tensor (values dequantized from packed storage)."""
+        q = self.group_quantized_weight()
+        value = q.layout.contract(q.dequantize())
+        return quant_tensor_from_output(FakeQuantResult(value, q.scale, q.layout, q.tensor_scale), self._spec())
+
+    def _spec(self) -> QuantSpec:
+        """The weight quantizer's spec, or (a layer read from a checkpoint) one describing the packed format."""
+        spec = self.weight_quant.spec
+        if spec is not None:
+            return spec
+        sf = self.scale_format
+        return QuantSpec(f"packed {self.fmt.name}", self.fmt, group_size=self.block_size, group_dim=1,
+                         restrict="power_of_two" if sf.is_power_of_two else "fp", scale_format=sf,
+                         tensor_scale=self.weight_tensor_scale is not None)
 
     def load_packed(self, packed: PackedTensor) -> None:
         """Replace the codes and scales by ``packed``'s; PackError names the layer and the setting that differs."""
@@ -167,6 +212,12 @@ class PackedLinear(nn.Module):
         return self.packed_weight().dequantize()
 
     def _weight(self) -> PackedWeight:
+        """The kernel's view of the weight; the record is made again when the tensor scale changed in place."""
+        ts = self.weight_tensor_scale
+        if ts is not None and not torch.compiler.is_compiling():
+            made_from = self._params_of
+            if made_from is None or made_from[0] is not ts or made_from[1] != ts._version:
+                self.params = self._params()
         return PackedWeight(self.weight_codes, self.weight_scale, self.value_table, self.scale_table, self.params)
 
     @property
@@ -179,22 +230,14 @@ class PackedLinear(nn.Module):
     # ---- forward and the way back ---------------------------------------------------------------
 
     def forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
-        x = plain(x)
-        if x.dtype not in PACKED_INPUT_DTYPES:
-            raise TypeError(f"{self.layer_name}: packed inference takes input of dtype "
-                            f"{[str(d) for d in PACKED_INPUT_DTYPES]}, got {x.dtype}")
-        input_quant = getattr(self, "input_quant", None)
-        qx = input_quant.quant_value(x) if input_quant is not None else x
-        bias = self.bias
-        bias_quant = getattr(self, "bias_quant", None)
-        if bias is not None and bias_quant is not None:
-            bias = plain(bias_quant.quant_value(bias)).float()
-        y = packed_linear(qx, self._weight(), bias)
-        output_quant = getattr(self, "output_quant", None)
-        if output_quant is None or output_quant.tensor_quant is None:
-            return y
-        out = output_quant(y)
-        return out if self.return_quant_tensor else plain(out)
+        """``output_quant(packed_linear(input_quant(x), W, bias_quant(b)))`` (the quant-layer route)."""
+        with in_quant_layer():
+            qx = self.input_quant.quant_value(x)
+            if qx.dtype not in PACKED_INPUT_DTYPES:
+                raise TypeError(f"{self.layer_name}: packed inference takes input of dtype "
+                                f"{[str(d) for d in PACKED_INPUT_DTYPES]}, got {qx.dtype}")
+            qb = None if self.bias is None else self.bias_quant.quant_value(self.bias).float()
+            return self._finish(packed_linear_with_input_grad(qx, self._weight(), qb))
 
     def to_quant_linear(self) -> QuantLinear:
         """A trainable QuantLinear: the dequantized weight (its fake-quant gives the same weight

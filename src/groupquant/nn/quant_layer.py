@@ -8,9 +8,11 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 
 from ..inject import ConfigError
+from ..ops import GroupQuantized
 from ..proxy import ActQuantProxy, BiasQuantProxy, WeightQuantProxy
 from ..quant_tensor import QuantTensor, plain
 from .backward_gemm import quantized_backward_gemm
+from .group_quantized_weight import group_quantized_weight
 from .grad_slots import GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands, grad_slot_prefixes
 from .keywords import route_keywords
 from .inside import in_quant_layer
@@ -119,6 +121,12 @@ class QuantLayerMixin:
         codes and E8M0 scale codes (contracted), ``.int()`` / ``.codes()`` the element codes.
         """
         return self.weight_quant(self.weight)  # type: ignore[attr-defined]
+
+    def group_quantized_weight(self, name: Optional[str] = None) -> "GroupQuantized":
+        """The weight's element codes, scale codes, tensor scale, layout and format (a
+        :class:`groupquant.ops.GroupQuantized`); ``WeightNotGroupQuantized`` (naming ``name`` or the
+        class) when the weight is float or not group-wise. See :mod:`groupquant.nn.group_quantized_weight`."""
+        return group_quantized_weight(self, name)
 
     def quant_bias(self) -> Union[None, torch.Tensor, QuantTensor]:
         """The quantized bias (quant tensor), the float bias, or None without bias."""
