@@ -167,3 +167,60 @@ def test_packed_model_compiles():
     x = torch.randn(3, 64)
     with torch.no_grad():
         assert torch.equal(torch.compile(pm, fullgraph=True)(x), pm(x))
+
+
+class TiedLM(nn.Module):
+    """An embedding tied to a quantized output head (the usual language-model layout)."""
+
+    def __init__(self, weight_quant=NVFP4Weight):
+        super().__init__()
+        torch.manual_seed(2)
+        self.embed = nn.Embedding(50, 32)
+        self.body = QuantLinear(32, 32, weight_quant=MXFloat4e2m1Weight)
+        self.head = QuantLinear(32, 50, bias=False, weight_quant=weight_quant)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(torch.relu(self.body(self.embed(ids))))
+
+
+def test_tied_weight_stays_tied_and_float_through_pack_model():
+    m = TiedLM().eval()
+    ids = torch.tensor([[1, 7, 49]])
+    with torch.no_grad():
+        ref = m(ids)
+    emb = m.embed.weight.detach().clone()
+    with pytest.warns(UserWarning, match="'head' stays a QuantLinear: its weight is tied to 'embed.weight'"):
+        pm = gq.pack_model(m)
+    assert isinstance(pm.body, PackedLinear) and isinstance(pm.head, QuantLinear)
+    assert pm.head.weight is pm.embed.weight and torch.equal(pm.embed.weight, emb)
+    with torch.no_grad():
+        assert rel_err(pm(ids), ref) < 1e-5
+
+
+def test_a_layer_registered_twice_is_packed_once_and_stays_shared():
+    torch.manual_seed(4)
+    lin = QuantLinear(32, 32, weight_quant=MXFloat4e2m1Weight)
+    m = nn.Sequential(lin, nn.ReLU(), lin).eval()
+    x = torch.randn(3, 32)
+    with torch.no_grad():
+        ref = m(x)
+        pm = gq.pack_model(m)
+        assert isinstance(pm[0], PackedLinear) and pm[2] is pm[0]
+        assert rel_err(pm(x), ref) < 1e-5
+        back = unpack_model(pm)
+        assert isinstance(back[0], QuantLinear) and back[2] is back[0]
+
+
+def test_a_float_model_is_refused_by_name():
+    with pytest.raises(PackError, match="Sequential has no QuantLinear with a weight quantizer"):
+        gq.pack_model(nn.Sequential(nn.Linear(4, 4), QuantLinear(4, 4)))
+
+
+def test_progress_bar_is_switchable(capsys):
+    tqdm = pytest.importorskip("tqdm")
+    m = nn.Sequential(*[QuantLinear(32, 32, weight_quant=MXFloat4e2m1Weight) for _ in range(3)])
+    gq.pack_model(copy.deepcopy(m), progress=True)
+    assert "pack_model" in capsys.readouterr().err
+    gq.pack_model(copy.deepcopy(m))  # 3 layers: no bar by default
+    assert "pack_model" not in capsys.readouterr().err

@@ -135,3 +135,62 @@ def test_nvfp4_file_is_about_4_5_over_32_of_float32():
     assert sd["packed"]["0.weight"]["scale"].dtype == torch.float8_e4m3fn
     ratio = len(saved(sd)) / len(saved(model.state_dict()))
     assert 4.5 / 32 <= ratio < 4.5 / 32 * 1.02
+
+
+class TiedLM(nn.Module):
+    """An embedding tied to a quantized output head (the usual language-model layout)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.embed = nn.Embedding(50, 32)
+        self.head = QuantLinear(32, 50, bias=False, weight_quant=Q.NVFP4Weight)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(self.embed(ids))
+
+
+def test_tied_embedding_keeps_its_float_values_and_is_stored_once():
+    model = TiedLM().eval()
+    sd = loaded(saved(packed_state_dict(model)))
+    assert "head.weight" not in sd["packed"] and list(sd["tensors"]) == ["embed.weight"]
+    fresh = TiedLM()
+    with torch.no_grad():
+        fresh.embed.weight.normal_()
+    load_packed_state_dict(fresh, sd)
+    assert fresh.head.weight is fresh.embed.weight  # tied stays tied
+    assert torch.equal(fresh.embed.weight, model.embed.weight)  # float values, not NVFP4 values
+    ids = torch.tensor([[3, 9, 49]])
+    with torch.no_grad():
+        assert torch.equal(fresh(ids), model(ids))
+
+
+def test_module_registered_twice_is_stored_once_and_loads_quantized_into_the_float_twin():
+    torch.manual_seed(5)
+    lin = QuantLinear(64, 64, weight_quant=Q.MXFloat4e2m1Weight)
+    model = nn.Sequential(lin, nn.ReLU(), lin).eval()
+    sd = loaded(saved(packed_state_dict(model)))
+    assert "2.weight" not in sd["tensors"] and list(sd["packed"]) == ["0.weight"]
+    assert not any(t.is_floating_point() and t.numel() >= 64 * 64 for t in sd["tensors"].values())
+    assert len(saved(sd)) < 64 * 64 * 4 / 2  # well under the float32 weight
+    twin_lin = nn.Linear(64, 64)
+    twin = nn.Sequential(twin_lin, nn.ReLU(), twin_lin)
+    load_packed_state_dict(twin, sd)
+    with torch.no_grad():
+        assert torch.equal(twin[2].weight, lin.quant_weight().value)
+        x = torch.randn(2, 64)
+        assert torch.equal(twin(x), model(x))
+
+
+def test_packed_weight_of_another_format_is_refused_by_a_quant_layer():
+    torch.manual_seed(6)
+    nvfp4 = nn.Sequential(QuantLinear(64, 16, weight_quant=Q.NVFP4Weight))
+    mxfp4 = nn.Sequential(QuantLinear(64, 16, weight_quant=Q.MXFloat4e2m1Weight))
+    before = mxfp4[0].weight.detach().clone()
+    with pytest.raises(ValueError, match=r"^0: packed weight of format fp4_e2m1, scale_format ue4m3.*MXFloat4e2m1Weight"):
+        load_packed_state_dict(mxfp4, packed_state_dict(nvfp4))
+    assert torch.equal(mxfp4[0].weight, before)
+    float_twin_layer = nn.Sequential(nn.Linear(64, 16))  # a float layer takes any packed weight
+    load_packed_state_dict(float_twin_layer, packed_state_dict(nvfp4))
+    assert torch.equal(float_twin_layer[0].weight, nvfp4[0].quant_weight().value)

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..nn import QuantConv1d, QuantConv2d, QuantIdentity, QuantLinear, QuantReLU
+from ..nn.group_quantized_weight import WeightNotGroupQuantized
 from ..proxy import QuantProxy
 from ..quant_tensor import plain
 from .export_error import ExportError
@@ -29,6 +30,7 @@ from .onnx_act_quant import dynamic_fake_quant_of
 from .onnx_builder import GraphBuilder
 from .onnx_torch_modules import NodeInfo, conv_of, float_array, linear_of
 from .onnx_weight import SCALE_FORMATS, weight_dequant_of
+from .packed_linear import PackedLinear
 
 __all__ = ["QuantLayerOptions", "find_quant_converter"]
 
@@ -81,15 +83,15 @@ def _act_quant(b: GraphBuilder, proxy: QuantProxy, x: str, shape: Optional[torch
 
 
 def _weight(b: GraphBuilder, layer: nn.Module, info: NodeInfo, options: QuantLayerOptions) -> str:
-    """The layer's weight as a graph value: codes + DequantizeLinear, or the float weight."""
-    if not layer.weight_quant.is_quant_enabled:
+    """The layer's weight as a graph value: codes + DequantizeLinear (its ``group_quantized_weight()``),
+    or the float weight of a layer without a weight quantizer."""
+    if not isinstance(layer, PackedLinear) and not layer.weight_quant.is_quant_enabled:
         return b.const(float_array(layer.weight, info.name), hint=f"{_hint(info)}_weight")
-    with torch.no_grad():
-        qt = layer.quant_weight()
-    if not callable(getattr(qt, "to_group_quantized", None)):
-        raise ExportError(info.name, type(layer).__name__, f"weight quantizer gives {type(qt).__name__}; only "
-                          "group-wise (MX / per-group) weight quantizers export")
-    q = qt.to_group_quantized()
+    try:
+        q = layer.group_quantized_weight(info.name)
+    except WeightNotGroupQuantized as e:
+        raise ExportError(info.name, type(layer).__name__, f"{e}; only group-wise (MX / per-group) weight "
+                          "quantizers export") from None
     what = f"{type(layer).__name__} weight_quant {_quantizer_name(layer.weight_quant)}"
     power_of_two = q.scale_codes is not None and q.scale_format.is_power_of_two
     scale_format = options.scale_format if power_of_two else "float32"  # the option is for power-of-two scales
@@ -128,7 +130,7 @@ def _relu(b: GraphBuilder, layer: QuantReLU, info: NodeInfo, inputs: List[str], 
     return _act_quant(b, layer.output_quant, b.node("Relu", [x]), info.out_shape, info, "output_quant")
 
 
-_CONVERTERS = ((QuantLinear, _linear), (QuantConv1d, _conv), (QuantConv2d, _conv), (QuantIdentity, _identity),
+_CONVERTERS = ((PackedLinear, _linear), (QuantLinear, _linear), (QuantConv1d, _conv), (QuantConv2d, _conv), (QuantIdentity, _identity),
                (QuantReLU, _relu))
 
 
