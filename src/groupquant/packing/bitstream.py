@@ -76,12 +76,24 @@ def pack_bits(codes: torch.Tensor, bit_width: int) -> torch.Tensor:
     count = codes.numel()
     elements, nbytes, pieces = _unit(bit_width)
     units = -(-count // elements)
-    flat = codes.reshape(-1).to(torch.int32)
-    flat = torch.cat([flat, flat.new_zeros(units * elements - count)]).view(units, elements)
+    flat = _low_bits(codes.reshape(-1), bit_width)
+    if units * elements != count:
+        flat = torch.cat([flat, flat.new_zeros(units * elements - count)])
+    flat = flat.view(units, elements)
     out = flat.new_zeros(units, nbytes)
     for p in pieces:  # distinct bits, so adding is or-ing
         out[:, p.byte] += ((flat[:, p.element] >> p.element_shift) & p.mask) << p.byte_shift
     return out.reshape(-1)[: packed_nbytes(count, bit_width)].to(torch.uint8)
+
+
+def _low_bits(flat: torch.Tensor, bit_width: int) -> torch.Tensor:
+    """Codes in the narrowest dtype that holds every piece: uint8 for widths up to 8 (the low byte
+    of each code, two's complement for negative ones; every piece of a byte fits in it), else int32."""
+    if bit_width > 8:
+        return flat.to(torch.int32)
+    if flat.dtype in (torch.int8, torch.uint8):
+        return flat.view(torch.uint8)
+    return (flat & 0xFF).to(torch.uint8)
 
 
 def unpack_bits(stream: torch.Tensor, bit_width: int, count: int, signed: bool = False) -> torch.Tensor:
