@@ -65,3 +65,22 @@ def test_bad_tensors_are_named():
         mxfp4_packed_tensor(blocks.reshape(24, 80), scales)
     with pytest.raises(PackError, match="in_features"):
         mxfp4_packed_tensor(blocks, scales, in_features=100)
+
+
+def test_blocks_of_a_quant_layer_read_its_group_quantized_weight():
+    from groupquant.nn import QuantLinear
+    from groupquant.quantizers import MXFloat4e2m1Weight, MXFloat8e4m3Weight
+
+    torch.manual_seed(7)
+    layer = QuantLinear(64, 6, weight_quant=MXFloat4e2m1Weight)
+    blocks, scales = mxfp4_blocks(layer)
+    ref = gq.quantize(layer.weight.detach(), "fp4_e2m1")  # the op itself: codes [6, 2, 32], E8M0 [6, 2, 1]
+    assert torch.equal(blocks & 0xF, ref.codes[..., 0::2].to(torch.uint8))
+    assert torch.equal(blocks >> 4, ref.codes[..., 1::2].to(torch.uint8))
+    assert torch.equal(scales, ref.scale_codes.squeeze(-1))
+    packed_blocks, packed_scales = mxfp4_blocks(gq.pack_model(layer))  # from packed storage: the same bytes
+    assert torch.equal(packed_blocks, blocks) and torch.equal(packed_scales, scales)
+    with pytest.raises(PackError, match="weight_quant is None"):
+        mxfp4_blocks(QuantLinear(64, 6))
+    with pytest.raises(PackError, match="fp8_e4m3"):
+        mxfp4_blocks(QuantLinear(64, 6, weight_quant=MXFloat8e4m3Weight))

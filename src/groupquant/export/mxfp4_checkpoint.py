@@ -20,13 +20,14 @@ One difference, documented: OCP E8M0 byte 0xFF is NaN here (gpt-oss' loader comp
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 
 from ..formats import get_format
 from ..ops import GroupLayout
-from ..packing import E8M0_DTYPE, PackedTensor
+from ..nn.group_quantized_weight import WeightNotGroupQuantized
+from ..packing import E8M0_DTYPE, PackedTensor, pack
 from .packed_linear import PackedLinear, PackError
 
 __all__ = ["mxfp4_packed_tensor", "mxfp4_blocks", "mxfp4_linear", "MXFP4_BLOCK"]
@@ -58,9 +59,15 @@ def mxfp4_packed_tensor(blocks: torch.Tensor, scales: torch.Tensor, in_features:
                         get_format("fp4_e2m1"), layout, dtype)
 
 
-def mxfp4_blocks(packed: PackedTensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def mxfp4_blocks(packed: Union[PackedTensor, torch.nn.Module]) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(blocks [rows, G, 16], scales [rows, G])`` uint8 of an fp4_e2m1 PackedTensor ``[rows, in]``
-    in blocks of 32 with E8M0 scales (the inverse of :func:`mxfp4_packed_tensor`)."""
+    in blocks of 32 with E8M0 scales (the inverse of :func:`mxfp4_packed_tensor`), or of a quant
+    layer's weight (its ``group_quantized_weight()``: an MXFP4 ``QuantLinear`` or ``PackedLinear``)."""
+    if isinstance(packed, torch.nn.Module):
+        try:
+            packed = pack(packed.group_quantized_weight())
+        except (AttributeError, WeightNotGroupQuantized) as e:
+            raise PackError(f"MXFP4 blocks need a quant layer with an MXFP4 weight: {e}") from None
     if packed.fmt != get_format("fp4_e2m1") or packed.block_size != MXFP4_BLOCK or len(packed.shape) != 2 \
             or packed.dim != 1 or not packed.power_of_two_scales:
         raise PackError(f"MXFP4 blocks need an fp4_e2m1 weight [rows, in] in blocks of 32 along dim 1 with E8M0 "
