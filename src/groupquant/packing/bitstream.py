@@ -110,12 +110,14 @@ def unpack_bits(stream: torch.Tensor, bit_width: int, count: int, signed: bool =
         raise ValueError(f"a stream of {count} codes of {bit_width} bits has {need} bytes, got {stream.numel()}")
     elements, nbytes, pieces = _unit(bit_width)
     units = -(-count // elements)
-    bytes_ = stream.to(torch.int32)
-    bytes_ = torch.cat([bytes_, bytes_.new_zeros(units * nbytes - need)]).view(units, nbytes)
+    bytes_ = stream if bit_width <= 8 else stream.to(torch.int32)  # a code of up to 8 bits fits a byte
+    if units * nbytes != need:
+        bytes_ = torch.cat([bytes_, bytes_.new_zeros(units * nbytes - need)])
+    bytes_ = bytes_.view(units, nbytes)
     codes = bytes_.new_zeros(units, elements)
     for p in pieces:
         codes[:, p.element] += ((bytes_[:, p.byte] >> p.byte_shift) & p.mask) << p.element_shift
-    codes = codes.reshape(-1)[:count]
+    codes = codes.reshape(-1)[:count].to(torch.int32)
     if signed:
         codes = torch.where(codes >= (1 << (bit_width - 1)), codes - (1 << bit_width), codes)
     return codes
