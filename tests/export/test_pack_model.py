@@ -208,6 +208,12 @@ def test_a_layer_registered_twice_is_packed_once_and_stays_shared():
         pm = gq.pack_model(m)
         assert isinstance(pm[0], PackedLinear) and pm[2] is pm[0]
         assert rel_err(pm(x), ref) < 1e-5
+        sd = packed_state_dict(pm)
+        assert list(sd["packed"]) == ["0.weight"] and sd["aliases"]["2.weight"] == "0.weight"
+        other_lin = QuantLinear(32, 32, weight_quant=MXFloat4e2m1Weight)
+        other = gq.pack_model(nn.Sequential(other_lin, nn.ReLU(), other_lin))
+        load_packed_state_dict(other, sd)  # strict: every name of the shared layer is loaded
+        assert torch.equal(other(x), pm(x))
         back = unpack_model(pm)
         assert isinstance(back[0], QuantLinear) and back[2] is back[0]
 
