@@ -2,6 +2,8 @@
 quant tensor's own codes / scales bit for bit, whether the codes come from the quantize op or the
 quant tensor, and names the layer when the weight is float or not group-wise."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 import groupquant.quantizers as Q
@@ -72,3 +74,18 @@ def test_stochastic_rounding_reads_the_quant_tensor():
 def test_float_or_not_group_wise_is_one_named_error(layer, match):
     with pytest.raises(WeightNotGroupQuantized, match=match):
         layer.group_quantized_weight("head")
+
+
+@settings(max_examples=25, deadline=None)
+@given(out_features=st.integers(1, 9), in_features=st.integers(1, 80), group=st.sampled_from([8, 16, 32]),
+       quant=st.sampled_from([Q.MXFloat4e2m1Weight, Q.MXFloat6e3m2Weight, Q.MXInt8Weight, Q.NVFP4Weight]),
+       scale=st.sampled_from([1e-30, 1.0, 1e30]), seed=st.integers(0, 2 ** 16))
+def test_any_shape_and_group_size_equals_the_quant_tensor(out_features, in_features, group, quant, scale, seed):
+    if quant is Q.NVFP4Weight:
+        group = 16  # NVFP4 has blocks of 16 only
+    torch.manual_seed(seed)
+    layer = QuantLinear(in_features, out_features, weight_quant=quant, weight_group_size=group)
+    with torch.no_grad():
+        layer.weight.mul_(scale)
+        ref = layer.quant_weight().to_group_quantized()
+    assert_same_quantized(layer.group_quantized_weight(), ref)
