@@ -80,9 +80,18 @@ def pack_bits(codes: torch.Tensor, bit_width: int) -> torch.Tensor:
     if units * elements != count:
         flat = torch.cat([flat, flat.new_zeros(units * elements - count)])
     flat = flat.view(units, elements)
-    out = flat.new_zeros(units, nbytes)
-    for p in pieces:  # distinct bits, so adding is or-ing
-        out[:, p.byte] += ((flat[:, p.element] >> p.element_shift) & p.mask) << p.byte_shift
+    columns = []
+    for byte in range(nbytes):  # each byte of the unit: its pieces or-ed together (distinct bits)
+        column = None
+        for p in pieces:  # each step but the first of a piece works in place on its own temporary
+            if p.byte == byte:
+                codes_e = flat[:, p.element]
+                part = (codes_e >> p.element_shift).bitwise_and_(p.mask) if p.element_shift else codes_e & p.mask
+                if p.byte_shift:
+                    part.bitwise_left_shift_(p.byte_shift)
+                column = part if column is None else column.bitwise_or_(part)
+        columns.append(column)
+    out = columns[0].unsqueeze(1) if nbytes == 1 else torch.stack(columns, dim=1)
     return out.reshape(-1)[: packed_nbytes(count, bit_width)].to(torch.uint8)
 
 
