@@ -45,9 +45,9 @@ def _quantized_by_the_op(weight: torch.Tensor, spec: QuantSpec) -> GroupQuantize
     for a group granularity (element format, block and dim, rounding, scale rule, saturation,
     scale format, tensor scale)."""
     g = spec.scale_granularity
-    return quantize(weight.detach(), spec.fmt, g.group_size, g.group_dim_of(weight.dim()), spec.rounding,
-                    spec.scale_mode, saturating=spec.saturating, scale_format=spec.scale_format,
-                    tensor_scale=spec.tensor_scale)
+    return quantize(weight.detach(), spec.fmt, block_size=g.group_size, dim=g.group_dim_of(weight.dim()),
+                    rounding=spec.rounding, scale_mode=spec.scale_mode, saturating=spec.saturating,
+                    scale_format=spec.scale_format, tensor_scale=spec.tensor_scale)
 
 
 def group_quantized_weight(layer: nn.Module, name: Optional[str] = None) -> GroupQuantized:
