@@ -21,10 +21,18 @@ from typing import Any, Mapping, Optional, Tuple
 import torch
 
 from . import _torch
+from .mapping import check_settings
 from .quantize import quantize_elemwise_op, quantize_mx_op
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["Linear", "linear", "LinearFunction"]
+
+
+_FORMATS = ("w_elem_format", "a_elem_format", "w_elem_format_bp", "a_elem_format_bp", "a_elem_format_bp_ex",
+            "a_elem_format_bp_os")
+_MX_ROUNDS = ("round_mx_output", "round_mx_weight_grad_input", "round_mx_grad_output_grad_input",
+              "round_mx_input_grad_weight", "round_mx_grad_output_grad_weight")
+_ELEMENT_ROUNDS = ("round_output", "round_weight", "round_grad_weight", "round_grad_input")
 
 
 def _mx(t: torch.Tensor, specs: Mapping[str, Any], fmt_key: str, axis: int, round_key: str) -> torch.Tensor:
@@ -82,7 +90,11 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
                                   "microxcaling compat; quantize the weights with groupquant.pack_model instead")
     if mx_specs is None:
         return _torch.linear(input, weight, bias)
-    return LinearFunction.apply(input, weight, bias, apply_mx_specs(mx_specs))
+    if input.ndim == 1:  # torch's linear takes one vector and returns one
+        return linear(input.unsqueeze(0), weight, bias, mx_specs=mx_specs).squeeze(0)
+    specs = apply_mx_specs(mx_specs)
+    check_settings(specs, _FORMATS, _MX_ROUNDS, _ELEMENT_ROUNDS)
+    return LinearFunction.apply(input, weight, bias, specs)
 
 
 class Linear(torch.nn.Linear):

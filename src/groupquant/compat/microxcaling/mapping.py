@@ -11,12 +11,12 @@
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from ...formats import ElementFormat, get_format
 from ...ops.precision import ElementPrecision
 
-__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision"]
+__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "check_settings"]
 
 MX_ELEM_FORMATS = {
     "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "fp6_e3m2": "fp6_e3m2", "fp6_e2m3": "fp6_e2m3",
@@ -64,3 +64,17 @@ def element_precision(mx_specs: Mapping[str, Any], round: Optional[str] = None,
     return ElementPrecision.from_mx_specs(bfloat=mx_specs.get("bfloat", 0), fp=mx_specs.get("fp", 0),
                                           bfloat_subnorms=bool(mx_specs.get("bfloat_subnorms", True)),
                                           round=round)
+
+
+def check_settings(mx_specs: Mapping[str, Any], formats: Sequence[str] = (), mx_rounds: Sequence[str] = (),
+                   element_rounds: Sequence[str] = ()) -> None:
+    """ValueError naming the mx_specs key (e.g. ``a_elem_format``) whose value a layer cannot use:
+    the element formats ``formats``, the MX round modes ``mx_rounds`` and, when ``bfloat`` / ``fp``
+    is set, the element-wise round modes ``element_rounds``. Layers call it before computing, so the
+    error names the user's key rather than the argument of the function that reads it."""
+    for key in formats:
+        elem_format(mx_specs[key], key)
+    for key in mx_rounds:
+        mx_rounding(mx_specs[key], key)
+    for key in element_rounds:
+        element_precision(mx_specs, mx_specs[key], setting=key)

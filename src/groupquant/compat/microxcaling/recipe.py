@@ -16,11 +16,13 @@ groupquant slot                       mx_specs format         mx_specs round
 
 An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling);
 ``quantize_backprop`` passes through. Not carried: the element-wise ``bfloat`` / ``fp`` rounding
-around the GEMMs, and microxcaling's grouping of the backward GEMMs along dim -2 of a 3-d input
-(groupquant groups along all tokens); ``Linear`` of this package keeps both.
+around the GEMMs (a UserWarning names the setting, since the recipe's layers then differ from
+the compat ``Linear``), and microxcaling's grouping of the backward GEMMs along dim -2 of a 3-d
+input (groupquant groups along all tokens); ``Linear`` of this package keeps both.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping, Optional
 
 from ...nn import DISABLED, Recipe
@@ -67,6 +69,11 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
     if specs["shared_exp_method"] != "max":
         raise ValueError(f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: recipes share one "
                          "exponent per block ('max')")
+    for key in ("bfloat", "fp"):
+        if specs[key]:
+            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} is not carried by the recipe: its "
+                          "layers do not round GEMM inputs, weights and outputs element-wise as the compat Linear "
+                          "does (results differ); set it to 0 to silence this", UserWarning, stacklevel=2)
     slots = {}
     for slot, fmt_key, round_key, kind in _SLOTS:
         quant = _quantizer(specs, fmt_key, round_key, kind)

@@ -6,6 +6,7 @@ Forward: ``x = q(x)``; ``s = q(x - max(x))``; ``e = q(e**s)`` (``q(2**s)`` with 
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping, Optional, Tuple
 
 import torch
@@ -41,11 +42,21 @@ class _Softmax(torch.autograd.Function):
         return dx, None, None
 
 
-def softmax(input: torch.Tensor, dim: int = -1, mx_specs: Optional[Mapping[str, Any]] = None,
+def implicit_dim(ndim: int) -> int:
+    """torch's deprecated choice of softmax dim for ``dim=None`` (0 for 0-, 1- and 3-d input, else 1),
+    with torch's warning."""
+    warnings.warn("Implicit dimension choice for softmax has been deprecated. Change the call to include dim=X "
+                  "as an argument.", UserWarning, stacklevel=3)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input: torch.Tensor, dim: Optional[int] = -1, mx_specs: Optional[Mapping[str, Any]] = None,
             name: Optional[str] = None) -> torch.Tensor:
-    """``F.softmax`` with ``mx_specs`` (plain when None)."""
+    """``F.softmax`` with ``mx_specs`` (plain when None); ``dim=None`` picks torch's implicit dim."""
     if mx_specs is None:
         return _torch.softmax(input, dim=dim)
+    if dim is None:
+        dim = implicit_dim(input.ndim)
     return _Softmax.apply(input, dim, apply_mx_specs(mx_specs))
 
 
@@ -64,5 +75,4 @@ class Softmax(torch.nn.Softmax):
         self.mx_specs = apply_mx_specs(mx_specs)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        dim = -1 if self.dim is None else self.dim
-        return softmax(input, dim, mx_specs=None if self.mx_none else self.mx_specs)
+        return softmax(input, self.dim, mx_specs=None if self.mx_none else self.mx_specs)

@@ -1,0 +1,119 @@
+"""Issue 17 item 10 and the compat errors: no silent wrong answer, torch's behaviour for the input
+shapes torch accepts, and errors that name the mx_specs key the user set."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from groupquant.compat.microxcaling import (Conv1d, Conv2d, Conv3d, Linear, MxSpecs, Softmax, UnknownMxSpecError,
+                                            finalize_mx_specs, linear, matmul, recipe_from_mx_specs, softmax)
+from groupquant.compat.microxcaling.mx_mapping import injected_pyt_ops
+
+SPECS = finalize_mx_specs(dict(w_elem_format="fp8_e4m3", a_elem_format="fp8_e4m3", block_size=32, bfloat=16))
+
+
+def test_finalize_with_only_misspelled_keys_raises_did_you_mean():
+    with pytest.raises(UnknownMxSpecError, match="did you mean 'w_elem_format'"):
+        finalize_mx_specs({"w_elem_fromat": "fp8_e4m3", "block_size": 32})
+    with pytest.raises(UnknownMxSpecError, match="did you mean 'bfloat'"):
+        finalize_mx_specs({"bflaot": 16}, early_exit=False)
+
+
+def test_nested_injection_keeps_the_outer_one():
+    outer, inner = MxSpecs(SPECS), MxSpecs(SPECS, w_elem_format="fp4_e2m1")
+    original = torch.nn.Linear
+    with injected_pyt_ops(outer):
+        with injected_pyt_ops(inner):
+            assert torch.nn.Linear(32, 4).mx_specs["w_elem_format"] == "fp4_e2m1"
+        layer = torch.nn.Linear(32, 4)
+        assert isinstance(layer, Linear) and layer.mx_specs["w_elem_format"] == "fp8_e4m3"
+        x, w = torch.randn(2, 32), torch.randn(4, 32)
+        assert torch.equal(F.linear(x, w), linear(x, w, mx_specs=outer))
+    assert torch.nn.Linear is original and not isinstance(torch.nn.Linear(32, 4), Linear)
+
+
+def test_recipe_warns_by_name_for_bfloat():
+    with pytest.warns(UserWarning, match="bfloat=16"):
+        recipe_from_mx_specs(dict(SPECS))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        recipe_from_mx_specs(MxSpecs(SPECS, bfloat=0))
+
+
+def _grads(fn, *tensors):
+    leaves = [t.detach().clone().requires_grad_() for t in tensors]
+    y = fn(*leaves)
+    y.backward(torch.ones_like(y))
+    return y.detach(), [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("specs", [None, SPECS])
+def test_linear_on_1d_input_behaves_as_torch(specs):
+    torch.manual_seed(0)
+    layer = Linear(32, 8, mx_specs=specs)
+    x = torch.randn(32)
+    y1, (g1,) = _grads(layer, x)
+    y2, (g2,) = _grads(layer, x[None])
+    ref = torch.nn.functional.linear(x, layer.weight)  # torch: a 1-d input gives a 1-d output
+    assert y1.shape == ref.shape == (8,) and g1.shape == x.shape
+    assert torch.equal(y1, y2[0]) and torch.equal(g1, g2[0])
+
+
+@pytest.mark.parametrize("cls,shape", [(Conv1d, (8, 10)), (Conv2d, (8, 6, 6)), (Conv3d, (8, 3, 4, 4))])
+@pytest.mark.parametrize("specs", [None, SPECS])
+def test_conv_on_unbatched_input_behaves_as_torch(cls, shape, specs):
+    torch.manual_seed(1)
+    layer = cls(8, 4, 3 if cls is not Conv3d else 2, padding=1, mx_specs=specs)
+    x = torch.randn(*shape)
+    y1, (g1,) = _grads(layer, x)
+    y2, (g2,) = _grads(layer, x[None])
+    torch_layer = getattr(torch.nn, cls.__name__)(8, 4, layer.kernel_size, padding=1)
+    torch_layer.load_state_dict(layer.state_dict())
+    assert y1.shape == torch_layer(x).shape  # torch takes unbatched input and returns it unbatched
+    assert torch.equal(y1, y2[0]) and torch.equal(g1, g2[0])
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 3, 5), (2, 3, 4, 5)])
+def test_softmax_dim_none_follows_torch(shape):
+    x = torch.randn(*shape)
+    with pytest.warns(UserWarning, match="Implicit dimension"):
+        want = F.softmax(x, dim=None)
+    with pytest.warns(UserWarning, match="Implicit dimension"):
+        got = softmax(x, dim=None, mx_specs=MxSpecs(bfloat=16))
+    assert torch.allclose(got, want, atol=1e-2) and torch.allclose(got.sum(_torch_dim(len(shape))), torch.ones(1), atol=2e-2)
+    with pytest.warns(UserWarning, match="Implicit dimension"):
+        module = Softmax(mx_specs=MxSpecs(bfloat=16))(x)
+    with pytest.warns(UserWarning, match="Implicit dimension"):
+        assert torch.equal(module, softmax(x, dim=None, mx_specs=MxSpecs(bfloat=16)))
+
+
+def _torch_dim(ndim: int) -> int:
+    """torch's implicit softmax dim, written out from its documented rule."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+@pytest.mark.parametrize("key,call", [
+    ("a_elem_format", lambda s: Linear(32, 4, mx_specs=s)(torch.randn(2, 32))),
+    ("w_elem_format", lambda s: Linear(32, 4, mx_specs=s)(torch.randn(2, 32))),
+    ("a_elem_format_bp_os", lambda s: Linear(32, 4, mx_specs=s)(torch.randn(2, 32, requires_grad=True)).sum().backward()),
+    ("a_elem_format", lambda s: matmul(torch.randn(2, 32), torch.randn(32, 3), mx_specs=s)),
+    ("w_elem_format", lambda s: Conv2d(32, 4, 1, mx_specs=s)(torch.randn(1, 32, 2, 2))),
+])
+def test_format_errors_name_the_key_the_user_set(key, call):
+    specs = dict(SPECS)
+    specs[key] = "fp9_e4m4"
+    specs = finalize_mx_specs(specs)
+    with pytest.raises(ValueError, match=f"{key}='fp9_e4m4'"):
+        call(specs)
+
+
+def test_round_errors_name_the_key_the_user_set():
+    specs = finalize_mx_specs(dict(SPECS, round_output="stochastic"))
+    with pytest.raises(ValueError, match="round_output='stochastic'"):
+        Linear(32, 4, mx_specs=specs)(torch.randn(2, 32))
+    specs = finalize_mx_specs(dict(SPECS, round_mx_output="up"))
+    with pytest.raises(ValueError, match="round_mx_output='up'"):
+        Linear(32, 4, mx_specs=specs)(torch.randn(2, 32))
