@@ -22,7 +22,8 @@ import torch
 
 from . import _torch
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
-from .vector_ops import Vec
+from ...elementwise.rounded_math import RoundedMath
+from .mapping import rounding_kit
 
 __all__ = ["sigmoid", "tanh", "relu", "relu6", "leaky_relu", "silu", "gelu", "Sigmoid", "Tanh", "ReLU", "ReLU6",
            "LeakyReLU", "SiLU", "GELU"]
@@ -33,7 +34,7 @@ GELU_FIRST_ORDER = 1.703125   # 1.702 in bfloat16
 GELU_CUBIC_GRAD = 0.21386719  # 3 * 0.044715 * sqrt(8 / pi) in bfloat16
 
 
-def _sigmoid(v: Vec, x: torch.Tensor) -> torch.Tensor:
+def _sigmoid(v: RoundedMath, x: torch.Tensor) -> torch.Tensor:
     """``q(1 / q(q(e**-x) + 1))`` (x already rounded)."""
     return v.recip(v.add(v.exp(-x), 1.0))
 
@@ -41,7 +42,7 @@ def _sigmoid(v: Vec, x: torch.Tensor) -> torch.Tensor:
 class _Sigmoid(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        y = _sigmoid(Vec(specs), Vec(specs).q(x))
+        y = _sigmoid(rounding_kit(specs), rounding_kit(specs).q(x))
         ctx.save_for_backward(y)
         ctx.specs = get_backwards_mx_specs(specs)
         return y
@@ -49,14 +50,14 @@ class _Sigmoid(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         (y,) = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         return v.mul(v.mul(y, v.sub(1.0, y)), v.q(g)), None
 
 
 class _Tanh(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         y = v.tanh(v.q(x))
         ctx.save_for_backward(y)
         ctx.specs = get_backwards_mx_specs(specs)
@@ -65,14 +66,14 @@ class _Tanh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         (y,) = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         return v.mul(v.sub(1.0, v.mul(y, y)), v.q(g)), None
 
 
 class _ReLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        y = Vec(specs).q(_torch.relu(x))
+        y = rounding_kit(specs).q(_torch.relu(x))
         ctx.save_for_backward(y > 0)
         ctx.specs = get_backwards_mx_specs(specs)
         return y
@@ -80,13 +81,13 @@ class _ReLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         (mask,) = ctx.saved_tensors
-        return Vec(ctx.specs).q(torch.where(mask, g, torch.zeros_like(g))), None
+        return rounding_kit(ctx.specs).q(torch.where(mask, g, torch.zeros_like(g))), None
 
 
 class _ReLU6(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        y = Vec(specs).q(_torch.relu6(x))
+        y = rounding_kit(specs).q(_torch.relu6(x))
         ctx.save_for_backward((y > 0) & (y < 6))
         ctx.specs = get_backwards_mx_specs(specs)
         return y
@@ -94,13 +95,13 @@ class _ReLU6(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         (mask,) = ctx.saved_tensors
-        return Vec(ctx.specs).q(torch.where(mask, g, torch.zeros_like(g))), None
+        return rounding_kit(ctx.specs).q(torch.where(mask, g, torch.zeros_like(g))), None
 
 
 class _LeakyReLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, slope: float, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         y = v.q(_torch.leaky_relu(v.q(x), slope))
         ctx.save_for_backward(y > 0)
         ctx.slope, ctx.specs = slope, get_backwards_mx_specs(specs)
@@ -109,7 +110,7 @@ class _LeakyReLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         (mask,) = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         g = v.q(g)
         return torch.where(mask, g, v.mul(g, ctx.slope)), None, None
 
@@ -117,7 +118,7 @@ class _LeakyReLU(torch.autograd.Function):
 class _SiLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         qx = v.q(x)
         s = _sigmoid(v, qx)
         y = v.mul(qx, s)
@@ -128,7 +129,7 @@ class _SiLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         y, s = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         g = v.q(g)
         return v.mul(v.add(s, v.mul(y, v.sub(1.0, s))), g), None
 
@@ -136,7 +137,7 @@ class _SiLU(torch.autograd.Function):
 class _GELU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, specs: MxSpecs, first_order: bool) -> torch.Tensor:  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         qx = v.q(x)
         if first_order:
             arg = v.mul(GELU_FIRST_ORDER, qx)
@@ -152,7 +153,7 @@ class _GELU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         x, phi = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         g = v.q(g)
         dphi = v.mul(phi, v.sub(1.0, phi))
         if ctx.first_order:

@@ -17,13 +17,14 @@ import torch
 from . import _torch
 from .norm_steps import norm_backward, norm_backward_ln, norm_forward
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
-from .vector_ops import Vec
+from ...elementwise.rounded_math import RoundedMath
+from .mapping import rounding_kit
 
 __all__ = ["LayerNorm", "RMSNorm", "layer_norm", "GroupNorm", "group_norm", "BatchNorm1d", "BatchNorm2d",
            "BatchNorm3d", "batch_norm"]
 
 
-def _param_grads(v: Vec, g: torch.Tensor, norm: torch.Tensor, axes: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+def _param_grads(v: RoundedMath, g: torch.Tensor, norm: torch.Tensor, axes: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
     """(grad weight, grad bias): rounded sums over ``axes`` of ``g * norm`` and of ``g``."""
     return v.sum(v.mul(g, norm), axes), v.sum(g, axes)
 
@@ -33,14 +34,14 @@ def _saved_weight(specs: MxSpecs, bf: Optional[torch.Tensor], raw: Optional[torc
     return bf if specs["quantize_backprop"] else raw
 
 
-def _q_opt(v: Vec, t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+def _q_opt(v: RoundedMath, t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if t is None else v.q(t)
 
 
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps: float, specs: MxSpecs):  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         bf_w = _q_opt(v, weight)
         st = norm_forward(v, v.q(x), [x.ndim - 1], bf_w, _q_opt(v, bias), eps)
         ctx.save_for_backward(st.norm, st.vare, _saved_weight(specs, bf_w, weight))
@@ -50,7 +51,7 @@ class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         norm, vare, weight = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         g = v.q(g)
         gw, gb = _param_grads(v, g, norm, list(range(g.ndim - 1)))
         return norm_backward_ln(v, g, [g.ndim - 1], weight, norm, vare), gw, gb, None, None
@@ -59,7 +60,7 @@ class _LayerNorm(torch.autograd.Function):
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps: float, specs: MxSpecs):  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         x = v.q(x)
         inv = v.recip(v.sqrt(v.add(v.mean(v.mul(x, x), -1, keepdim=True), eps)))
         norm = v.mul(x, inv)
@@ -73,7 +74,7 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         norm, inv, weight = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         g = v.q(g)
         gw, gb = _param_grads(v, g, norm, list(range(g.ndim - 1)))
         dx1 = v.mul(g if weight is None else v.mul(g, weight), inv)
@@ -87,7 +88,7 @@ class _ChannelNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps: float, groups: Optional[int], running: Any,  # type: ignore[override]
                 training: bool, momentum: float, specs: MxSpecs):
-        v = Vec(specs)
+        v = rounding_kit(specs)
         bf_w = _q_opt(v, weight)
         axes = list(range(1, x.ndim)) if groups else [0] + list(range(2, x.ndim))
         stats = None if (groups or training) else running
@@ -103,7 +104,7 @@ class _ChannelNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         shift, norm, inv, weight = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         g = v.q(g)
         gw, gb = _param_grads(v, g, norm, [0] + list(range(2, g.ndim)))
         dx = norm_backward(v, g, ctx.axes, weight, shift, inv, groups=ctx.groups, weight_axis=1)

@@ -16,7 +16,8 @@ import torch
 
 from . import _torch
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
-from .vector_ops import Vec
+from ...elementwise.rounded_math import RoundedMath
+from .mapping import rounding_kit
 
 __all__ = ["simd_add", "simd_sub", "simd_mul", "simd_div", "simd_split", "simd_square", "simd_sqrt", "simd_exp",
            "simd_log", "simd_reduce_sum", "simd_reduce_mean", "simd_norm"]
@@ -24,7 +25,7 @@ __all__ = ["simd_add", "simd_sub", "simd_mul", "simd_div", "simd_split", "simd_s
 Operand = Union[torch.Tensor, float]
 
 
-def _unbroadcast(v: Vec, g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def _unbroadcast(v: RoundedMath, g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """``g`` reduced to ``shape`` (the rounded sum over broadcast dims; unchanged when shapes match)."""
     if g.shape == shape:
         return g
@@ -36,7 +37,7 @@ class _Binary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: torch.Tensor, b: Operand, op: str, specs: MxSpecs):  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         qa = v.q(a)
         is_tensor = isinstance(b, torch.Tensor)
         qb = v.q(b) if is_tensor else b
@@ -52,7 +53,7 @@ class _Binary(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         op, saved = ctx.op, ctx.saved_tensors
         if not ctx.is_tensor:
             if op in ("add", "sub"):
@@ -80,7 +81,7 @@ class _Unary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, op: str, specs: MxSpecs):  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         qx = v.q(x)
         keep = qx if specs["quantize_backprop"] else x
         if op == "square":
@@ -100,7 +101,7 @@ class _Unary(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         (t,) = ctx.saved_tensors
         g = v.q(g)
         grad = {"square": lambda: v.mul(g, v.mul(t, 2.0)), "sqrt": lambda: v.div(v.mul(g, 0.5), t),
@@ -111,14 +112,14 @@ class _Unary(torch.autograd.Function):
 class _ReduceSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, dims: List[int], keepdim: bool, specs: MxSpecs):  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         ctx.dims, ctx.keepdim, ctx.shape = [d % x.ndim for d in dims], keepdim, x.shape
         ctx.specs = get_backwards_mx_specs(specs)
         return v.sum(v.q(x), dims, keepdim=keepdim)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        g = Vec(ctx.specs).q(g)
+        g = rounding_kit(ctx.specs).q(g)
         if not ctx.keepdim:
             for d in sorted(ctx.dims):
                 g = g.unsqueeze(d)
@@ -136,7 +137,7 @@ class _Split(torch.autograd.Function):
     def backward(ctx, g1: Optional[torch.Tensor], g2: Optional[torch.Tensor]):  # type: ignore[override]
         if g1 is None or g2 is None:
             return (g2 if g1 is None else g1), None
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         return v.add(v.q(g1), v.q(g2)), None
 
 

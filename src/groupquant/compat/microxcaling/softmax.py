@@ -1,45 +1,21 @@
-"""``softmax`` / ``Softmax`` taking ``mx_specs``, each step rounded in microxcaling's order.
-
-Forward: ``x = q(x)``; ``s = q(x - max(x))``; ``e = q(e**s)`` (``q(2**s)`` with ``softmax_exp2``;
-``vec_use_exp2`` applies too); ``y = q(e / q(sum e))``. Backward: ``g = q(g)``;
-``dx = q(y * q(g - q(sum q(g * y))))``, times ``q(. * LN_2_BF16)`` with ``softmax_exp2``.
+"""``softmax`` / ``Softmax`` taking ``mx_specs``: :func:`groupquant.elementwise.softmax` (its one
+order) with the rounding kit of ``mx_specs`` (:func:`.mapping.rounding_kit`: ``y = q(e / q(sum e))``,
+or ``q(e * q(1 / sum))`` with ``vec_use_recip``), base 2 with ``softmax_exp2``, and the kit of the
+backward specs for the gradient. The result keeps the input's dtype.
 """
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional
 
 import torch
 
+from ...elementwise.softmax import softmax as ew_softmax
 from . import _torch
-from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
-from .vector_ops import LN_2_BF16, Vec
+from .mapping import rounding_kit
+from .specs import apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["softmax", "Softmax"]
-
-
-class _Softmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, dim: int, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        v = Vec(specs, specs["round"])
-        dim = dim % x.ndim
-        x = v.q(x)
-        shifted = v.sub(x, x.amax(dim, keepdim=True))
-        e = v.exp2(shifted) if specs.get("softmax_exp2") else v.exp(shifted)
-        y = v.div(e, v.sum(e, dim, keepdim=True))
-        ctx.save_for_backward(y)
-        ctx.dim, ctx.exp2, ctx.specs = dim, bool(specs.get("softmax_exp2")), get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (y,) = ctx.saved_tensors
-        v = Vec(ctx.specs, ctx.specs["round"])
-        g = v.q(g)
-        dx = v.mul(y, v.sub(g, v.sum(v.mul(g, y), ctx.dim, keepdim=True)))
-        if ctx.exp2:
-            dx = v.mul(dx, LN_2_BF16)
-        return dx, None, None
 
 
 def implicit_dim(ndim: int) -> int:
@@ -57,7 +33,10 @@ def softmax(input: torch.Tensor, dim: Optional[int] = -1, mx_specs: Optional[Map
         return _torch.softmax(input, dim=dim)
     if dim is None:
         dim = implicit_dim(input.ndim)
-    return _Softmax.apply(input, dim, apply_mx_specs(mx_specs))
+    specs = apply_mx_specs(mx_specs)
+    out = ew_softmax(input, dim, rounding_kit(specs), base2=bool(specs["softmax_exp2"]),
+                     grad_math=rounding_kit(get_backwards_mx_specs(specs)))
+    return out.to(input.dtype)
 
 
 class Softmax(torch.nn.Softmax):
