@@ -17,6 +17,9 @@ one basic operation and rounds it. The kit's settings (a frozen record, defaults
   precision; ``"float32"`` sums in float32 (torch's order), as microxcaling does.
 - ``constants=None``: the precision the kit's own constants (``log2(e)~``, ``ln(2)~``) are rounded
   to; None means ``precision`` (microxcaling rounds them to bfloat16 whatever its precision).
+- ``grad=None``: the kit every op's backward formulas run with (:meth:`for_grad`); None means this
+  kit. microxcaling's ``quantize_backprop=False`` is a gradient kit that rounds nothing. Values an op
+  saves for its backward are the forward's (rounded by this kit).
 
 Always: ``+ - * /`` and ``sqrt`` are computed in float32 (correctly rounded by IEEE), then rounded to
 the precision (double rounding float32 -> precision is the definition, as in microxcaling);
@@ -68,13 +71,20 @@ class RoundedMath:
     exp_via_exp2: bool = False
     accumulate: str = "float64"
     constants: Optional[ElementPrecision] = None
+    grad: Optional["RoundedMath"] = None
 
     def __post_init__(self) -> None:
         for name, allowed in (("library", LIBRARIES), ("division", DIVISIONS), ("accumulate", ACCUMULATIONS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"RoundedMath.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.grad is not None and not isinstance(self.grad, RoundedMath):
+            raise TypeError(f"RoundedMath.grad must be a RoundedMath or None, got {self.grad!r}")
         if not isinstance(self.exp_via_exp2, bool):
             raise TypeError(f"RoundedMath.exp_via_exp2 must be a bool, got {self.exp_via_exp2!r}")
+
+    def for_grad(self) -> "RoundedMath":
+        """The kit of the backward formulas: ``grad``, or this kit when None."""
+        return self if self.grad is None else self.grad
 
     def with_settings(self, **settings: object) -> "RoundedMath":
         """A copy with some settings changed (checked as at construction)."""

@@ -8,13 +8,13 @@ Forward, x = q(input), every step rounded by the rounding kit (:class:`RoundedMa
 - ``exp`` is the kit's: ``use_exp2=True`` (the kit's ``exp_via_exp2``) takes it as a power of two,
   t = q(d * log2(e)~); e = q(2**t), still a softmax of base e;
 - ``base2=True`` (microxcaling's ``softmax_exp2``) normalises e = q(2**d) instead: a base-2 softmax.
-Backward, with the gradient kit (default: the forward one), g = q(grad_output):
+Backward, with the kit's gradient kit (``RoundedMath.for_grad``), g = q(grad_output):
   p = q(g * y);  s = q(sum p);  t = q(g - s);  dx = q(y * t);  with ``base2``: dx = q(dx * ln(2)~)
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import torch
 
@@ -26,13 +26,12 @@ __all__ = ["softmax"]
 
 class _Softmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, m: RoundedMath, dim: int, base2: bool,
-                grad_math: RoundedMath) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, m: RoundedMath, dim: int, base2: bool) -> torch.Tensor:
         qx = m.q(x)
         d = m.sub(qx, qx.amax(dim, keepdim=True))
         e = m.exp2(d) if base2 else m.exp(d)
         y = m.div(e, m.sum(e, dim, keepdim=True))
-        ctx.m, ctx.dim, ctx.base2 = grad_math, dim, base2
+        ctx.m, ctx.dim, ctx.base2 = m.for_grad(), dim, base2
         ctx.save_for_backward(y)
         return y
 
@@ -44,19 +43,18 @@ class _Softmax(torch.autograd.Function):
         dx = m.mul(y, m.sub(g, s))
         if ctx.base2:
             dx = m.mul(dx, m.const(math.log(2.0)))
-        return dx, None, None, None, None
+        return dx, None, None, None
 
 
 def softmax(x: torch.Tensor, dim: int = -1, precision: Union[PrecisionLike, RoundedMath] = "bfloat16",
-            use_exp2: bool = False, base2: bool = False, grad_math: Optional[RoundedMath] = None) -> torch.Tensor:
+            use_exp2: bool = False, base2: bool = False) -> torch.Tensor:
     """Softmax of ``x`` along ``dim`` with every step rounded (see the module notes); float32 out.
 
     ``precision``: a precision (name), whose kit divides by reciprocal multiplication, or a
-    :class:`RoundedMath` used with its own settings. ``grad_math``: the kit of the backward (default
-    the forward's)."""
+    :class:`RoundedMath` used with its own settings (its gradient kit included)."""
     if not isinstance(dim, int):
         raise TypeError(f"softmax: dim must be an int, got {dim!r}")
     m = precision if isinstance(precision, RoundedMath) else math_for(precision).with_settings(division="reciprocal")
     if use_exp2:
         m = m.with_settings(exp_via_exp2=True)
-    return _Softmax.apply(x, m, dim, bool(base2), m if grad_math is None else grad_math)
+    return _Softmax.apply(x, m, dim, bool(base2))

@@ -76,7 +76,7 @@ class _Unary(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, m: RoundedMath, op: str, p: float) -> torch.Tensor:
         qx = m.q(x)
         y = _FORWARD[op](m, qx, p)
-        ctx.m, ctx.op, ctx.p = m, op, p
+        ctx.m, ctx.op, ctx.p = m.for_grad(), op, p
         ctx.save_for_backward(qx, y)
         return y
 

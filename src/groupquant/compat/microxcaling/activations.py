@@ -1,177 +1,46 @@
-"""Activations taking ``mx_specs``, built from rounded vector steps in microxcaling's order.
+"""Activations taking ``mx_specs``: :mod:`groupquant.elementwise`'s ops with the rounding kit of
+``mx_specs`` (:func:`.mapping.rounding_kit`; the backward specs give the gradient kit), in the input's
+dtype; ``mx_specs`` None is plain torch.
 
-Every step rounds to the ``bfloat`` / ``fp`` precision (``q``); ``mx_specs`` None is plain torch.
-
-- ``sigmoid(x) = q(1 / q(q(e**-q(x)) + 1))``; backward ``q(q(y * q(1 - y)) * q(dy))``.
-- ``tanh(x) = q(tanh(q(x)))``; backward ``q(q(1 - q(y*y)) * q(dy))``.
-- ``relu(x) = q(relu(x))``; backward ``q(dy where y > 0)``; ``relu6`` likewise (``0 < y < 6``).
-- ``leaky_relu(x) = q(leaky_relu(q(x)))``; backward ``dy`` where ``y > 0`` else ``q(dy * slope)``
-  (``dy`` rounded first).
-- ``silu(x) = q(q(x) * sigmoid)``, sigmoid as above; backward ``q((s + q(y * q(1 - s))) * q(dy))``.
-- ``gelu(x)``: microxcaling's tanh-form approximation ``x * sigmoid(1.59375 * (x + 0.044677734 x**3))``
-  (bfloat16 coefficients), or with ``first_order_gelu`` ``x * sigmoid(1.703125 x)``, each product and
-  sum rounded; ``approximate`` is accepted and ignored, as there. Backward from the same form.
+- ``sigmoid(x) = q(1 / q(q(e**-q(x)) + 1))``; ``tanh``, ``relu``, ``relu6``, ``leaky_relu``, ``silu``:
+  the element-wise ops of the same names (their module notes give every step, as microxcaling's).
+- ``gelu(x)``: microxcaling's form ``x * sigmoid(sqrt(8/pi) (x + 0.044715 x**3))`` with bfloat16
+  constants (``elementwise.gelu(approximate="sigmoid")``), or with ``first_order_gelu``
+  ``x * sigmoid(1.702 x)`` (``approximate="quick"``); ``approximate`` is accepted and ignored, as there.
 
 ``inplace=True`` is accepted and computed out of place.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
+from ... import elementwise as ew
 from . import _torch
-from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
-from ...elementwise.rounded_math import RoundedMath
 from .mapping import rounding_kit
+from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["sigmoid", "tanh", "relu", "relu6", "leaky_relu", "silu", "gelu", "Sigmoid", "Tanh", "ReLU", "ReLU6",
            "LeakyReLU", "SiLU", "GELU"]
 
-GELU_CUBIC = 0.044677734      # 0.044715 in bfloat16
-GELU_SCALE = 1.59375          # sqrt(8 / pi) in bfloat16
-GELU_FIRST_ORDER = 1.703125   # 1.702 in bfloat16
-GELU_CUBIC_GRAD = 0.21386719  # 3 * 0.044715 * sqrt(8 / pi) in bfloat16
 
-
-def _sigmoid(v: RoundedMath, x: torch.Tensor) -> torch.Tensor:
-    """``q(1 / q(q(e**-x) + 1))`` (x already rounded)."""
-    return v.recip(v.add(v.exp(-x), 1.0))
-
-
-class _Sigmoid(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        y = _sigmoid(rounding_kit(specs), rounding_kit(specs).q(x))
-        ctx.save_for_backward(y)
-        ctx.specs = get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (y,) = ctx.saved_tensors
-        v = rounding_kit(ctx.specs)
-        return v.mul(v.mul(y, v.sub(1.0, y)), v.q(g)), None
-
-
-class _Tanh(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        v = rounding_kit(specs)
-        y = v.tanh(v.q(x))
-        ctx.save_for_backward(y)
-        ctx.specs = get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (y,) = ctx.saved_tensors
-        v = rounding_kit(ctx.specs)
-        return v.mul(v.sub(1.0, v.mul(y, y)), v.q(g)), None
-
-
-class _ReLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        y = rounding_kit(specs).q(_torch.relu(x))
-        ctx.save_for_backward(y > 0)
-        ctx.specs = get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (mask,) = ctx.saved_tensors
-        return rounding_kit(ctx.specs).q(torch.where(mask, g, torch.zeros_like(g))), None
-
-
-class _ReLU6(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        y = rounding_kit(specs).q(_torch.relu6(x))
-        ctx.save_for_backward((y > 0) & (y < 6))
-        ctx.specs = get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (mask,) = ctx.saved_tensors
-        return rounding_kit(ctx.specs).q(torch.where(mask, g, torch.zeros_like(g))), None
-
-
-class _LeakyReLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, slope: float, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        v = rounding_kit(specs)
-        y = v.q(_torch.leaky_relu(v.q(x), slope))
-        ctx.save_for_backward(y > 0)
-        ctx.slope, ctx.specs = slope, get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (mask,) = ctx.saved_tensors
-        v = rounding_kit(ctx.specs)
-        g = v.q(g)
-        return torch.where(mask, g, v.mul(g, ctx.slope)), None, None
-
-
-class _SiLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        v = rounding_kit(specs)
-        qx = v.q(x)
-        s = _sigmoid(v, qx)
-        y = v.mul(qx, s)
-        ctx.save_for_backward(y, s)
-        ctx.specs = get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        y, s = ctx.saved_tensors
-        v = rounding_kit(ctx.specs)
-        g = v.q(g)
-        return v.mul(v.add(s, v.mul(y, v.sub(1.0, s))), g), None
-
-
-class _GELU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs, first_order: bool) -> torch.Tensor:  # type: ignore[override]
-        v = rounding_kit(specs)
-        qx = v.q(x)
-        if first_order:
-            arg = v.mul(GELU_FIRST_ORDER, qx)
-        else:
-            cube = v.mul(v.mul(qx, qx), qx)
-            arg = v.mul(GELU_SCALE, v.add(v.mul(GELU_CUBIC, cube), qx))
-        phi = _sigmoid(v, arg)
-        ctx.save_for_backward(qx if specs["quantize_backprop"] else x, phi)
-        ctx.first_order = first_order
-        ctx.specs = get_backwards_mx_specs(specs)
-        return v.mul(qx, phi)
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        x, phi = ctx.saved_tensors
-        v = rounding_kit(ctx.specs)
-        g = v.q(g)
-        dphi = v.mul(phi, v.sub(1.0, phi))
-        if ctx.first_order:
-            dphi = v.mul(GELU_FIRST_ORDER, dphi)
-        else:
-            dy = v.add(GELU_SCALE, v.mul(GELU_CUBIC_GRAD, v.mul(x, x)))
-            dphi = v.mul(dy, dphi)
-        return v.mul(v.add(phi, v.mul(x, dphi)), g), None, None
+def _rounded(op: Callable[..., torch.Tensor], input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
+             **args: Any) -> torch.Tensor:
+    """``op(input, **args)`` with the rounding kit of ``mx_specs`` (gradient kit from the backward specs)."""
+    specs = apply_mx_specs(mx_specs)
+    kit = rounding_kit(specs, grad=get_backwards_mx_specs(specs))
+    return op(input, precision=kit, **args).to(input.dtype)
 
 
 def sigmoid(input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> torch.Tensor:
     """``torch.sigmoid`` with ``mx_specs``."""
-    return _torch.sigmoid(input) if mx_specs is None else _Sigmoid.apply(input, apply_mx_specs(mx_specs))
+    return _torch.sigmoid(input) if mx_specs is None else _rounded(ew.sigmoid, input, mx_specs)
 
 
 def tanh(input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> torch.Tensor:
     """``torch.tanh`` with ``mx_specs``."""
-    return _torch.tanh(input) if mx_specs is None else _Tanh.apply(input, apply_mx_specs(mx_specs))
+    return _torch.tanh(input) if mx_specs is None else _rounded(ew.tanh, input, mx_specs)
 
 
 def relu(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -179,7 +48,7 @@ def relu(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[
     """``F.relu`` with ``mx_specs``."""
     if mx_specs is None:
         return _torch.relu(input, inplace=inplace)
-    return _ReLU.apply(input, apply_mx_specs(mx_specs))
+    return _rounded(ew.relu, input, mx_specs)
 
 
 def relu6(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -187,7 +56,7 @@ def relu6(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping
     """``F.relu6`` with ``mx_specs``."""
     if mx_specs is None:
         return _torch.relu6(input, inplace=inplace)
-    return _ReLU6.apply(input, apply_mx_specs(mx_specs))
+    return _rounded(ew.relu6, input, mx_specs)
 
 
 def leaky_relu(input: torch.Tensor, negative_slope: float = 0.01, inplace: bool = False,
@@ -195,7 +64,7 @@ def leaky_relu(input: torch.Tensor, negative_slope: float = 0.01, inplace: bool 
     """``F.leaky_relu`` with ``mx_specs``."""
     if mx_specs is None:
         return _torch.leaky_relu(input, negative_slope, inplace=inplace)
-    return _LeakyReLU.apply(input, float(negative_slope), apply_mx_specs(mx_specs))
+    return _rounded(ew.leaky_relu, input, mx_specs, negative_slope=float(negative_slope))
 
 
 def silu(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -203,7 +72,7 @@ def silu(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[
     """``F.silu`` with ``mx_specs``."""
     if mx_specs is None:
         return _torch.silu(input, inplace=inplace)
-    return _SiLU.apply(input, apply_mx_specs(mx_specs))
+    return _rounded(ew.silu, input, mx_specs)
 
 
 def gelu(input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None, first_order_gelu: bool = False,
@@ -212,7 +81,7 @@ def gelu(input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None, firs
     and not ``first_order_gelu``)."""
     if mx_specs is None and not first_order_gelu:
         return _torch.gelu(input, approximate="tanh")
-    return _GELU.apply(input, apply_mx_specs(mx_specs), bool(first_order_gelu))
+    return _rounded(ew.gelu, input, mx_specs, approximate="quick" if first_order_gelu else "sigmoid")
 
 
 class _ActModule(torch.nn.Module):

@@ -34,8 +34,8 @@ def softmax(input: torch.Tensor, dim: Optional[int] = -1, mx_specs: Optional[Map
     if dim is None:
         dim = implicit_dim(input.ndim)
     specs = apply_mx_specs(mx_specs)
-    out = ew_softmax(input, dim, rounding_kit(specs), base2=bool(specs["softmax_exp2"]),
-                     grad_math=rounding_kit(get_backwards_mx_specs(specs)))
+    kit = rounding_kit(specs, grad=get_backwards_mx_specs(specs))
+    out = ew_softmax(input, dim, kit, base2=bool(specs["softmax_exp2"]))
     return out.to(input.dtype)
 
 
