@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from groupquant.compat.microxcaling import (Conv1d, Conv2d, Conv3d, Linear, MxSpecs, Softmax, UnknownMxSpecError,
                                             finalize_mx_specs, linear, matmul, recipe_from_mx_specs, softmax)
 from groupquant.compat.microxcaling.mx_mapping import injected_pyt_ops
+from groupquant.nn import QuantLinear
 
 SPECS = finalize_mx_specs(dict(w_elem_format="fp8_e4m3", a_elem_format="fp8_e4m3", block_size=32, bfloat=16))
 
@@ -41,6 +42,26 @@ def test_recipe_warns_by_name_for_bfloat():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         recipe_from_mx_specs(MxSpecs(SPECS, bfloat=0))
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp4_e2m1"])
+def test_recipe_honours_bfloat_on_every_gemm_operand(fmt):
+    """QuantLinear with the recipe computes the compat Linear's GEMMs: rounding its results to
+    bfloat16 (what the warning says the recipe leaves out) gives the compat results bit for bit."""
+    specs = finalize_mx_specs(dict(w_elem_format=fmt, a_elem_format=fmt, block_size=32, bfloat=16, round="even"))
+    with pytest.warns(UserWarning, match="bfloat=16"):
+        kwargs = recipe_from_mx_specs(specs).layer_kwargs()
+    torch.manual_seed(0)
+    layer = QuantLinear(128, 64, bias=False, **kwargs)
+    x = (torch.randn(32, 128) * 3).requires_grad_()
+    w = layer.weight.detach().clone().requires_grad_()
+    x2 = x.detach().clone().requires_grad_()
+    g = torch.randn(32, 64)
+    y_native, y_compat = layer(x), linear(x2, w, mx_specs=specs)
+    y_native.backward(g), y_compat.backward(g)
+    bf = lambda t: t.to(torch.bfloat16).float()  # noqa: E731  torch's cast, round to nearest even
+    assert torch.equal(bf(y_native), y_compat)
+    assert torch.equal(bf(x.grad), x2.grad) and torch.equal(bf(layer.weight.grad), w.grad)
 
 
 def _grads(fn, *tensors):

@@ -15,10 +15,12 @@ groupquant slot                       mx_specs format         mx_specs round
 ===================================== ======================= ====================================
 
 An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling);
-``quantize_backprop`` passes through. Not carried: the element-wise ``bfloat`` / ``fp`` rounding
-around the GEMMs (a UserWarning names the setting, since the recipe's layers then differ from
-the compat ``Linear``), and microxcaling's grouping of the backward GEMMs along dim -2 of a 3-d
-input (groupquant groups along all tokens); ``Linear`` of this package keeps both.
+``quantize_backprop`` passes through. ``bfloat`` / ``fp`` become each quantizer's
+``element_precision`` (rounded with ``round_weight`` for weights, ``round_output`` for inputs,
+``round_grad_input`` for output gradients), so every GEMM operand is rounded as the compat
+``Linear`` rounds it. Not carried: the element-wise rounding of the GEMM results (output, bias sum,
+gradients; a UserWarning names the setting), and microxcaling's grouping of the backward GEMMs
+along dim -2 of a 3-d input (groupquant groups along all tokens); ``Linear`` of this package keeps both.
 """
 from __future__ import annotations
 
@@ -28,24 +30,26 @@ from typing import Any, Mapping, Optional
 from ...nn import DISABLED, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
-from .mapping import elem_format, mx_rounding
+from .mapping import elem_format, element_precision, mx_rounding
 from .specs import apply_mx_specs
 
 __all__ = ["recipe_from_mx_specs"]
 
-_SLOTS = (  # slot, format key, round key, weight or act quantizer
-    ("weight_quant", "w_elem_format", "round_mx_output", "weight"),
-    ("input_quant", "a_elem_format", "round_mx_output", "act"),
-    ("weight_quant_for_grad_input", "w_elem_format_bp", "round_mx_weight_grad_input", "weight"),
-    ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input", "act"),
-    ("grad_output_quant_for_grad_weight", "a_elem_format_bp_ex", "round_mx_grad_output_grad_weight", "act"),
-    ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act"),
+_SLOTS = (  # slot, format key, MX round key, weight or act quantizer, element-wise round key
+    ("weight_quant", "w_elem_format", "round_mx_output", "weight", "round_weight"),
+    ("input_quant", "a_elem_format", "round_mx_output", "act", "round_output"),
+    ("weight_quant_for_grad_input", "w_elem_format_bp", "round_mx_weight_grad_input", "weight", "round_weight"),
+    ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input", "act", "round_grad_input"),
+    ("grad_output_quant_for_grad_weight", "a_elem_format_bp_ex", "round_mx_grad_output_grad_weight", "act",
+     "round_grad_input"),
+    ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act", "round_output"),
 )
 _FORWARD = ("weight_quant", "input_quant")
 
 
-def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str) -> Optional[type]:
-    """The MX quantizer class of one slot, or None for an unset format."""
+def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str, element_round: str) -> Optional[type]:
+    """The MX quantizer class of one slot (rounded to ``bfloat`` / ``fp`` first when set), or None for an
+    unset format."""
     fmt = elem_format(specs[fmt_key], fmt_key)
     if fmt is None:
         return None
@@ -53,9 +57,12 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str
         raise ValueError(f"mx_specs {fmt_key}={specs[fmt_key]!r} has no groupquant MX quantizer "
                          f"(those with one: {', '.join(MX_QUANTIZERS)})")
     pair = MX_QUANTIZERS[fmt.name]
-    rounding = FloatToIntRounding(mx_rounding(specs[round_key], round_key))
-    return (pair.weight if kind == "weight" else pair.act).let(group_size=specs["block_size"],
-                                                                float_to_int_rounding=rounding)
+    settings: dict = {"group_size": specs["block_size"],
+                      "float_to_int_rounding": FloatToIntRounding(mx_rounding(specs[round_key], round_key))}
+    precision = element_precision(specs, specs[element_round], setting=element_round)
+    if precision is not None:
+        settings["element_precision"] = precision
+    return (pair.weight if kind == "weight" else pair.act).let(**settings)
 
 
 def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") -> Recipe:
@@ -71,11 +78,12 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
                          "exponent per block ('max')")
     for key in ("bfloat", "fp"):
         if specs[key]:
-            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} is not carried by the recipe: its "
-                          "layers do not round GEMM inputs, weights and outputs element-wise as the compat Linear "
-                          "does (results differ); set it to 0 to silence this", UserWarning, stacklevel=2)
+            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} rounds every GEMM operand before its "
+                          "MX quantizer (element_precision), but the recipe's layers do not round the GEMM results "
+                          "(output, bias sum, gradients) as the compat Linear does: results differ by that rounding",
+                          UserWarning, stacklevel=2)
     slots = {}
-    for slot, fmt_key, round_key, kind in _SLOTS:
-        quant = _quantizer(specs, fmt_key, round_key, kind)
+    for slot, fmt_key, round_key, kind, element_round in _SLOTS:
+        quant = _quantizer(specs, fmt_key, round_key, kind, element_round)
         slots[slot] = quant if (quant is not None or slot in _FORWARD) else DISABLED
     return Recipe(name, quantize_backprop=bool(specs["quantize_backprop"]), **slots)
