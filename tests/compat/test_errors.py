@@ -138,3 +138,18 @@ def test_round_errors_name_the_key_the_user_set():
     specs = finalize_mx_specs(dict(SPECS, round_mx_output="up"))
     with pytest.raises(ValueError, match="round_mx_output='up'"):
         Linear(32, 4, mx_specs=specs)(torch.randn(2, 32))
+
+
+@pytest.mark.parametrize("affine", [False, True])
+def test_group_norm_without_weight_has_torch_gradients(affine):
+    """With specs that round nothing, the compat group norm is torch's (a norm without weight / bias
+    included: its backward must not return gradients for parameters that were not given)."""
+    torch.manual_seed(2)
+    x = torch.randn(2, 4, 5)
+    params = [torch.randn(4), torch.randn(4)] if affine else []
+    specs = MxSpecs()
+    from groupquant.compat.microxcaling import group_norm
+    got, got_grads = _grads(lambda t, *p: group_norm(t, 2, *p, mx_specs=specs), x, *params)
+    want, want_grads = _grads(lambda t, *p: F.group_norm(t, 2, *p), x, *params)
+    assert torch.allclose(got, want, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(got_grads, want_grads))

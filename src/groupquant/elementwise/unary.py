@@ -1,7 +1,8 @@
 """Unary functions in an element precision, forward and backward.
 
 The input is rounded first (x = q(input)); g = q(grad_output); constants such as ln 2 are rounded to
-the precision (``c~`` below).
+the precision (``c~`` below). The backward reads the input rounded by the gradient kit
+(``RoundedMath.for_grad``: the forward's rounding unless the kit says otherwise).
 
 | op         | forward          | backward                                                   |
 |------------|------------------|------------------------------------------------------------|
@@ -74,16 +75,16 @@ _BACKWARD = {"exp": _exp_b, "exp2": _exp2_b, "log": _log_b, "sqrt": _sqrt_b, "rs
 class _Unary(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, m: RoundedMath, op: str, p: float) -> torch.Tensor:
-        qx = m.q(x)
-        y = _FORWARD[op](m, qx, p)
+        y = _FORWARD[op](m, m.q(x), p)
         ctx.m, ctx.op, ctx.p = m.for_grad(), op, p
-        ctx.save_for_backward(qx, y)
+        ctx.save_for_backward(x, y)
         return y
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor):
-        qx, y = ctx.saved_tensors
-        return _BACKWARD[ctx.op](ctx.m, qx, y, ctx.m.q(grad), ctx.p), None, None, None
+        x, y = ctx.saved_tensors
+        m = ctx.m
+        return _BACKWARD[ctx.op](m, m.q(x), y, m.q(grad), ctx.p), None, None, None
 
 
 def exp(x: torch.Tensor, precision: PrecisionLike = "bfloat16") -> torch.Tensor:

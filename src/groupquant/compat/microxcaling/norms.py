@@ -24,9 +24,12 @@ __all__ = ["LayerNorm", "RMSNorm", "layer_norm", "GroupNorm", "group_norm", "Bat
            "BatchNorm3d", "batch_norm"]
 
 
-def _param_grads(v: RoundedMath, g: torch.Tensor, norm: torch.Tensor, axes: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(grad weight, grad bias): rounded sums over ``axes`` of ``g * norm`` and of ``g``."""
-    return v.sum(v.mul(g, norm), axes), v.sum(g, axes)
+def _param_grads(ctx: Any, v: RoundedMath, g: torch.Tensor, norm: torch.Tensor,
+                 axes: List[int]) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """(grad weight, grad bias): rounded sums over ``axes`` of ``g * norm`` and of ``g`` (None for a
+    weight or bias that was not given: inputs 1 and 2 of the autograd function)."""
+    gw = v.sum(v.mul(g, norm), axes) if ctx.needs_input_grad[1] else None
+    return gw, (v.sum(g, axes) if ctx.needs_input_grad[2] else None)
 
 
 def _saved_weight(specs: MxSpecs, bf: Optional[torch.Tensor], raw: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -53,7 +56,7 @@ class _LayerNorm(torch.autograd.Function):
         norm, vare, weight = ctx.saved_tensors
         v = rounding_kit(ctx.specs)
         g = v.q(g)
-        gw, gb = _param_grads(v, g, norm, list(range(g.ndim - 1)))
+        gw, gb = _param_grads(ctx, v, g, norm, list(range(g.ndim - 1)))
         return norm_backward_ln(v, g, [g.ndim - 1], weight, norm, vare), gw, gb, None, None
 
 
@@ -76,7 +79,7 @@ class _RMSNorm(torch.autograd.Function):
         norm, inv, weight = ctx.saved_tensors
         v = rounding_kit(ctx.specs)
         g = v.q(g)
-        gw, gb = _param_grads(v, g, norm, list(range(g.ndim - 1)))
+        gw, gb = _param_grads(ctx, v, g, norm, list(range(g.ndim - 1)))
         dx1 = v.mul(g if weight is None else v.mul(g, weight), inv)
         proj = v.mean(v.mul(dx1, norm), -1, keepdim=True)
         return v.sub(dx1, v.mul(norm, proj)), gw, gb, None, None
@@ -106,7 +109,7 @@ class _ChannelNorm(torch.autograd.Function):
         shift, norm, inv, weight = ctx.saved_tensors
         v = rounding_kit(ctx.specs)
         g = v.q(g)
-        gw, gb = _param_grads(v, g, norm, [0] + list(range(2, g.ndim)))
+        gw, gb = _param_grads(ctx, v, g, norm, [0] + list(range(2, g.ndim)))
         dx = norm_backward(v, g, ctx.axes, weight, shift, inv, groups=ctx.groups, weight_axis=1)
         return dx, gw, gb, None, None, None, None, None, None
 
