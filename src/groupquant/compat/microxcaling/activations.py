@@ -19,7 +19,8 @@ import torch
 from ... import elementwise as ew
 from . import _torch
 from .mapping import rounding_kit
-from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
+from .module_specs import MxSpecsMixin
+from .specs import apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["sigmoid", "tanh", "relu", "relu6", "leaky_relu", "silu", "gelu", "Sigmoid", "Tanh", "ReLU", "ReLU6",
            "LeakyReLU", "SiLU", "GELU"]
@@ -84,23 +85,7 @@ def gelu(input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None, firs
     return _rounded(ew.gelu, input, mx_specs, approximate="quick" if first_order_gelu else "sigmoid")
 
 
-class _ActModule(torch.nn.Module):
-    """Shared ``mx_specs`` / ``name`` handling of the activation modules."""
-
-    def _init_mx(self, mx_specs: Optional[Mapping[str, Any]], name: Optional[str]) -> None:
-        self.name = name
-        self.apply_mx_specs(mx_specs)
-
-    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
-        """Replace the settings (None: plain torch)."""
-        self.mx_none = mx_specs is None
-        self.mx_specs = apply_mx_specs(mx_specs)
-
-    def _specs(self) -> Optional[MxSpecs]:
-        return None if self.mx_none else self.mx_specs
-
-
-class Sigmoid(_ActModule, torch.nn.Sigmoid):
+class Sigmoid(MxSpecsMixin, torch.nn.Sigmoid):
     """``torch.nn.Sigmoid`` taking ``mx_specs``."""
 
     def __init__(self, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> None:
@@ -108,10 +93,10 @@ class Sigmoid(_ActModule, torch.nn.Sigmoid):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return sigmoid(input, mx_specs=self._specs())
+        return sigmoid(input, mx_specs=self.specs_or_none())
 
 
-class Tanh(_ActModule, torch.nn.Tanh):
+class Tanh(MxSpecsMixin, torch.nn.Tanh):
     """``torch.nn.Tanh`` taking ``mx_specs``."""
 
     def __init__(self, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> None:
@@ -119,10 +104,10 @@ class Tanh(_ActModule, torch.nn.Tanh):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return tanh(input, mx_specs=self._specs())
+        return tanh(input, mx_specs=self.specs_or_none())
 
 
-class ReLU(_ActModule, torch.nn.ReLU):
+class ReLU(MxSpecsMixin, torch.nn.ReLU):
     """``torch.nn.ReLU`` taking ``mx_specs``."""
 
     def __init__(self, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -131,10 +116,10 @@ class ReLU(_ActModule, torch.nn.ReLU):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return relu(input, self.inplace, mx_specs=self._specs())
+        return relu(input, self.inplace, mx_specs=self.specs_or_none())
 
 
-class ReLU6(_ActModule, torch.nn.ReLU6):
+class ReLU6(MxSpecsMixin, torch.nn.ReLU6):
     """``torch.nn.ReLU6`` taking ``mx_specs``."""
 
     def __init__(self, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -143,10 +128,10 @@ class ReLU6(_ActModule, torch.nn.ReLU6):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return relu6(input, self.inplace, mx_specs=self._specs())
+        return relu6(input, self.inplace, mx_specs=self.specs_or_none())
 
 
-class LeakyReLU(_ActModule, torch.nn.LeakyReLU):
+class LeakyReLU(MxSpecsMixin, torch.nn.LeakyReLU):
     """``torch.nn.LeakyReLU`` taking ``mx_specs``."""
 
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False,
@@ -155,10 +140,10 @@ class LeakyReLU(_ActModule, torch.nn.LeakyReLU):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return leaky_relu(input, self.negative_slope, self.inplace, mx_specs=self._specs())
+        return leaky_relu(input, self.negative_slope, self.inplace, mx_specs=self.specs_or_none())
 
 
-class SiLU(_ActModule, torch.nn.SiLU):
+class SiLU(MxSpecsMixin, torch.nn.SiLU):
     """``torch.nn.SiLU`` taking ``mx_specs``."""
 
     def __init__(self, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -167,10 +152,10 @@ class SiLU(_ActModule, torch.nn.SiLU):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return silu(input, self.inplace, mx_specs=self._specs())
+        return silu(input, self.inplace, mx_specs=self.specs_or_none())
 
 
-class GELU(_ActModule, torch.nn.GELU):
+class GELU(MxSpecsMixin, torch.nn.GELU):
     """``torch.nn.GELU`` taking ``mx_specs`` (microxcaling's tanh form; ``approximate`` ignored)."""
 
     def __init__(self, mx_specs: Optional[Mapping[str, Any]] = None, first_order_gelu: bool = False,
@@ -180,4 +165,4 @@ class GELU(_ActModule, torch.nn.GELU):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return gelu(input, mx_specs=self._specs(), first_order_gelu=self.first_order_gelu)
+        return gelu(input, mx_specs=self.specs_or_none(), first_order_gelu=self.first_order_gelu)

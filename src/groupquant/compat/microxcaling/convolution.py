@@ -20,6 +20,7 @@ from torch.nn import grad as nn_grad
 
 from . import _torch
 from .mapping import check_settings
+from .module_specs import MxSpecsMixin
 from .quantize import quantize_elemwise_op, quantize_mx_op
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
@@ -120,23 +121,14 @@ def conv3d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs, 3)
 
 
-class _MxConvMixin:
+class _MxConvMixin(MxSpecsMixin):
     """``mx_specs`` handling shared by :class:`Conv1d` and :class:`Conv2d`."""
-
-    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
-        """Replace the settings (None: plain convolution)."""
-        self.mx_none = mx_specs is None
-        self.mx_specs = apply_mx_specs(mx_specs)
-
-    def append_name(self, postfix: str) -> None:
-        """Append to ``name`` (microxcaling's helper)."""
-        self.name = (self.name or "") + postfix
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.padding_mode != "zeros":
             raise NotImplementedError(f"padding_mode={self.padding_mode!r} with mx_specs; use 'zeros'")
-        specs = None if self.mx_none else self.mx_specs
-        return _conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, specs,
+        return _conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+                     self.specs_or_none(),
                      len(self.kernel_size))
 
 
@@ -146,8 +138,7 @@ class Conv1d(_MxConvMixin, torch.nn.Conv1d):
     def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.name = name
-        self.apply_mx_specs(mx_specs)
+        self._init_mx(mx_specs, name)
 
 
 class Conv2d(_MxConvMixin, torch.nn.Conv2d):
@@ -156,8 +147,7 @@ class Conv2d(_MxConvMixin, torch.nn.Conv2d):
     def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.name = name
-        self.apply_mx_specs(mx_specs)
+        self._init_mx(mx_specs, name)
 
 
 class Conv3d(_MxConvMixin, torch.nn.Conv3d):
@@ -166,5 +156,4 @@ class Conv3d(_MxConvMixin, torch.nn.Conv3d):
     def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.name = name
-        self.apply_mx_specs(mx_specs)
+        self._init_mx(mx_specs, name)

@@ -22,6 +22,7 @@ import torch
 
 from . import _torch
 from .mapping import check_settings
+from .module_specs import MxSpecsMixin
 from .quantize import quantize_elemwise_op, quantize_mx_op
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
@@ -97,23 +98,13 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     return LinearFunction.apply(input, weight, bias, specs)
 
 
-class Linear(torch.nn.Linear):
+class Linear(MxSpecsMixin, torch.nn.Linear):
     """``torch.nn.Linear`` whose forward is :func:`linear` with ``mx_specs`` (None: plain linear)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None, **factory: Any) -> None:
         super().__init__(in_features, out_features, bias, **factory)
-        self.name = name
-        self.apply_mx_specs(mx_specs)
-
-    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
-        """Replace the settings (None: plain linear)."""
-        self.mx_none = mx_specs is None
-        self.mx_specs = apply_mx_specs(mx_specs)
-
-    def append_name(self, postfix: str) -> None:
-        """Append to ``name`` (microxcaling's helper)."""
-        self.name = (self.name or "") + postfix
+        self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.mx_none:

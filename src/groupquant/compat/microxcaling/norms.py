@@ -15,6 +15,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 import torch
 
 from . import _torch
+from .module_specs import MxSpecsMixin
 from .norm_steps import norm_backward, norm_backward_ln, norm_forward
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 from ...elementwise.rounded_math import RoundedMath
@@ -147,24 +148,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor], running_va
     return _ChannelNorm.apply(x, weight, bias, eps, None, (running_mean, running_var), is_training, momentum, apply_mx_specs(mx_specs))
 
 
-class _NormModule:
-    """``mx_specs`` / ``name`` handling shared by the norm modules."""
-
-    def _init_mx(self, mx_specs: Optional[Mapping[str, Any]], name: Optional[str]) -> None:
-        self.name = name
-        self.apply_mx_specs(mx_specs)
-
-    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
-        """Replace the settings (None: plain torch)."""
-        self.mx_none = mx_specs is None
-        self.mx_specs = apply_mx_specs(mx_specs)
-
-    def append_name(self, postfix: str) -> None:
-        """Append to ``name`` (microxcaling's helper)."""
-        self.name = (self.name or "") + postfix
-
-
-class LayerNorm(_NormModule, torch.nn.LayerNorm):
+class LayerNorm(MxSpecsMixin, torch.nn.LayerNorm):
     """``torch.nn.LayerNorm(hidden_size, eps=1e-12)`` taking ``mx_specs`` (microxcaling's signature)."""
 
     def __init__(self, hidden_size: Any, eps: float = 1e-12, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -173,11 +157,10 @@ class LayerNorm(_NormModule, torch.nn.LayerNorm):
         self._init_mx(mx_specs, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        specs = None if self.mx_none else self.mx_specs
-        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, mx_specs=specs)
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, mx_specs=self.specs_or_none())
 
 
-class RMSNorm(_NormModule, torch.nn.LayerNorm):
+class RMSNorm(MxSpecsMixin, torch.nn.LayerNorm):
     """microxcaling's RMSNorm (a LayerNorm with weight and bias, no mean subtracted); always rounds,
     as there (``mx_specs`` None means the default specs, which round nothing)."""
 
@@ -190,7 +173,7 @@ class RMSNorm(_NormModule, torch.nn.LayerNorm):
         return _RMSNorm.apply(x, self.weight, self.bias, self.eps, self.mx_specs)
 
 
-class GroupNorm(_NormModule, torch.nn.GroupNorm):
+class GroupNorm(MxSpecsMixin, torch.nn.GroupNorm):
     """``torch.nn.GroupNorm`` taking ``mx_specs``."""
 
     def __init__(self, num_groups: int, num_channels: int, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -199,11 +182,10 @@ class GroupNorm(_NormModule, torch.nn.GroupNorm):
         self._init_mx(mx_specs, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        specs = None if self.mx_none else self.mx_specs
-        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps, mx_specs=specs)
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps, mx_specs=self.specs_or_none())
 
 
-class _BatchNormMx(_NormModule):
+class _BatchNormMx(MxSpecsMixin):
     """The forward shared by the BatchNorm modules (momentum None: cumulative average, as torch)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

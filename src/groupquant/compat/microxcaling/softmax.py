@@ -13,6 +13,7 @@ import torch
 from ...elementwise.softmax import softmax as ew_softmax
 from . import _torch
 from .mapping import rounding_kit
+from .module_specs import MxSpecsMixin
 from .specs import apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["softmax", "Softmax"]
@@ -39,19 +40,13 @@ def softmax(input: torch.Tensor, dim: Optional[int] = -1, mx_specs: Optional[Map
     return out.to(input.dtype)
 
 
-class Softmax(torch.nn.Softmax):
+class Softmax(MxSpecsMixin, torch.nn.Softmax):
     """``torch.nn.Softmax`` taking ``mx_specs``."""
 
     def __init__(self, dim: Optional[int] = None, mx_specs: Optional[Mapping[str, Any]] = None,
                  name: Optional[str] = None) -> None:
         super().__init__(dim)
-        self.name = name
-        self.apply_mx_specs(mx_specs)
-
-    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
-        """Replace the settings (None: plain softmax)."""
-        self.mx_none = mx_specs is None
-        self.mx_specs = apply_mx_specs(mx_specs)
+        self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return softmax(input, self.dim, mx_specs=None if self.mx_none else self.mx_specs)
+        return softmax(input, self.dim, mx_specs=self.specs_or_none())
