@@ -153,3 +153,19 @@ def test_group_norm_without_weight_has_torch_gradients(affine):
     want, want_grads = _grads(lambda t, *p: F.group_norm(t, 2, *p), x, *params)
     assert torch.allclose(got, want, atol=1e-5)
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(got_grads, want_grads))
+
+
+@pytest.mark.parametrize("shapes", [((64,), (64, 8)), ((3, 64), (64,)), ((2, 3, 64), (64,)), ((64,), (2, 64, 5))])
+def test_matmul_with_a_vector_behaves_as_torch(shapes):
+    """torch.matmul promotes a 1-d operand and removes the added dim; so does the compat matmul,
+    forward and backward (it failed in backward before)."""
+    torch.manual_seed(3)
+    a, b = torch.randn(*shapes[0]), torch.randn(*shapes[1])
+    specs = finalize_mx_specs(dict(a_elem_format="fp8_e4m3", block_size=32))
+    y, (ga, gb) = _grads(lambda p, r: matmul(p, r, mx_specs=specs), a, b)
+    assert y.shape == torch.matmul(a, b).shape and ga.shape == a.shape and gb.shape == b.shape
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(-1) if b.ndim == 1 else b
+    y2, (ga2, gb2) = _grads(lambda p, r: matmul(p, r, mx_specs=specs), a2, b2)
+    assert torch.equal(y, y2.reshape(y.shape)) and torch.equal(ga, ga2.reshape(a.shape))
+    assert torch.equal(gb, gb2.reshape(b.shape))

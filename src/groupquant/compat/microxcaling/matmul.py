@@ -94,6 +94,10 @@ def matmul(in1: torch.Tensor, in2: torch.Tensor, bias: Optional[torch.Tensor] = 
     if mx_specs is None:
         out = _torch.matmul(in1, in2)
         return out if bias is None else out + bias
+    if in1.ndim == 1:  # torch.matmul's vector rules: a row vector on the left ...
+        return matmul(in1.unsqueeze(0), in2, bias, mx_specs, name, mode_config).squeeze(-2)
+    if in2.ndim == 1:  # ... a column vector on the right, the added dim removed from the result
+        return matmul(in1, in2.unsqueeze(-1), bias, mx_specs, name, mode_config).squeeze(-1)
     specs = apply_mx_specs(mx_specs)
     formats = [side + "_elem_format" + suffix for side in sorted(set(mode_config)) for suffix in ("", "_bp")]
     check_settings(specs, formats + ["a_elem_format_bp_os"],
