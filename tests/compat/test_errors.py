@@ -141,16 +141,23 @@ def test_round_errors_name_the_key_the_user_set():
 
 
 @pytest.mark.parametrize("affine", [False, True])
-def test_group_norm_without_weight_has_torch_gradients(affine):
-    """With specs that round nothing, the compat group norm is torch's (a norm without weight / bias
-    included: its backward must not return gradients for parameters that were not given)."""
+@pytest.mark.parametrize("norm", ["group_norm", "layer_norm"])
+def test_norms_without_weight_have_torch_gradients(norm, affine):
+    """With specs that round nothing, the compat norms are torch's, a norm without weight / bias
+    included (its backward must not return gradients for parameters that were not given)."""
+    from groupquant.compat.microxcaling import group_norm, layer_norm
     torch.manual_seed(2)
     x = torch.randn(2, 4, 5)
-    params = [torch.randn(4), torch.randn(4)] if affine else []
+    size = 4 if norm == "group_norm" else 5
+    params = [torch.randn(size), torch.randn(size)] if affine else []
     specs = MxSpecs()
-    from groupquant.compat.microxcaling import group_norm
-    got, got_grads = _grads(lambda t, *p: group_norm(t, 2, *p, mx_specs=specs), x, *params)
-    want, want_grads = _grads(lambda t, *p: F.group_norm(t, 2, *p), x, *params)
+    if norm == "group_norm":
+        ours, theirs = (lambda t, *p: group_norm(t, 2, *p, mx_specs=specs)), (lambda t, *p: F.group_norm(t, 2, *p))
+    else:
+        ours = lambda t, *p: layer_norm(t, 5, *p, eps=1e-5, mx_specs=specs)  # noqa: E731
+        theirs = lambda t, *p: F.layer_norm(t, (5,), *p, eps=1e-5)  # noqa: E731
+    got, got_grads = _grads(ours, x, *params)
+    want, want_grads = _grads(theirs, x, *params)
     assert torch.allclose(got, want, atol=1e-5)
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(got_grads, want_grads))
 
