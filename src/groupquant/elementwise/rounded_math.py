@@ -19,7 +19,8 @@ one basic operation and rounds it. The kit's settings (a frozen record, defaults
   to; None means ``precision`` (microxcaling rounds them to bfloat16 whatever its precision).
 - ``grad=None``: the kit every op's backward formulas run with (:meth:`for_grad`); None means this
   kit. microxcaling's ``quantize_backprop=False`` is a gradient kit that rounds nothing. Values an op
-  saves for its backward are the forward's (rounded by this kit).
+  saves for its backward are the forward's (rounded by this kit), except the input of the unary
+  functions and of the sigmoid GELU forms, which their backward rounds with the gradient kit.
 
 Always: ``+ - * /`` and ``sqrt`` are computed in float32 (correctly rounded by IEEE), then rounded to
 the precision (double rounding float32 -> precision is the definition, as in microxcaling);
