@@ -176,3 +176,23 @@ def test_matmul_with_a_vector_behaves_as_torch(shapes):
     y2, (ga2, gb2) = _grads(lambda p, r: matmul(p, r, mx_specs=specs), a2, b2)
     assert torch.equal(y, y2.reshape(y.shape)) and torch.equal(ga, ga2.reshape(a.shape))
     assert torch.equal(gb, gb2.reshape(b.shape))
+
+
+def test_recipe_without_backprop_quantization_is_microxcaling_float_backward():
+    """microxcaling's quantize_backprop=False: float backward GEMMs on the high-precision x and W
+    (dX = dY W, dW = dY^T x), not the straight-through gradient of the quantized forward."""
+    specs = finalize_mx_specs(dict(w_elem_format="fp4_e2m1", a_elem_format="fp4_e2m1", block_size=32,
+                                   quantize_backprop=False))
+    torch.manual_seed(4)
+    layer = QuantLinear(64, 16, bias=True, **recipe_from_mx_specs(specs).layer_kwargs())
+    x = torch.randn(3, 8, 64, requires_grad=True)
+    g = torch.randn(3, 8, 16)
+    layer(x).backward(g)
+    w = layer.weight.detach()
+    assert torch.equal(x.grad, g @ w)  # torch's float GEMM on the float weight
+    assert torch.allclose(layer.weight.grad, g.reshape(-1, 16).t() @ x.detach().reshape(-1, 64), atol=1e-5)
+    x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, layer.bias))
+    y2 = linear(x2, w2, b2, mx_specs=specs)
+    y2.backward(g)
+    assert torch.equal(layer(x), y2) and torch.equal(x.grad, x2.grad)
+    assert torch.equal(layer.weight.grad, w2.grad) and torch.equal(layer.bias.grad, b2.grad)

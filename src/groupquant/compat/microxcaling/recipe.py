@@ -14,8 +14,11 @@ groupquant slot                       mx_specs format         mx_specs round
 ``input_quant_for_grad_weight``       ``a_elem_format_bp``    ``round_mx_input_grad_weight``
 ===================================== ======================= ====================================
 
-An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling);
-``quantize_backprop`` passes through. ``bfloat`` / ``fp`` become each quantizer's
+An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling).
+``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
+GEMMs in float from the saved high-precision ``x`` and ``W`` (``dX = dY W``), which groupquant's
+backward does with every operand disabled; the recipe's ``quantize_backprop=False`` would instead
+pass the gradient straight through the quantized forward (``dX = dY Q(W)``). ``bfloat`` / ``fp`` become each quantizer's
 ``element_precision`` (rounded with ``round_weight`` for weights, ``round_output`` for inputs,
 ``round_grad_input`` for output gradients), so every GEMM operand is rounded as the compat
 ``Linear`` rounds it. Not carried: the element-wise rounding of the GEMM results (output, bias sum,
@@ -82,8 +85,14 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
                           "MX quantizer (element_precision), but the recipe's layers do not round the GEMM results "
                           "(output, bias sum, gradients) as the compat Linear does: results differ by that rounding",
                           UserWarning, stacklevel=2)
+    backprop = bool(specs["quantize_backprop"])
     slots = {}
     for slot, fmt_key, round_key, kind, element_round in _SLOTS:
         quant = _quantizer(specs, fmt_key, round_key, kind, element_round)
-        slots[slot] = quant if (quant is not None or slot in _FORWARD) else DISABLED
-    return Recipe(name, quantize_backprop=bool(specs["quantize_backprop"]), **slots)
+        if slot not in _FORWARD and (quant is None or not backprop):
+            quant = DISABLED
+        slots[slot] = quant
+    # microxcaling's quantize_backprop=False is a float backward on the saved high-precision operands
+    # (dX = dY W, dW = dY^T x): groupquant's backward GEMMs with every operand DISABLED, not the
+    # straight-through gradient of the quantized forward (which quantize_backprop=False means here)
+    return Recipe(name, quantize_backprop=True, **slots)
