@@ -196,3 +196,20 @@ def test_recipe_without_backprop_quantization_is_microxcaling_float_backward():
     y2.backward(g)
     assert torch.equal(layer(x), y2) and torch.equal(x.grad, x2.grad)
     assert torch.equal(layer.weight.grad, w2.grad) and torch.equal(layer.bias.grad, b2.grad)
+
+
+def test_recipe_carries_scale_bits_and_names_what_it_cannot():
+    """scale_bits k is the quantizers' e{k}m0 scale format: on small values (shared exponents
+    clamped at -(2**(k-1) - 1)) the recipe's layer equals the compat linear."""
+    specs = finalize_mx_specs(dict(w_elem_format="fp8_e4m3", a_elem_format="fp8_e4m3", block_size=32, scale_bits=5))
+    torch.manual_seed(5)
+    layer = QuantLinear(64, 16, bias=False, **recipe_from_mx_specs(specs).layer_kwargs())
+    x = torch.randn(8, 64) * 2.0 ** -20
+    with torch.no_grad():
+        layer.weight.mul_(2.0 ** -20)
+    assert torch.equal(layer(x), linear(x, layer.weight.detach(), mx_specs=specs))
+    for key in ("shared_exp_from_float_log2", "mx_flush_fp32_subnorms"):
+        with pytest.warns(UserWarning, match=key):
+            recipe_from_mx_specs(MxSpecs(specs, **{key: True}))
+    with pytest.raises(ValueError, match="scale_bits=12"):
+        recipe_from_mx_specs(MxSpecs(specs, scale_bits=12))

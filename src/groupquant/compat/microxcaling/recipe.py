@@ -15,7 +15,10 @@ groupquant slot                       mx_specs format         mx_specs round
 ===================================== ======================= ====================================
 
 An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling).
-``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
+``scale_bits`` k (other than 0 / 8) is each quantizer's ``scale_format="e{k}m0"`` (a block beyond
+its largest exponent saturates there, where microxcaling makes it NaN).
+``shared_exp_from_float_log2`` and ``mx_flush_fp32_subnorms`` have no recipe setting (a
+UserWarning names them). ``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
 GEMMs in float from the saved high-precision ``x`` and ``W`` (``dX = dY W``), which groupquant's
 backward does with every operand disabled; the recipe's ``quantize_backprop=False`` would instead
 pass the gradient straight through the quantized forward (``dX = dY Q(W)``). ``bfloat`` / ``fp`` become each quantizer's
@@ -65,6 +68,8 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str
     precision = element_precision(specs, specs[element_round], setting=element_round)
     if precision is not None:
         settings["element_precision"] = precision
+    if specs["scale_bits"] not in (0, 8):
+        settings["scale_format"] = f"e{specs['scale_bits']}m0"
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
 
 
@@ -79,6 +84,14 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
     if specs["shared_exp_method"] != "max":
         raise ValueError(f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: recipes share one "
                          "exponent per block ('max')")
+    if not isinstance(specs["scale_bits"], int) or isinstance(specs["scale_bits"], bool) or not (
+            specs["scale_bits"] == 0 or 2 <= specs["scale_bits"] <= 8):
+        raise ValueError(f"mx_specs scale_bits={specs['scale_bits']!r}: use 0 (8) or an int in 2..8")
+    for key, what in (("shared_exp_from_float_log2", "the shared exponent is OCP's exact floor(log2(amax))"),
+                      ("mx_flush_fp32_subnorms", "blocks whose max is a float32 subnormal are quantized, not zeroed")):
+        if specs[key]:
+            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}=True is not carried by the recipe: {what}",
+                          UserWarning, stacklevel=2)
     for key in ("bfloat", "fp"):
         if specs[key]:
             warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} rounds every GEMM operand before its "
