@@ -134,3 +134,13 @@ def test_gelu_sigmoid_forms(quick):
         v = q(c(3 * 0.044715 * math.sqrt(8 / math.pi)) * q(xr * xr))
         s = q(q(c(math.sqrt(8 / math.pi)) + v) * s)
     assert torch.equal(x.grad, q(q(p + q(xr * s)) * q(g)))
+
+
+def test_cast_rounds_value_and_gradient():
+    x = _x(11, 3, 50).requires_grad_()
+    g = _x(12, 3, 50)
+    kit = RoundedMath(BF16, grad=RoundedMath(resolve_precision("fp16")))
+    y = E.cast(x, precision=kit)
+    y.backward(g)
+    assert torch.equal(y, q(x.detach()))
+    assert torch.equal(x.grad, g.to(torch.float16).float())

@@ -21,13 +21,14 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 
+from ...elementwise.unary import cast
 from ...formats import ElementFormat
 from ...ops.api import fake_quant
 from ...ops.bits import exp2i, floor_log2
 from ...ops.element_round import round_to_format
 from ...ops.group_layout import GroupLayout
 from ...ops.precision import round_to_precision
-from .mapping import element_precision, elem_format as to_format, mx_rounding
+from .mapping import element_precision, elem_format as to_format, mx_rounding, rounding_kit
 from ._torch import native_torch
 from .specs import apply_mx_specs, get_backwards_mx_specs
 
@@ -133,23 +134,12 @@ def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: An
         return quantize_mx_blocks(A, fmt, size, axis, rounding, scale_bits, bool(float_log2), flush)
 
 
-class _QuantizeBfloat(torch.autograd.Function):
-    """Element-wise rounding forward, and of the gradient backward (backward specs)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, mx_specs: Mapping[str, Any], round: str):  # type: ignore[override]
-        ctx.bspecs, ctx.round = get_backwards_mx_specs(mx_specs), round
-        return quantize_elemwise_op(x, mx_specs, round)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        return quantize_elemwise_op(grad, ctx.bspecs, ctx.round), None, None
-
-
 def quantize_bfloat(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = None) -> torch.Tensor:
-    """``x`` rounded to the bfloat/fp precision of ``mx_specs``, its gradient too (microxcaling's
-    ``quantize_bfloat``); ``x`` when ``mx_specs`` is None."""
+    """``x`` rounded to the bfloat/fp precision of ``mx_specs``, its gradient too with the backward
+    specs (microxcaling's ``quantize_bfloat``; :func:`groupquant.elementwise.cast`); ``x`` when
+    ``mx_specs`` is None."""
     if mx_specs is None:
         return x
     specs = apply_mx_specs(mx_specs)
-    return _QuantizeBfloat.apply(x, specs, specs["round"] if round is None else round)
+    kit = rounding_kit(specs, round, grad=get_backwards_mx_specs(specs))
+    return cast(x, precision=kit).to(x.dtype)
