@@ -38,7 +38,7 @@ def _grads(m: RoundedMath, ctx: Any, da: torch.Tensor, db: torch.Tensor) -> Tupl
 class _Add(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, m: RoundedMath) -> torch.Tensor:
-        ctx.m, ctx.shapes = m, (a.shape, b.shape)
+        ctx.m, ctx.shapes = m.for_grad(), (a.shape, b.shape)
         return m.add(m.q(a), m.q(b))
 
     @staticmethod
@@ -50,7 +50,7 @@ class _Add(torch.autograd.Function):
 class _Sub(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, m: RoundedMath) -> torch.Tensor:
-        ctx.m, ctx.shapes = m, (a.shape, b.shape)
+        ctx.m, ctx.shapes = m.for_grad(), (a.shape, b.shape)
         return m.sub(m.q(a), m.q(b))
 
     @staticmethod
@@ -63,7 +63,7 @@ class _Mul(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, m: RoundedMath) -> torch.Tensor:
         qa, qb = m.q(a), m.q(b)
-        ctx.m, ctx.shapes = m, (a.shape, b.shape)
+        ctx.m, ctx.shapes = m.for_grad(), (a.shape, b.shape)
         ctx.save_for_backward(qa, qb)
         return m.mul(qa, qb)
 
@@ -79,7 +79,7 @@ class _Div(torch.autograd.Function):
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, m: RoundedMath) -> torch.Tensor:
         qb = m.q(b)
         y = m.div(m.q(a), qb)
-        ctx.m, ctx.shapes = m, (a.shape, b.shape)
+        ctx.m, ctx.shapes = m.for_grad(), (a.shape, b.shape)
         ctx.save_for_backward(qb, y)
         return y
 

@@ -47,7 +47,7 @@ class _Normalize(torch.autograd.Function):
             xs = m.sub(qx, m.q(stats[0]))
             var = m.q(stats[1])
         inv = _inv_std(m, var, eps)
-        ctx.m, ctx.dims, ctx.fixed = m, dims, stats is not None
+        ctx.m, ctx.dims, ctx.fixed = m.for_grad(), dims, stats is not None
         ctx.save_for_backward(xs, inv)
         return m.mul(xs, inv)
 
@@ -71,7 +71,7 @@ class _RMSNormalize(torch.autograd.Function):
         qx = m.q(x)
         inv = _inv_std(m, m.mean(m.mul(qx, qx), dims, keepdim=True), eps)
         xn = m.mul(qx, inv)
-        ctx.m, ctx.dims = m, dims
+        ctx.m, ctx.dims = m.for_grad(), dims
         ctx.save_for_backward(xn, inv)
         return xn
 

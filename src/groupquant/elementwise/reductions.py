@@ -23,7 +23,7 @@ __all__ = ["sum", "mean", "amax"]
 class _Sum(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, m: RoundedMath, dims: Dims, keepdim: bool, average: bool) -> torch.Tensor:
-        ctx.m, ctx.dims, ctx.keepdim, ctx.average, ctx.shape = m, dims, keepdim, average, x.shape
+        ctx.m, ctx.dims, ctx.keepdim, ctx.average, ctx.shape = m.for_grad(), dims, keepdim, average, x.shape
         qx = m.q(x)
         return m.mean(qx, dims, keepdim) if average else m.sum(qx, dims, keepdim)
 
@@ -44,7 +44,7 @@ class _Max(torch.autograd.Function):
         qx = m.q(x)
         flat = qx.reshape(-1) if dim is None else qx
         values, index = torch.max(flat, dim=0 if dim is None else dim, keepdim=True)
-        ctx.m, ctx.dim, ctx.shape = m, dim, x.shape
+        ctx.m, ctx.dim, ctx.shape = m.for_grad(), dim, x.shape
         ctx.save_for_backward(index)
         if dim is None:
             return values.reshape([1] * x.dim()) if keepdim else values.reshape(())

@@ -1,7 +1,8 @@
 """Unary functions in an element precision, forward and backward.
 
 The input is rounded first (x = q(input)); g = q(grad_output); constants such as ln 2 are rounded to
-the precision (``c~`` below).
+the precision (``c~`` below). The backward reads the input rounded by the gradient kit
+(``RoundedMath.for_grad``: the forward's rounding unless the kit says otherwise).
 
 | op         | forward          | backward                                                   |
 |------------|------------------|------------------------------------------------------------|
@@ -13,6 +14,7 @@ the precision (``c~`` below).
 | reciprocal | y = q(1 / x)     | t = q(y * y); dx = -q(g * t)                               |
 | erf        | y = q(erf x)     | s = q(x * x); e = q(e**-s); t = q(e * (2/sqrt(pi))~); dx = q(g * t) |
 | pow(x, p)  | y = q(x**p)      | t = q(x**(p-1)); t = q(t * p~); dx = q(g * t)              |
+| cast       | y = q(x)         | dx = g                                                     |
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import torch
 from ..ops.precision import PrecisionLike
 from .rounded_math import RoundedMath, math_for
 
-__all__ = ["exp", "exp2", "log", "sqrt", "rsqrt", "reciprocal", "erf", "pow"]
+__all__ = ["exp", "exp2", "log", "sqrt", "rsqrt", "reciprocal", "erf", "pow", "cast"]
 
 
 def _exp_b(m: RoundedMath, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor, p: float) -> torch.Tensor:
@@ -65,25 +67,25 @@ def _pow_b(m: RoundedMath, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor, p:
 _FORWARD: Dict[str, Callable[[RoundedMath, torch.Tensor, float], torch.Tensor]] = {
     "exp": lambda m, x, p: m.exp(x), "exp2": lambda m, x, p: m.exp2(x), "log": lambda m, x, p: m.log(x),
     "sqrt": lambda m, x, p: m.sqrt(x), "rsqrt": lambda m, x, p: m.rsqrt(x), "reciprocal": lambda m, x, p: m.recip(x),
-    "erf": lambda m, x, p: m.erf(x), "pow": lambda m, x, p: m.pow(x, p),
+    "erf": lambda m, x, p: m.erf(x), "pow": lambda m, x, p: m.pow(x, p), "cast": lambda m, x, p: x,
 }
 _BACKWARD = {"exp": _exp_b, "exp2": _exp2_b, "log": _log_b, "sqrt": _sqrt_b, "rsqrt": _rsqrt_b,
-             "reciprocal": _recip_b, "erf": _erf_b, "pow": _pow_b}
+             "reciprocal": _recip_b, "erf": _erf_b, "pow": _pow_b, "cast": lambda m, x, y, g, p: g}
 
 
 class _Unary(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, m: RoundedMath, op: str, p: float) -> torch.Tensor:
-        qx = m.q(x)
-        y = _FORWARD[op](m, qx, p)
-        ctx.m, ctx.op, ctx.p = m, op, p
-        ctx.save_for_backward(qx, y)
+        y = _FORWARD[op](m, m.q(x), p)
+        ctx.m, ctx.op, ctx.p = m.for_grad(), op, p
+        ctx.save_for_backward(x, y)
         return y
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor):
-        qx, y = ctx.saved_tensors
-        return _BACKWARD[ctx.op](ctx.m, qx, y, ctx.m.q(grad), ctx.p), None, None, None
+        x, y = ctx.saved_tensors
+        m = ctx.m
+        return _BACKWARD[ctx.op](m, m.q(x), y, m.q(grad), ctx.p), None, None, None
 
 
 def exp(x: torch.Tensor, precision: PrecisionLike = "bfloat16") -> torch.Tensor:
@@ -126,3 +128,8 @@ def pow(x: torch.Tensor, exponent: float, precision: PrecisionLike = "bfloat16")
     if isinstance(exponent, torch.Tensor) or not isinstance(exponent, (int, float)):
         raise TypeError(f"pow: exponent must be a python number, got {type(exponent).__name__}")
     return _Unary.apply(x, math_for(precision), "pow", float(exponent))
+
+
+def cast(x: torch.Tensor, precision: PrecisionLike = "bfloat16") -> torch.Tensor:
+    """q(x), and q(grad) backward: a tensor and its gradient rounded to the precision."""
+    return _Unary.apply(x, math_for(precision), "cast", 0.0)

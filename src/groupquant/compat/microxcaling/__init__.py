@@ -1,5 +1,6 @@
 """microxcaling-compatible entry: a microxcaling program runs after one edit,
-``from mx import ...`` -> ``from groupquant.compat.microxcaling import ...``.
+``from mx import ...`` -> ``from groupquant.compat.microxcaling import ...`` (user guide:
+``docs/microxcaling.md``).
 
 Settings: :class:`MxSpecs` (microxcaling's keys and defaults; unknown keys fail with a
 did-you-mean), ``finalize_mx_specs``, ``get_backwards_mx_specs``, ``add_mx_args``, ``get_mx_specs``.
@@ -9,6 +10,13 @@ Layers and functions take ``mx_specs=`` and round in microxcaling's order: ``Lin
 activations, the ``simd_*`` ops, ``quantize_bfloat``, ``quantize_mx_op``. ``mx_mapping.inject_pyt_ops``
 replaces torch's entries globally (``restore_pyt_ops`` undoes it). ``recipe_from_mx_specs`` turns
 the MX settings into a groupquant recipe for the native path (``groupquant.quantize_model``).
+
+Underneath: the element-wise settings (``bfloat`` / ``fp``, ``round``, ``vec_use_recip``,
+``vec_use_exp2``, ``quantize_backprop``) become one rounding kit,
+:class:`groupquant.elementwise.RoundedMath` (:func:`.mapping.rounding_kit`); softmax, the
+activations and ``simd_exp`` / ``log`` / ``square`` / ``reduce_sum`` are :mod:`groupquant.elementwise`'s
+ops run with it; the GEMM layers, norms and the remaining ``simd_*`` ops keep microxcaling's own order
+and backward, written with the same kit; MX quantization is :func:`groupquant.fake_quant`.
 
 The MX shared exponent is OCP's exact ``floor(log2(amax))``; microxcaling's float-log2 exponent is
 ``MxSpecs(shared_exp_from_float_log2=True)`` (see :mod:`.quantize`).

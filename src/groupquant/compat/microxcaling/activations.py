@@ -1,176 +1,47 @@
-"""Activations taking ``mx_specs``, built from rounded vector steps in microxcaling's order.
+"""Activations taking ``mx_specs``: :mod:`groupquant.elementwise`'s ops with the rounding kit of
+``mx_specs`` (:func:`.mapping.rounding_kit`; the backward specs give the gradient kit), in the input's
+dtype; ``mx_specs`` None is plain torch.
 
-Every step rounds to the ``bfloat`` / ``fp`` precision (``q``); ``mx_specs`` None is plain torch.
-
-- ``sigmoid(x) = q(1 / q(q(e**-q(x)) + 1))``; backward ``q(q(y * q(1 - y)) * q(dy))``.
-- ``tanh(x) = q(tanh(q(x)))``; backward ``q(q(1 - q(y*y)) * q(dy))``.
-- ``relu(x) = q(relu(x))``; backward ``q(dy where y > 0)``; ``relu6`` likewise (``0 < y < 6``).
-- ``leaky_relu(x) = q(leaky_relu(q(x)))``; backward ``dy`` where ``y > 0`` else ``q(dy * slope)``
-  (``dy`` rounded first).
-- ``silu(x) = q(q(x) * sigmoid)``, sigmoid as above; backward ``q((s + q(y * q(1 - s))) * q(dy))``.
-- ``gelu(x)``: microxcaling's tanh-form approximation ``x * sigmoid(1.59375 * (x + 0.044677734 x**3))``
-  (bfloat16 coefficients), or with ``first_order_gelu`` ``x * sigmoid(1.703125 x)``, each product and
-  sum rounded; ``approximate`` is accepted and ignored, as there. Backward from the same form.
+- ``sigmoid(x) = q(1 / q(q(e**-q(x)) + 1))``; ``tanh``, ``relu``, ``relu6``, ``leaky_relu``, ``silu``:
+  the element-wise ops of the same names (their module notes give every step, as microxcaling's).
+- ``gelu(x)``: microxcaling's form ``x * sigmoid(sqrt(8/pi) (x + 0.044715 x**3))`` with bfloat16
+  constants (``elementwise.gelu(approximate="sigmoid")``), or with ``first_order_gelu``
+  ``x * sigmoid(1.702 x)`` (``approximate="quick"``); ``approximate`` is accepted and ignored, as there.
 
 ``inplace=True`` is accepted and computed out of place.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
+from ... import elementwise as ew
 from . import _torch
-from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
-from .vector_ops import Vec
+from .mapping import rounding_kit
+from .module_specs import MxSpecsMixin
+from .specs import apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["sigmoid", "tanh", "relu", "relu6", "leaky_relu", "silu", "gelu", "Sigmoid", "Tanh", "ReLU", "ReLU6",
            "LeakyReLU", "SiLU", "GELU"]
 
-GELU_CUBIC = 0.044677734      # 0.044715 in bfloat16
-GELU_SCALE = 1.59375          # sqrt(8 / pi) in bfloat16
-GELU_FIRST_ORDER = 1.703125   # 1.702 in bfloat16
-GELU_CUBIC_GRAD = 0.21386719  # 3 * 0.044715 * sqrt(8 / pi) in bfloat16
 
-
-def _sigmoid(v: Vec, x: torch.Tensor) -> torch.Tensor:
-    """``q(1 / q(q(e**-x) + 1))`` (x already rounded)."""
-    return v.recip(v.add(v.exp(-x), 1.0))
-
-
-class _Sigmoid(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        y = _sigmoid(Vec(specs), Vec(specs).q(x))
-        ctx.save_for_backward(y)
-        ctx.specs = get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (y,) = ctx.saved_tensors
-        v = Vec(ctx.specs)
-        return v.mul(v.mul(y, v.sub(1.0, y)), v.q(g)), None
-
-
-class _Tanh(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        v = Vec(specs)
-        y = v.tanh(v.q(x))
-        ctx.save_for_backward(y)
-        ctx.specs = get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (y,) = ctx.saved_tensors
-        v = Vec(ctx.specs)
-        return v.mul(v.sub(1.0, v.mul(y, y)), v.q(g)), None
-
-
-class _ReLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        y = Vec(specs).q(_torch.relu(x))
-        ctx.save_for_backward(y > 0)
-        ctx.specs = get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (mask,) = ctx.saved_tensors
-        return Vec(ctx.specs).q(torch.where(mask, g, torch.zeros_like(g))), None
-
-
-class _ReLU6(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        y = Vec(specs).q(_torch.relu6(x))
-        ctx.save_for_backward((y > 0) & (y < 6))
-        ctx.specs = get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (mask,) = ctx.saved_tensors
-        return Vec(ctx.specs).q(torch.where(mask, g, torch.zeros_like(g))), None
-
-
-class _LeakyReLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, slope: float, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        v = Vec(specs)
-        y = v.q(_torch.leaky_relu(v.q(x), slope))
-        ctx.save_for_backward(y > 0)
-        ctx.slope, ctx.specs = slope, get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        (mask,) = ctx.saved_tensors
-        v = Vec(ctx.specs)
-        g = v.q(g)
-        return torch.where(mask, g, v.mul(g, ctx.slope)), None, None
-
-
-class _SiLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs) -> torch.Tensor:  # type: ignore[override]
-        v = Vec(specs)
-        qx = v.q(x)
-        s = _sigmoid(v, qx)
-        y = v.mul(qx, s)
-        ctx.save_for_backward(y, s)
-        ctx.specs = get_backwards_mx_specs(specs)
-        return y
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        y, s = ctx.saved_tensors
-        v = Vec(ctx.specs)
-        g = v.q(g)
-        return v.mul(v.add(s, v.mul(y, v.sub(1.0, s))), g), None
-
-
-class _GELU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, specs: MxSpecs, first_order: bool) -> torch.Tensor:  # type: ignore[override]
-        v = Vec(specs)
-        qx = v.q(x)
-        if first_order:
-            arg = v.mul(GELU_FIRST_ORDER, qx)
-        else:
-            cube = v.mul(v.mul(qx, qx), qx)
-            arg = v.mul(GELU_SCALE, v.add(v.mul(GELU_CUBIC, cube), qx))
-        phi = _sigmoid(v, arg)
-        ctx.save_for_backward(qx if specs["quantize_backprop"] else x, phi)
-        ctx.first_order = first_order
-        ctx.specs = get_backwards_mx_specs(specs)
-        return v.mul(qx, phi)
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        x, phi = ctx.saved_tensors
-        v = Vec(ctx.specs)
-        g = v.q(g)
-        dphi = v.mul(phi, v.sub(1.0, phi))
-        if ctx.first_order:
-            dphi = v.mul(GELU_FIRST_ORDER, dphi)
-        else:
-            dy = v.add(GELU_SCALE, v.mul(GELU_CUBIC_GRAD, v.mul(x, x)))
-            dphi = v.mul(dy, dphi)
-        return v.mul(v.add(phi, v.mul(x, dphi)), g), None, None
+def _rounded(op: Callable[..., torch.Tensor], input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
+             **args: Any) -> torch.Tensor:
+    """``op(input, **args)`` with the rounding kit of ``mx_specs`` (gradient kit from the backward specs)."""
+    specs = apply_mx_specs(mx_specs)
+    kit = rounding_kit(specs, grad=get_backwards_mx_specs(specs))
+    return op(input, precision=kit, **args).to(input.dtype)
 
 
 def sigmoid(input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> torch.Tensor:
     """``torch.sigmoid`` with ``mx_specs``."""
-    return _torch.sigmoid(input) if mx_specs is None else _Sigmoid.apply(input, apply_mx_specs(mx_specs))
+    return _torch.sigmoid(input) if mx_specs is None else _rounded(ew.sigmoid, input, mx_specs)
 
 
 def tanh(input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> torch.Tensor:
     """``torch.tanh`` with ``mx_specs``."""
-    return _torch.tanh(input) if mx_specs is None else _Tanh.apply(input, apply_mx_specs(mx_specs))
+    return _torch.tanh(input) if mx_specs is None else _rounded(ew.tanh, input, mx_specs)
 
 
 def relu(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -178,7 +49,7 @@ def relu(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[
     """``F.relu`` with ``mx_specs``."""
     if mx_specs is None:
         return _torch.relu(input, inplace=inplace)
-    return _ReLU.apply(input, apply_mx_specs(mx_specs))
+    return _rounded(ew.relu, input, mx_specs)
 
 
 def relu6(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -186,7 +57,7 @@ def relu6(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping
     """``F.relu6`` with ``mx_specs``."""
     if mx_specs is None:
         return _torch.relu6(input, inplace=inplace)
-    return _ReLU6.apply(input, apply_mx_specs(mx_specs))
+    return _rounded(ew.relu6, input, mx_specs)
 
 
 def leaky_relu(input: torch.Tensor, negative_slope: float = 0.01, inplace: bool = False,
@@ -194,7 +65,7 @@ def leaky_relu(input: torch.Tensor, negative_slope: float = 0.01, inplace: bool 
     """``F.leaky_relu`` with ``mx_specs``."""
     if mx_specs is None:
         return _torch.leaky_relu(input, negative_slope, inplace=inplace)
-    return _LeakyReLU.apply(input, float(negative_slope), apply_mx_specs(mx_specs))
+    return _rounded(ew.leaky_relu, input, mx_specs, negative_slope=float(negative_slope))
 
 
 def silu(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -202,7 +73,7 @@ def silu(input: torch.Tensor, inplace: bool = False, mx_specs: Optional[Mapping[
     """``F.silu`` with ``mx_specs``."""
     if mx_specs is None:
         return _torch.silu(input, inplace=inplace)
-    return _SiLU.apply(input, apply_mx_specs(mx_specs))
+    return _rounded(ew.silu, input, mx_specs)
 
 
 def gelu(input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None, first_order_gelu: bool = False,
@@ -211,26 +82,10 @@ def gelu(input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None, firs
     and not ``first_order_gelu``)."""
     if mx_specs is None and not first_order_gelu:
         return _torch.gelu(input, approximate="tanh")
-    return _GELU.apply(input, apply_mx_specs(mx_specs), bool(first_order_gelu))
+    return _rounded(ew.gelu, input, mx_specs, approximate="quick" if first_order_gelu else "sigmoid")
 
 
-class _ActModule(torch.nn.Module):
-    """Shared ``mx_specs`` / ``name`` handling of the activation modules."""
-
-    def _init_mx(self, mx_specs: Optional[Mapping[str, Any]], name: Optional[str]) -> None:
-        self.name = name
-        self.apply_mx_specs(mx_specs)
-
-    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
-        """Replace the settings (None: plain torch)."""
-        self.mx_none = mx_specs is None
-        self.mx_specs = apply_mx_specs(mx_specs)
-
-    def _specs(self) -> Optional[MxSpecs]:
-        return None if self.mx_none else self.mx_specs
-
-
-class Sigmoid(_ActModule, torch.nn.Sigmoid):
+class Sigmoid(MxSpecsMixin, torch.nn.Sigmoid):
     """``torch.nn.Sigmoid`` taking ``mx_specs``."""
 
     def __init__(self, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> None:
@@ -238,10 +93,10 @@ class Sigmoid(_ActModule, torch.nn.Sigmoid):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return sigmoid(input, mx_specs=self._specs())
+        return sigmoid(input, mx_specs=self.specs_or_none())
 
 
-class Tanh(_ActModule, torch.nn.Tanh):
+class Tanh(MxSpecsMixin, torch.nn.Tanh):
     """``torch.nn.Tanh`` taking ``mx_specs``."""
 
     def __init__(self, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None) -> None:
@@ -249,10 +104,10 @@ class Tanh(_ActModule, torch.nn.Tanh):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return tanh(input, mx_specs=self._specs())
+        return tanh(input, mx_specs=self.specs_or_none())
 
 
-class ReLU(_ActModule, torch.nn.ReLU):
+class ReLU(MxSpecsMixin, torch.nn.ReLU):
     """``torch.nn.ReLU`` taking ``mx_specs``."""
 
     def __init__(self, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -261,10 +116,10 @@ class ReLU(_ActModule, torch.nn.ReLU):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return relu(input, self.inplace, mx_specs=self._specs())
+        return relu(input, self.inplace, mx_specs=self.specs_or_none())
 
 
-class ReLU6(_ActModule, torch.nn.ReLU6):
+class ReLU6(MxSpecsMixin, torch.nn.ReLU6):
     """``torch.nn.ReLU6`` taking ``mx_specs``."""
 
     def __init__(self, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -273,10 +128,10 @@ class ReLU6(_ActModule, torch.nn.ReLU6):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return relu6(input, self.inplace, mx_specs=self._specs())
+        return relu6(input, self.inplace, mx_specs=self.specs_or_none())
 
 
-class LeakyReLU(_ActModule, torch.nn.LeakyReLU):
+class LeakyReLU(MxSpecsMixin, torch.nn.LeakyReLU):
     """``torch.nn.LeakyReLU`` taking ``mx_specs``."""
 
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False,
@@ -285,10 +140,10 @@ class LeakyReLU(_ActModule, torch.nn.LeakyReLU):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return leaky_relu(input, self.negative_slope, self.inplace, mx_specs=self._specs())
+        return leaky_relu(input, self.negative_slope, self.inplace, mx_specs=self.specs_or_none())
 
 
-class SiLU(_ActModule, torch.nn.SiLU):
+class SiLU(MxSpecsMixin, torch.nn.SiLU):
     """``torch.nn.SiLU`` taking ``mx_specs``."""
 
     def __init__(self, inplace: bool = False, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -297,10 +152,10 @@ class SiLU(_ActModule, torch.nn.SiLU):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return silu(input, self.inplace, mx_specs=self._specs())
+        return silu(input, self.inplace, mx_specs=self.specs_or_none())
 
 
-class GELU(_ActModule, torch.nn.GELU):
+class GELU(MxSpecsMixin, torch.nn.GELU):
     """``torch.nn.GELU`` taking ``mx_specs`` (microxcaling's tanh form; ``approximate`` ignored)."""
 
     def __init__(self, mx_specs: Optional[Mapping[str, Any]] = None, first_order_gelu: bool = False,
@@ -310,4 +165,4 @@ class GELU(_ActModule, torch.nn.GELU):
         self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return gelu(input, mx_specs=self._specs(), first_order_gelu=self.first_order_gelu)
+        return gelu(input, mx_specs=self.specs_or_none(), first_order_gelu=self.first_order_gelu)

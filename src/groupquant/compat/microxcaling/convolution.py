@@ -19,6 +19,8 @@ import torch
 from torch.nn import grad as nn_grad
 
 from . import _torch
+from .mapping import check_settings
+from .module_specs import MxSpecsMixin
 from .quantize import quantize_elemwise_op, quantize_mx_op
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
@@ -80,59 +82,54 @@ class ConvFunction(torch.autograd.Function):
 
 
 def _conv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-          dilation: Any, groups: int, mx_specs: Optional[Mapping[str, Any]]) -> torch.Tensor:
-    """The convolution for ``x``'s rank, plain when ``mx_specs`` is None."""
+          dilation: Any, groups: int, mx_specs: Optional[Mapping[str, Any]], spatial: int) -> torch.Tensor:
+    """The convolution with ``spatial`` dims (1, 2, 3), plain when ``mx_specs`` is None. An unbatched
+    input (no N dim) gives an unbatched output, as torch's convolutions do."""
+    if x.ndim == spatial + 1:
+        return _conv(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, mx_specs, spatial).squeeze(0)
+    if x.ndim != spatial + 2:
+        raise ValueError(f"conv{spatial}d takes a {spatial + 2}-d input (N, C, ...) or an unbatched "
+                         f"{spatial + 1}-d one, got shape {tuple(x.shape)}")
     if mx_specs is None:
-        return _ops(x)[0](x, weight, bias, stride, padding, dilation, groups)
+        return _OPS[spatial][0](x, weight, bias, stride, padding, dilation, groups)
     if isinstance(padding, str):
         raise NotImplementedError(f"padding={padding!r}: give the padding as numbers with mx_specs")
-    return ConvFunction.apply(x, weight, bias, (stride, padding, dilation, groups), apply_mx_specs(mx_specs))
+    specs = apply_mx_specs(mx_specs)
+    check_settings(specs, ("a_elem_format", "w_elem_format"), (), ("round_output", "round_weight",
+                                                                   "round_grad_input", "round_grad_weight"))
+    return ConvFunction.apply(x, weight, bias, (stride, padding, dilation, groups), specs)
 
 
 def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
            padding: Any = 0, dilation: Any = 1, groups: int = 1, mx_specs: Optional[Mapping[str, Any]] = None,
            name: Optional[str] = None) -> torch.Tensor:
     """``F.conv1d`` with ``mx_specs`` (plain when None)."""
-    if input.ndim != 3:
-        raise ValueError(f"conv1d takes a 3-d input (N, C, L), got shape {tuple(input.shape)}")
-    return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs)
+    return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs, 1)
 
 
 def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
            padding: Any = 0, dilation: Any = 1, groups: int = 1, mx_specs: Optional[Mapping[str, Any]] = None,
            name: Optional[str] = None) -> torch.Tensor:
     """``F.conv2d`` with ``mx_specs`` (plain when None)."""
-    if input.ndim != 4:
-        raise ValueError(f"conv2d takes a 4-d input (N, C, H, W), got shape {tuple(input.shape)}")
-    return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs)
+    return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs, 2)
 
 
 def conv3d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
            padding: Any = 0, dilation: Any = 1, groups: int = 1, mx_specs: Optional[Mapping[str, Any]] = None,
            name: Optional[str] = None) -> torch.Tensor:
     """``F.conv3d`` with ``mx_specs`` (plain when None)."""
-    if input.ndim != 5:
-        raise ValueError(f"conv3d takes a 5-d input (N, C, D, H, W), got shape {tuple(input.shape)}")
-    return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs)
+    return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs, 3)
 
 
-class _MxConvMixin:
+class _MxConvMixin(MxSpecsMixin):
     """``mx_specs`` handling shared by :class:`Conv1d` and :class:`Conv2d`."""
-
-    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
-        """Replace the settings (None: plain convolution)."""
-        self.mx_none = mx_specs is None
-        self.mx_specs = apply_mx_specs(mx_specs)
-
-    def append_name(self, postfix: str) -> None:
-        """Append to ``name`` (microxcaling's helper)."""
-        self.name = (self.name or "") + postfix
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.padding_mode != "zeros":
             raise NotImplementedError(f"padding_mode={self.padding_mode!r} with mx_specs; use 'zeros'")
-        specs = None if self.mx_none else self.mx_specs
-        return _conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, specs)
+        return _conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+                     self.specs_or_none(),
+                     len(self.kernel_size))
 
 
 class Conv1d(_MxConvMixin, torch.nn.Conv1d):
@@ -141,8 +138,7 @@ class Conv1d(_MxConvMixin, torch.nn.Conv1d):
     def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.name = name
-        self.apply_mx_specs(mx_specs)
+        self._init_mx(mx_specs, name)
 
 
 class Conv2d(_MxConvMixin, torch.nn.Conv2d):
@@ -151,8 +147,7 @@ class Conv2d(_MxConvMixin, torch.nn.Conv2d):
     def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.name = name
-        self.apply_mx_specs(mx_specs)
+        self._init_mx(mx_specs, name)
 
 
 class Conv3d(_MxConvMixin, torch.nn.Conv3d):
@@ -161,5 +156,4 @@ class Conv3d(_MxConvMixin, torch.nn.Conv3d):
     def __init__(self, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.name = name
-        self.apply_mx_specs(mx_specs)
+        self._init_mx(mx_specs, name)

@@ -21,10 +21,19 @@ from typing import Any, Mapping, Optional, Tuple
 import torch
 
 from . import _torch
+from .mapping import check_settings
+from .module_specs import MxSpecsMixin
 from .quantize import quantize_elemwise_op, quantize_mx_op
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["Linear", "linear", "LinearFunction"]
+
+
+_FORMATS = ("w_elem_format", "a_elem_format", "w_elem_format_bp", "a_elem_format_bp", "a_elem_format_bp_ex",
+            "a_elem_format_bp_os")
+_MX_ROUNDS = ("round_mx_output", "round_mx_weight_grad_input", "round_mx_grad_output_grad_input",
+              "round_mx_input_grad_weight", "round_mx_grad_output_grad_weight")
+_ELEMENT_ROUNDS = ("round_output", "round_weight", "round_grad_weight", "round_grad_input")
 
 
 def _mx(t: torch.Tensor, specs: Mapping[str, Any], fmt_key: str, axis: int, round_key: str) -> torch.Tensor:
@@ -82,26 +91,20 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
                                   "microxcaling compat; quantize the weights with groupquant.pack_model instead")
     if mx_specs is None:
         return _torch.linear(input, weight, bias)
-    return LinearFunction.apply(input, weight, bias, apply_mx_specs(mx_specs))
+    if input.ndim == 1:  # torch's linear takes one vector and returns one
+        return linear(input.unsqueeze(0), weight, bias, mx_specs=mx_specs).squeeze(0)
+    specs = apply_mx_specs(mx_specs)
+    check_settings(specs, _FORMATS, _MX_ROUNDS, _ELEMENT_ROUNDS)
+    return LinearFunction.apply(input, weight, bias, specs)
 
 
-class Linear(torch.nn.Linear):
+class Linear(MxSpecsMixin, torch.nn.Linear):
     """``torch.nn.Linear`` whose forward is :func:`linear` with ``mx_specs`` (None: plain linear)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None, **factory: Any) -> None:
         super().__init__(in_features, out_features, bias, **factory)
-        self.name = name
-        self.apply_mx_specs(mx_specs)
-
-    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
-        """Replace the settings (None: plain linear)."""
-        self.mx_none = mx_specs is None
-        self.mx_specs = apply_mx_specs(mx_specs)
-
-    def append_name(self, postfix: str) -> None:
-        """Append to ``name`` (microxcaling's helper)."""
-        self.name = (self.name or "") + postfix
+        self._init_mx(mx_specs, name)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.mx_none:

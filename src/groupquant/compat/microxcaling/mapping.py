@@ -7,16 +7,19 @@
 - rounding: ``nearest`` (ties away from zero), ``even`` (ties to even), ``floor`` (toward zero:
   microxcaling floors the magnitude) are groupquant's modes of the same names; ``dither`` (floor of
   magnitude plus a uniform draw) is groupquant's ``stochastic`` (MX quantization only).
-- ``bfloat`` / ``fp`` / ``bfloat_subnorms`` + a round mode -> :class:`ElementPrecision`.
+- ``bfloat`` / ``fp`` / ``bfloat_subnorms`` + a round mode -> :class:`ElementPrecision`; with
+  ``vec_use_recip`` / ``vec_use_exp2`` -> the settings of the rounding kit
+  :class:`groupquant.elementwise.RoundedMath` (:func:`rounding_kit`).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from ...formats import ElementFormat, get_format
-from ...ops.precision import ElementPrecision
+from ...elementwise.rounded_math import RoundedMath
+from ...ops.precision import ElementPrecision, resolve_precision
 
-__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision"]
+__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "check_settings", "rounding_kit"]
 
 MX_ELEM_FORMATS = {
     "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "fp6_e3m2": "fp6_e3m2", "fp6_e2m3": "fp6_e2m3",
@@ -64,3 +67,36 @@ def element_precision(mx_specs: Mapping[str, Any], round: Optional[str] = None,
     return ElementPrecision.from_mx_specs(bfloat=mx_specs.get("bfloat", 0), fp=mx_specs.get("fp", 0),
                                           bfloat_subnorms=bool(mx_specs.get("bfloat_subnorms", True)),
                                           round=round)
+
+
+def check_settings(mx_specs: Mapping[str, Any], formats: Sequence[str] = (), mx_rounds: Sequence[str] = (),
+                   element_rounds: Sequence[str] = ()) -> None:
+    """ValueError naming the mx_specs key (e.g. ``a_elem_format``) whose value a layer cannot use:
+    the element formats ``formats``, the MX round modes ``mx_rounds`` and, when ``bfloat`` / ``fp``
+    is set, the element-wise round modes ``element_rounds``. Layers call it before computing, so the
+    error names the user's key rather than the argument of the function that reads it."""
+    for key in formats:
+        elem_format(mx_specs[key], key)
+    for key in mx_rounds:
+        mx_rounding(mx_specs[key], key)
+    for key in element_rounds:
+        element_precision(mx_specs, mx_specs[key], setting=key)
+
+
+_BFLOAT16 = resolve_precision("bfloat16")
+
+
+def rounding_kit(mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = None,
+                 grad: Optional[Mapping[str, Any]] = None) -> RoundedMath:
+    """microxcaling's vector arithmetic as groupquant's rounding kit: every step rounded to the
+    ``bfloat`` / ``fp`` precision with ``round`` (default ``mx_specs['round']``; no rounding when both
+    are 0 or ``mx_specs`` is None), library functions and sums in float32 (torch's kernels, as
+    microxcaling), ``a / b`` as ``a * q(1 / b)`` with ``vec_use_recip``, ``e**x`` as ``2**q(x log2 e)``
+    with ``vec_use_exp2``, and constants rounded to bfloat16 (microxcaling's ``log2(e)``, ``ln 2``).
+    ``grad``: the (backward) specs of the gradient kit; None: this kit."""
+    flags = mx_specs or {}
+    precision = None if mx_specs is None else element_precision(mx_specs, round, setting="round")
+    return RoundedMath(precision, library="float32", accumulate="float32",
+                       division="reciprocal" if flags.get("vec_use_recip") else "divide",
+                       exp_via_exp2=bool(flags.get("vec_use_exp2")), constants=_BFLOAT16,
+                       grad=None if grad is None else rounding_kit(grad, round))

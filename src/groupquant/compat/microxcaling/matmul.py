@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Tuple
 import torch
 
 from . import _torch
+from .mapping import check_settings
 from .quantize import quantize_elemwise_op, quantize_mx_op
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
@@ -93,7 +94,16 @@ def matmul(in1: torch.Tensor, in2: torch.Tensor, bias: Optional[torch.Tensor] = 
     if mx_specs is None:
         out = _torch.matmul(in1, in2)
         return out if bias is None else out + bias
-    return MatMulFunction.apply(in1, in2, bias, apply_mx_specs(mx_specs), mode_config)
+    if in1.ndim == 1:  # torch.matmul's vector rules: a row vector on the left ...
+        return matmul(in1.unsqueeze(0), in2, bias, mx_specs, name, mode_config).squeeze(-2)
+    if in2.ndim == 1:  # ... a column vector on the right, the added dim removed from the result
+        return matmul(in1, in2.unsqueeze(-1), bias, mx_specs, name, mode_config).squeeze(-1)
+    specs = apply_mx_specs(mx_specs)
+    formats = [side + "_elem_format" + suffix for side in sorted(set(mode_config)) for suffix in ("", "_bp")]
+    check_settings(specs, formats + ["a_elem_format_bp_os"],
+                   ("round_mx_output", "round_mx_input_grad_input", "round_mx_grad_output_grad_input"),
+                   ("round_output", "round_weight", "round_grad_input", "round_grad_weight"))
+    return MatMulFunction.apply(in1, in2, bias, specs, mode_config)
 
 
 def bmm(in1: torch.Tensor, in2: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None,

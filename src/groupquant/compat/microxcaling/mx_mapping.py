@@ -62,6 +62,8 @@ FUNCTION_MAPPING: Dict[str, Callable[..., Any]] = {
 
 # (namespace dict, name, original) of every replaced entry, for restore_pyt_ops
 _SAVED: List[Tuple[Dict[str, Any], str, Any]] = []
+# the mx_specs of the injection in force (None: torch's own entries), for nested injected_pyt_ops
+_ACTIVE: List[Any] = [None]
 
 
 def _wrap(compat: Callable[..., Any], original: Callable[..., Any], mx_specs: Any) -> Callable[..., Any]:
@@ -107,6 +109,7 @@ def inject_pyt_ops(mx_specs: Any) -> None:
 
     A second call first restores the originals (so injections do not stack)."""
     restore_pyt_ops()
+    _ACTIVE[0] = mx_specs
     originals = {"torch": torch.__dict__, "F": F.__dict__}
     for name, fn in FUNCTION_MAPPING.items():
         for namespace in originals.values():
@@ -121,13 +124,18 @@ def restore_pyt_ops() -> None:
     while _SAVED:
         namespace, name, original = _SAVED.pop()
         namespace[name] = original
+    _ACTIVE[0] = None
 
 
 @contextlib.contextmanager
 def injected_pyt_ops(mx_specs: Any) -> Iterator[None]:
-    """``with injected_pyt_ops(specs): ...`` injects, and restores on the way out (errors too)."""
+    """``with injected_pyt_ops(specs): ...`` injects, and on the way out (errors too) puts back what
+    was in force before: torch's entries, or the enclosing block's injection when blocks nest."""
+    outer = _ACTIVE[0]
     inject_pyt_ops(mx_specs)
     try:
         yield
     finally:
         restore_pyt_ops()
+        if outer is not None:
+            inject_pyt_ops(outer)

@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from .vector_ops import Vec
+from ...elementwise.rounded_math import RoundedMath
 
 __all__ = ["NormStats", "norm_forward", "norm_backward", "norm_backward_ln"]
 
@@ -51,7 +51,7 @@ def _param_view(p: Optional[torch.Tensor], ndim: int, axis: Optional[int], size:
     return p.view(shape)
 
 
-def norm_forward(v: Vec, x: torch.Tensor, axes: List[int], weight: Optional[torch.Tensor],
+def norm_forward(v: RoundedMath, x: torch.Tensor, axes: List[int], weight: Optional[torch.Tensor],
                  bias: Optional[torch.Tensor], eps: float, groups: Optional[int] = None,
                  weight_axis: Optional[int] = None, running: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
                  ) -> NormStats:
@@ -81,7 +81,7 @@ def norm_forward(v: Vec, x: torch.Tensor, axes: List[int], weight: Optional[torc
     return NormStats(out, shift, norm, inv, mean, vare)
 
 
-def norm_backward(v: Vec, g: torch.Tensor, axes: List[int], weight: Optional[torch.Tensor], shift: torch.Tensor,
+def norm_backward(v: RoundedMath, g: torch.Tensor, axes: List[int], weight: Optional[torch.Tensor], shift: torch.Tensor,
                   inv: torch.Tensor, groups: Optional[int] = None, weight_axis: Optional[int] = None) -> torch.Tensor:
     """dx of :func:`norm_forward` (GroupNorm / BatchNorm form): ``dx_shift + dx_shift2 + dx_mean``."""
     orig = list(g.shape)
@@ -98,7 +98,7 @@ def norm_backward(v: Vec, g: torch.Tensor, axes: List[int], weight: Optional[tor
     return dx.view(orig) if groups else dx
 
 
-def norm_backward_ln(v: Vec, g: torch.Tensor, axes: List[int], weight: Optional[torch.Tensor], norm: torch.Tensor,
+def norm_backward_ln(v: RoundedMath, g: torch.Tensor, axes: List[int], weight: Optional[torch.Tensor], norm: torch.Tensor,
                      vare: torch.Tensor) -> torch.Tensor:
     """dx of LayerNorm from the normalized values and ``vare`` (microxcaling's LayerNorm backward)."""
     dnorm = g if weight is None else v.mul(g, weight)

@@ -15,17 +15,22 @@ from typing import Any, List, Mapping, Optional, Tuple
 import torch
 
 from . import _torch
+from .module_specs import MxSpecsMixin
 from .norm_steps import norm_backward, norm_backward_ln, norm_forward
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
-from .vector_ops import Vec
+from ...elementwise.rounded_math import RoundedMath
+from .mapping import rounding_kit
 
 __all__ = ["LayerNorm", "RMSNorm", "layer_norm", "GroupNorm", "group_norm", "BatchNorm1d", "BatchNorm2d",
            "BatchNorm3d", "batch_norm"]
 
 
-def _param_grads(v: Vec, g: torch.Tensor, norm: torch.Tensor, axes: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(grad weight, grad bias): rounded sums over ``axes`` of ``g * norm`` and of ``g``."""
-    return v.sum(v.mul(g, norm), axes), v.sum(g, axes)
+def _param_grads(ctx: Any, v: RoundedMath, g: torch.Tensor, norm: torch.Tensor,
+                 axes: List[int]) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """(grad weight, grad bias): rounded sums over ``axes`` of ``g * norm`` and of ``g`` (None for a
+    weight or bias that was not given: inputs 1 and 2 of the autograd function)."""
+    gw = v.sum(v.mul(g, norm), axes) if ctx.needs_input_grad[1] else None
+    return gw, (v.sum(g, axes) if ctx.needs_input_grad[2] else None)
 
 
 def _saved_weight(specs: MxSpecs, bf: Optional[torch.Tensor], raw: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -33,14 +38,14 @@ def _saved_weight(specs: MxSpecs, bf: Optional[torch.Tensor], raw: Optional[torc
     return bf if specs["quantize_backprop"] else raw
 
 
-def _q_opt(v: Vec, t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+def _q_opt(v: RoundedMath, t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if t is None else v.q(t)
 
 
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps: float, specs: MxSpecs):  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         bf_w = _q_opt(v, weight)
         st = norm_forward(v, v.q(x), [x.ndim - 1], bf_w, _q_opt(v, bias), eps)
         ctx.save_for_backward(st.norm, st.vare, _saved_weight(specs, bf_w, weight))
@@ -50,16 +55,16 @@ class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         norm, vare, weight = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         g = v.q(g)
-        gw, gb = _param_grads(v, g, norm, list(range(g.ndim - 1)))
+        gw, gb = _param_grads(ctx, v, g, norm, list(range(g.ndim - 1)))
         return norm_backward_ln(v, g, [g.ndim - 1], weight, norm, vare), gw, gb, None, None
 
 
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps: float, specs: MxSpecs):  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         x = v.q(x)
         inv = v.recip(v.sqrt(v.add(v.mean(v.mul(x, x), -1, keepdim=True), eps)))
         norm = v.mul(x, inv)
@@ -73,9 +78,9 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         norm, inv, weight = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         g = v.q(g)
-        gw, gb = _param_grads(v, g, norm, list(range(g.ndim - 1)))
+        gw, gb = _param_grads(ctx, v, g, norm, list(range(g.ndim - 1)))
         dx1 = v.mul(g if weight is None else v.mul(g, weight), inv)
         proj = v.mean(v.mul(dx1, norm), -1, keepdim=True)
         return v.sub(dx1, v.mul(norm, proj)), gw, gb, None, None
@@ -87,7 +92,7 @@ class _ChannelNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps: float, groups: Optional[int], running: Any,  # type: ignore[override]
                 training: bool, momentum: float, specs: MxSpecs):
-        v = Vec(specs)
+        v = rounding_kit(specs)
         bf_w = _q_opt(v, weight)
         axes = list(range(1, x.ndim)) if groups else [0] + list(range(2, x.ndim))
         stats = None if (groups or training) else running
@@ -103,9 +108,9 @@ class _ChannelNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
         shift, norm, inv, weight = ctx.saved_tensors
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         g = v.q(g)
-        gw, gb = _param_grads(v, g, norm, [0] + list(range(2, g.ndim)))
+        gw, gb = _param_grads(ctx, v, g, norm, [0] + list(range(2, g.ndim)))
         dx = norm_backward(v, g, ctx.axes, weight, shift, inv, groups=ctx.groups, weight_axis=1)
         return dx, gw, gb, None, None, None, None, None, None
 
@@ -143,24 +148,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor], running_va
     return _ChannelNorm.apply(x, weight, bias, eps, None, (running_mean, running_var), is_training, momentum, apply_mx_specs(mx_specs))
 
 
-class _NormModule:
-    """``mx_specs`` / ``name`` handling shared by the norm modules."""
-
-    def _init_mx(self, mx_specs: Optional[Mapping[str, Any]], name: Optional[str]) -> None:
-        self.name = name
-        self.apply_mx_specs(mx_specs)
-
-    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
-        """Replace the settings (None: plain torch)."""
-        self.mx_none = mx_specs is None
-        self.mx_specs = apply_mx_specs(mx_specs)
-
-    def append_name(self, postfix: str) -> None:
-        """Append to ``name`` (microxcaling's helper)."""
-        self.name = (self.name or "") + postfix
-
-
-class LayerNorm(_NormModule, torch.nn.LayerNorm):
+class LayerNorm(MxSpecsMixin, torch.nn.LayerNorm):
     """``torch.nn.LayerNorm(hidden_size, eps=1e-12)`` taking ``mx_specs`` (microxcaling's signature)."""
 
     def __init__(self, hidden_size: Any, eps: float = 1e-12, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -169,11 +157,10 @@ class LayerNorm(_NormModule, torch.nn.LayerNorm):
         self._init_mx(mx_specs, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        specs = None if self.mx_none else self.mx_specs
-        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, mx_specs=specs)
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, mx_specs=self.specs_or_none())
 
 
-class RMSNorm(_NormModule, torch.nn.LayerNorm):
+class RMSNorm(MxSpecsMixin, torch.nn.LayerNorm):
     """microxcaling's RMSNorm (a LayerNorm with weight and bias, no mean subtracted); always rounds,
     as there (``mx_specs`` None means the default specs, which round nothing)."""
 
@@ -186,7 +173,7 @@ class RMSNorm(_NormModule, torch.nn.LayerNorm):
         return _RMSNorm.apply(x, self.weight, self.bias, self.eps, self.mx_specs)
 
 
-class GroupNorm(_NormModule, torch.nn.GroupNorm):
+class GroupNorm(MxSpecsMixin, torch.nn.GroupNorm):
     """``torch.nn.GroupNorm`` taking ``mx_specs``."""
 
     def __init__(self, num_groups: int, num_channels: int, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -195,11 +182,10 @@ class GroupNorm(_NormModule, torch.nn.GroupNorm):
         self._init_mx(mx_specs, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        specs = None if self.mx_none else self.mx_specs
-        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps, mx_specs=specs)
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps, mx_specs=self.specs_or_none())
 
 
-class _BatchNormMx(_NormModule):
+class _BatchNormMx(MxSpecsMixin):
     """The forward shared by the BatchNorm modules (momentum None: cumulative average, as torch)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -21,12 +21,14 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 
+from ...elementwise.unary import cast
 from ...formats import ElementFormat
 from ...ops.api import fake_quant
 from ...ops.bits import exp2i, floor_log2
 from ...ops.element_round import round_to_format
+from ...ops.group_layout import GroupLayout
 from ...ops.precision import round_to_precision
-from .mapping import element_precision, elem_format as to_format, mx_rounding
+from .mapping import element_precision, elem_format as to_format, mx_rounding, rounding_kit
 from ._torch import native_torch
 from .specs import apply_mx_specs, get_backwards_mx_specs
 
@@ -61,23 +63,6 @@ def _one_axis(axes: Union[int, Sequence[int], None], ndim: int) -> int:
     return axis
 
 
-def _blocks(x: torch.Tensor, axis: int, block_size: int) -> torch.Tensor:
-    """``x`` with ``axis`` moved last, zero-padded to a multiple of ``block_size``, as [..., n, block]."""
-    moved = x.movedim(axis, -1)
-    size = moved.shape[-1]
-    block = block_size if 0 < block_size < size else size
-    pad = (-size) % block
-    if pad:
-        moved = torch.nn.functional.pad(moved, (0, pad))
-    return moved.reshape(*moved.shape[:-1], -1, block)
-
-
-def _unblocks(blocks: torch.Tensor, like: torch.Tensor, axis: int) -> torch.Tensor:
-    """Inverse of :func:`_blocks` for a tensor shaped like ``like``."""
-    flat = blocks.reshape(*blocks.shape[:-2], -1)[..., :like.shape[axis]]
-    return flat.movedim(-1, axis)
-
-
 def _block_exponent(amax: torch.Tensor, float_log2: bool) -> torch.Tensor:
     """floor(log2(amax)) per block as float32: exact (exponent bits) or from a float log2 in amax's dtype."""
     if float_log2:
@@ -91,7 +76,8 @@ def _block_exponent(amax: torch.Tensor, float_log2: bool) -> torch.Tensor:
 def quantize_mx_blocks(x: torch.Tensor, fmt: ElementFormat, block_size: int, axis: int, rounding: str,
                        scale_bits: int = 8, shared_exp_from_float_log2: bool = False,
                        flush_fp32_subnorms: bool = False) -> torch.Tensor:
-    """MX fake quantization computed block by block in PyTorch (x's dtype out).
+    """MX fake quantization computed block by block in PyTorch (x's dtype out), on groupquant's
+    group layout (:class:`groupquant.ops.group_layout.GroupLayout`).
 
     Shared exponent ``floor(log2(amax)) - emax`` (exact, or from a float log2), NaN above
     ``2**(scale_bits-1) - 1``, clamped below at its negative; elements by
@@ -100,8 +86,9 @@ def quantize_mx_blocks(x: torch.Tensor, fmt: ElementFormat, block_size: int, axi
     """
     if not isinstance(scale_bits, int) or scale_bits < 2:
         raise ValueError(f"mx_specs scale_bits must be 0 (8) or an int >= 2, got {scale_bits!r}")
-    blocks = _blocks(x, axis, block_size).float()
-    amax = blocks.abs().amax(dim=-1, keepdim=True)
+    layout = GroupLayout.build(x.shape, axis, block_size or None)
+    blocks = layout.contract(x).float()
+    amax = blocks.abs().amax(dim=layout.reduce_dim, keepdim=True)
     e = _block_exponent(amax.to(x.dtype), shared_exp_from_float_log2)
     if flush_fp32_subnorms:
         blocks = blocks * (e > -127).float()
@@ -113,7 +100,7 @@ def quantize_mx_blocks(x: torch.Tensor, fmt: ElementFormat, block_size: int, axi
     noise = torch.rand_like(blocks) if rounding == "stochastic" else None
     elems = round_to_format(blocks * exp2i(-k), fmt, rounding, noise=noise)
     out = torch.where(nan, torch.full_like(elems, float("nan")), elems * exp2i(k))
-    return _unblocks(out, x, axis).to(x.dtype)
+    return layout.expand(out).to(x.dtype)
 
 
 def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: Any = None,
@@ -147,23 +134,12 @@ def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: An
         return quantize_mx_blocks(A, fmt, size, axis, rounding, scale_bits, bool(float_log2), flush)
 
 
-class _QuantizeBfloat(torch.autograd.Function):
-    """Element-wise rounding forward, and of the gradient backward (backward specs)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, mx_specs: Mapping[str, Any], round: str):  # type: ignore[override]
-        ctx.bspecs, ctx.round = get_backwards_mx_specs(mx_specs), round
-        return quantize_elemwise_op(x, mx_specs, round)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        return quantize_elemwise_op(grad, ctx.bspecs, ctx.round), None, None
-
-
 def quantize_bfloat(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = None) -> torch.Tensor:
-    """``x`` rounded to the bfloat/fp precision of ``mx_specs``, its gradient too (microxcaling's
-    ``quantize_bfloat``); ``x`` when ``mx_specs`` is None."""
+    """``x`` rounded to the bfloat/fp precision of ``mx_specs``, its gradient too with the backward
+    specs (microxcaling's ``quantize_bfloat``; :func:`groupquant.elementwise.cast`); ``x`` when
+    ``mx_specs`` is None."""
     if mx_specs is None:
         return x
     specs = apply_mx_specs(mx_specs)
-    return _QuantizeBfloat.apply(x, specs, specs["round"] if round is None else round)
+    kit = rounding_kit(specs, round, grad=get_backwards_mx_specs(specs))
+    return cast(x, precision=kit).to(x.dtype)

@@ -14,36 +14,48 @@ groupquant slot                       mx_specs format         mx_specs round
 ``input_quant_for_grad_weight``       ``a_elem_format_bp``    ``round_mx_input_grad_weight``
 ===================================== ======================= ====================================
 
-An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling);
-``quantize_backprop`` passes through. Not carried: the element-wise ``bfloat`` / ``fp`` rounding
-around the GEMMs, and microxcaling's grouping of the backward GEMMs along dim -2 of a 3-d input
-(groupquant groups along all tokens); ``Linear`` of this package keeps both.
+An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling).
+``scale_bits`` k (other than 0 / 8) is each quantizer's ``scale_format="e{k}m0"`` (a block beyond
+its largest exponent saturates there, where microxcaling makes it NaN).
+``shared_exp_from_float_log2`` and ``mx_flush_fp32_subnorms`` have no recipe setting (a
+UserWarning names them). ``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
+GEMMs in float from the saved high-precision ``x`` and ``W`` (``dX = dY W``), which groupquant's
+backward does with every operand disabled; the recipe's ``quantize_backprop=False`` would instead
+pass the gradient straight through the quantized forward (``dX = dY Q(W)``). ``bfloat`` / ``fp`` become each quantizer's
+``element_precision`` (rounded with ``round_weight`` for weights, ``round_output`` for inputs,
+``round_grad_input`` for output gradients), so every GEMM operand is rounded as the compat
+``Linear`` rounds it. Not carried: the element-wise rounding of the GEMM results (output, bias sum,
+gradients; a UserWarning names the setting), and microxcaling's grouping of the backward GEMMs
+along dim -2 of a 3-d input (groupquant groups along all tokens); ``Linear`` of this package keeps both.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping, Optional
 
 from ...nn import DISABLED, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
-from .mapping import elem_format, mx_rounding
+from .mapping import elem_format, element_precision, mx_rounding
 from .specs import apply_mx_specs
 
 __all__ = ["recipe_from_mx_specs"]
 
-_SLOTS = (  # slot, format key, round key, weight or act quantizer
-    ("weight_quant", "w_elem_format", "round_mx_output", "weight"),
-    ("input_quant", "a_elem_format", "round_mx_output", "act"),
-    ("weight_quant_for_grad_input", "w_elem_format_bp", "round_mx_weight_grad_input", "weight"),
-    ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input", "act"),
-    ("grad_output_quant_for_grad_weight", "a_elem_format_bp_ex", "round_mx_grad_output_grad_weight", "act"),
-    ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act"),
+_SLOTS = (  # slot, format key, MX round key, weight or act quantizer, element-wise round key
+    ("weight_quant", "w_elem_format", "round_mx_output", "weight", "round_weight"),
+    ("input_quant", "a_elem_format", "round_mx_output", "act", "round_output"),
+    ("weight_quant_for_grad_input", "w_elem_format_bp", "round_mx_weight_grad_input", "weight", "round_weight"),
+    ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input", "act", "round_grad_input"),
+    ("grad_output_quant_for_grad_weight", "a_elem_format_bp_ex", "round_mx_grad_output_grad_weight", "act",
+     "round_grad_input"),
+    ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act", "round_output"),
 )
 _FORWARD = ("weight_quant", "input_quant")
 
 
-def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str) -> Optional[type]:
-    """The MX quantizer class of one slot, or None for an unset format."""
+def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str, element_round: str) -> Optional[type]:
+    """The MX quantizer class of one slot (rounded to ``bfloat`` / ``fp`` first when set), or None for an
+    unset format."""
     fmt = elem_format(specs[fmt_key], fmt_key)
     if fmt is None:
         return None
@@ -51,9 +63,14 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str
         raise ValueError(f"mx_specs {fmt_key}={specs[fmt_key]!r} has no groupquant MX quantizer "
                          f"(those with one: {', '.join(MX_QUANTIZERS)})")
     pair = MX_QUANTIZERS[fmt.name]
-    rounding = FloatToIntRounding(mx_rounding(specs[round_key], round_key))
-    return (pair.weight if kind == "weight" else pair.act).let(group_size=specs["block_size"],
-                                                                float_to_int_rounding=rounding)
+    settings: dict = {"group_size": specs["block_size"],
+                      "float_to_int_rounding": FloatToIntRounding(mx_rounding(specs[round_key], round_key))}
+    precision = element_precision(specs, specs[element_round], setting=element_round)
+    if precision is not None:
+        settings["element_precision"] = precision
+    if specs["scale_bits"] not in (0, 8):
+        settings["scale_format"] = f"e{specs['scale_bits']}m0"
+    return (pair.weight if kind == "weight" else pair.act).let(**settings)
 
 
 def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") -> Recipe:
@@ -67,8 +84,28 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
     if specs["shared_exp_method"] != "max":
         raise ValueError(f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: recipes share one "
                          "exponent per block ('max')")
+    if not isinstance(specs["scale_bits"], int) or isinstance(specs["scale_bits"], bool) or not (
+            specs["scale_bits"] == 0 or 2 <= specs["scale_bits"] <= 8):
+        raise ValueError(f"mx_specs scale_bits={specs['scale_bits']!r}: use 0 (8) or an int in 2..8")
+    for key, what in (("shared_exp_from_float_log2", "the shared exponent is OCP's exact floor(log2(amax))"),
+                      ("mx_flush_fp32_subnorms", "blocks whose max is a float32 subnormal are quantized, not zeroed")):
+        if specs[key]:
+            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}=True is not carried by the recipe: {what}",
+                          UserWarning, stacklevel=2)
+    for key in ("bfloat", "fp"):
+        if specs[key]:
+            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} rounds every GEMM operand before its "
+                          "MX quantizer (element_precision), but the recipe's layers do not round the GEMM results "
+                          "(output, bias sum, gradients) as the compat Linear does: results differ by that rounding",
+                          UserWarning, stacklevel=2)
+    backprop = bool(specs["quantize_backprop"])
     slots = {}
-    for slot, fmt_key, round_key, kind in _SLOTS:
-        quant = _quantizer(specs, fmt_key, round_key, kind)
-        slots[slot] = quant if (quant is not None or slot in _FORWARD) else DISABLED
-    return Recipe(name, quantize_backprop=bool(specs["quantize_backprop"]), **slots)
+    for slot, fmt_key, round_key, kind, element_round in _SLOTS:
+        quant = _quantizer(specs, fmt_key, round_key, kind, element_round)
+        if slot not in _FORWARD and (quant is None or not backprop):
+            quant = DISABLED
+        slots[slot] = quant
+    # microxcaling's quantize_backprop=False is a float backward on the saved high-precision operands
+    # (dX = dY W, dW = dY^T x): groupquant's backward GEMMs with every operand DISABLED, not the
+    # straight-through gradient of the quantized forward (which quantize_backprop=False means here)
+    return Recipe(name, quantize_backprop=True, **slots)

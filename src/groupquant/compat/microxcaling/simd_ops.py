@@ -14,9 +14,11 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ... import elementwise as ew
 from . import _torch
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
-from .vector_ops import Vec
+from ...elementwise.rounded_math import RoundedMath
+from .mapping import rounding_kit
 
 __all__ = ["simd_add", "simd_sub", "simd_mul", "simd_div", "simd_split", "simd_square", "simd_sqrt", "simd_exp",
            "simd_log", "simd_reduce_sum", "simd_reduce_mean", "simd_norm"]
@@ -24,7 +26,7 @@ __all__ = ["simd_add", "simd_sub", "simd_mul", "simd_div", "simd_split", "simd_s
 Operand = Union[torch.Tensor, float]
 
 
-def _unbroadcast(v: Vec, g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def _unbroadcast(v: RoundedMath, g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """``g`` reduced to ``shape`` (the rounded sum over broadcast dims; unchanged when shapes match)."""
     if g.shape == shape:
         return g
@@ -36,7 +38,7 @@ class _Binary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: torch.Tensor, b: Operand, op: str, specs: MxSpecs):  # type: ignore[override]
-        v = Vec(specs)
+        v = rounding_kit(specs)
         qa = v.q(a)
         is_tensor = isinstance(b, torch.Tensor)
         qb = v.q(b) if is_tensor else b
@@ -52,7 +54,7 @@ class _Binary(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         op, saved = ctx.op, ctx.saved_tensors
         if not ctx.is_tensor:
             if op in ("add", "sub"):
@@ -75,54 +77,22 @@ class _Binary(torch.autograd.Function):
         return _unbroadcast(v, ga, shape_a), _unbroadcast(v, gb, shape_b), None, None
 
 
-class _Unary(torch.autograd.Function):
-    """square / sqrt / exp / log of the rounded input, with microxcaling's backward."""
+class _Sqrt(torch.autograd.Function):
+    """``q(sqrt(q(x)))``, backward ``q(q(dy * 0.5) / y)`` (microxcaling's order)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, op: str, specs: MxSpecs):  # type: ignore[override]
-        v = Vec(specs)
-        qx = v.q(x)
-        keep = qx if specs["quantize_backprop"] else x
-        if op == "square":
-            out = v.q(qx * qx)
-            ctx.save_for_backward(keep)
-        elif op == "sqrt":
-            out = v.sqrt(qx)
-            ctx.save_for_backward(out)
-        elif op == "exp":
-            out = v.exp(qx)
-            ctx.save_for_backward(out)
-        else:
-            out = v.q(_torch.log(qx))
-            ctx.save_for_backward(keep)
-        ctx.op, ctx.specs = op, get_backwards_mx_specs(specs)
+    def forward(ctx, x: torch.Tensor, specs: MxSpecs):  # type: ignore[override]
+        v = rounding_kit(specs)
+        out = v.sqrt(v.q(x))
+        ctx.save_for_backward(out)
+        ctx.specs = get_backwards_mx_specs(specs)
         return out
 
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        v = Vec(ctx.specs)
-        (t,) = ctx.saved_tensors
-        g = v.q(g)
-        grad = {"square": lambda: v.mul(g, v.mul(t, 2.0)), "sqrt": lambda: v.div(v.mul(g, 0.5), t),
-                "exp": lambda: v.mul(g, t), "log": lambda: v.div(g, t)}[ctx.op]()
-        return grad, None, None
-
-
-class _ReduceSum(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, dims: List[int], keepdim: bool, specs: MxSpecs):  # type: ignore[override]
-        v = Vec(specs)
-        ctx.dims, ctx.keepdim, ctx.shape = [d % x.ndim for d in dims], keepdim, x.shape
-        ctx.specs = get_backwards_mx_specs(specs)
-        return v.sum(v.q(x), dims, keepdim=keepdim)
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        g = Vec(ctx.specs).q(g)
-        if not ctx.keepdim:
-            for d in sorted(ctx.dims):
-                g = g.unsqueeze(d)
-        return g.expand(ctx.shape), None, None, None
+        v = rounding_kit(ctx.specs)
+        (y,) = ctx.saved_tensors
+        return v.div(v.mul(v.q(g), 0.5), y), None
 
 
 class _Split(torch.autograd.Function):
@@ -136,7 +106,7 @@ class _Split(torch.autograd.Function):
     def backward(ctx, g1: Optional[torch.Tensor], g2: Optional[torch.Tensor]):  # type: ignore[override]
         if g1 is None or g2 is None:
             return (g2 if g1 is None else g1), None
-        v = Vec(ctx.specs)
+        v = rounding_kit(ctx.specs)
         return v.add(v.q(g1), v.q(g2)), None
 
 
@@ -172,7 +142,12 @@ def _unary(op: str, x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]]) -> t
     if mx_specs is None:
         return {"square": lambda: x * x, "sqrt": lambda: _torch.sqrt(x), "exp": lambda: _torch.exp(x),
                 "log": lambda: _torch.log(x)}[op]()
-    return _Unary.apply(x, op, apply_mx_specs(mx_specs))
+    specs = apply_mx_specs(mx_specs)
+    if op == "sqrt":
+        return _Sqrt.apply(x, specs)
+    kit = rounding_kit(specs, grad=get_backwards_mx_specs(specs))
+    out = ew.pow(x, 2.0, precision=kit) if op == "square" else getattr(ew, op)(x, precision=kit)
+    return out.to(x.dtype)
 
 
 def simd_square(in1: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None) -> torch.Tensor:
@@ -207,7 +182,9 @@ def simd_reduce_sum(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = No
     dims = _dims(in1, dim)
     if mx_specs is None:
         return in1.sum(dims, keepdim=keepdim)
-    return _ReduceSum.apply(in1, dims, keepdim, apply_mx_specs(mx_specs))
+    specs = apply_mx_specs(mx_specs)
+    kit = rounding_kit(specs, grad=get_backwards_mx_specs(specs))
+    return ew.sum(in1, dims, keepdim, precision=kit).to(in1.dtype)
 
 
 def simd_reduce_mean(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = None, keepdim: bool = False,

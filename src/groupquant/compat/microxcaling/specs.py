@@ -184,8 +184,12 @@ def finalize_mx_specs(specs: Dict[str, Any], early_exit: bool = True) -> Optiona
     missing or None takes its base's value: ``*_elem_format_bp*`` from ``w_/a_elem_format``, the
     ``round_*`` from ``round``, the ``round_mx_*`` backward ones from ``round_grad_input``. Only keys
     absent (or None) follow: an :class:`MxSpecs` already holds every key at its default, so pass a plain
-    dict to have them follow. Changes ``specs`` in place, as microxcaling does.
+    dict to have them follow. Changes ``specs`` in place, as microxcaling does. An unknown key
+    raises :class:`UnknownMxSpecError` first (so misspelled keys never read as "quantize nothing").
     """
+    for key in specs:
+        if key not in DEFAULTS:
+            raise _unknown(key)
     if early_exit and not any(specs.get(k) for k in _ACTIVE):
         return None
     for key, source in _DEPENDS:
