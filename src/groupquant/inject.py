@@ -1,7 +1,8 @@
 """The thin layer over ``dependencies`` 2.0.1 that every quantizer is built on.
 
 Adds what Brevitas users miss: ``Q.let(...)`` and layer keywords with an unknown
-name fail with a did-you-mean (:mod:`groupquant.suggest`), ``ConfigError`` names the
+name fail with a did-you-mean (:func:`closest`, the one rule every
+unknown-name error of groupquant suggests by), ``ConfigError`` names the
 setting a solver rejects, a quantizer instance (``Q()``) passed where a class is expected
 is refused naming the setting, and ``Q.describe()`` reaches the quantizers' ``describe``.
 The rest of groupquant imports this module, never ``dependencies``.
@@ -36,20 +37,21 @@ Quirks of dependencies 2.0.1 (each pinned by a test in tests/test_inject.py):
 from __future__ import annotations
 
 import copyreg
+import difflib
 import weakref
 from enum import Enum
-from typing import Any, Dict, FrozenSet, Mapping, Optional
+from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional
 
 from _dependencies.value import Value
 from dependencies import Injector as _BaseInjector
 from dependencies import this, value
 from dependencies.exceptions import DependencyError
 
-from .suggest import closest
 
 __all__ = [
     "ConfigError", "DependencyError", "Injector", "UnknownSettingError",
-    "check_name", "check_overrides", "extend", "known_settings", "this", "value", "variant_name",
+    "check_name", "check_overrides", "closest", "did_you_mean", "extend", "known_settings", "this", "value",
+    "variant_name", "SUGGEST_CUTOFF",
 ]
 
 # Class-body entries the compiler adds that carry no setting (3.13+: first two).
@@ -58,6 +60,25 @@ _DROPPED_DUNDERS = frozenset({
     "__annotate__", "__annotate_func__", "__classdictcell__",
 })
 _RESERVED = frozenset({"describe"})
+
+
+#: Similarity (difflib's ratio, 0..1) a known name needs to be suggested for a misspelled one.
+SUGGEST_CUTOFF = 0.6
+
+
+def closest(name: str, known: Iterable[str], cutoff: float = SUGGEST_CUTOFF) -> Optional[str]:
+    """The known name most similar to ``name`` (difflib ratio at least ``cutoff``), or None.
+
+    The one did-you-mean rule: quantizer settings, layer keywords, recipe slots, spec keys and CLI
+    names all suggest through it, so a misspelling gets the same suggestion wherever it is typed."""
+    match = difflib.get_close_matches(str(name), sorted(set(known)), n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+def did_you_mean(name: str, known: Iterable[str], cutoff: float = SUGGEST_CUTOFF, prefix: str = "") -> str:
+    """``"; did you mean 'x'?"`` for the :func:`closest` known name (shown with ``prefix``), or ``""``."""
+    match = closest(name, known, cutoff)
+    return f"; did you mean {prefix + match!r}?" if match is not None else ""
 
 
 class ConfigError(ValueError):

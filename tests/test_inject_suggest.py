@@ -1,4 +1,4 @@
-"""groupquant.suggest: the one did-you-mean rule, against difflib's similarity ratio directly."""
+"""groupquant.inject.closest: the one did-you-mean rule, against difflib's similarity ratio directly."""
 from __future__ import annotations
 
 from difflib import SequenceMatcher
@@ -6,7 +6,7 @@ from difflib import SequenceMatcher
 from hypothesis import given
 from hypothesis import strategies as st
 
-from groupquant.suggest import CUTOFF, closest, did_you_mean
+from groupquant.inject import SUGGEST_CUTOFF as CUTOFF, closest, did_you_mean
 
 names = st.text(alphabet="abcdefg_", min_size=1, max_size=8)
 
