@@ -2,7 +2,9 @@
 
 Each command runs in a fresh interpreter, alternately, ``--reps`` times; the medians and their
 ratio are printed (target: ``import groupquant`` within 1.3x of ``import torch``). Also times
-``python -m groupquant --help``. Run from the checkout root::
+``python -m groupquant --help``. On a busy machine the wall times swing; the second table reads
+``python -X importtime -c "import groupquant"``, where torch's and groupquant's cumulative import
+times come from the same process, so their ratio holds steady. Run from the checkout root::
 
     PYTHONPATH=src python benchmarks/bench_import.py --reps 7
 """
@@ -33,6 +35,19 @@ def _seconds(command: List[str], env: Dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
+def importtime_seconds(env: Dict[str, str]) -> Dict[str, float]:
+    """Cumulative import time in seconds of ``torch`` and of ``groupquant``, from one
+    ``python -X importtime -c "import groupquant"`` (torch is imported inside groupquant's import)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import groupquant"], env=env, check=True,
+                          capture_output=True, text=True)
+    found: Dict[str, float] = {}
+    for line in done.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[2].strip() in ("torch", "groupquant") and parts[1].strip().isdigit():
+            found.setdefault(parts[2].strip(), int(parts[1]) / 1e6)
+    return found
+
+
 def main(argv: List[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7, help="runs of each command (alternating)")
@@ -51,6 +66,12 @@ def main(argv: List[str] | None = None) -> None:
     print(f"{'command':<30} {'median s':>9} {'min s':>7} {'x torch':>8}")
     for name, runs in times.items():
         print(f"{name:<30} {statistics.median(runs):9.3f} {min(runs):7.3f} {statistics.median(runs) / base:8.2f}")
+    print()
+    print("python -X importtime -c 'import groupquant' (cumulative, same process)")
+    print(f"{'run':<5} {'torch s':>8} {'groupquant s':>13} {'x torch':>8}")
+    for run in range(args.reps):
+        t = importtime_seconds(env)
+        print(f"{run:<5} {t['torch']:8.3f} {t['groupquant']:13.3f} {t['groupquant'] / t['torch']:8.2f}")
 
 
 if __name__ == "__main__":
