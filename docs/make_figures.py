@@ -29,7 +29,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -56,13 +56,24 @@ def _env() -> Dict[str, str]:
     return dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
+@contextlib.contextmanager
+def _working_directory(path: str) -> Iterator[None]:
+    """Run the body in ``path`` (contextlib.chdir is Python 3.11+; this project supports 3.10)."""
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def block_output(text: str, start: int) -> str:
     """Stdout of the last python block before offset ``start`` of ``text``, run on its own."""
     blocks = [m.group(1) for m in PYTHON_BLOCK.finditer(text[:start])]
     if not blocks:
         raise ValueError("an 'output' region must follow a ```python block")
     out = io.StringIO()
-    with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp), contextlib.redirect_stdout(out):
+    with tempfile.TemporaryDirectory() as tmp, _working_directory(tmp), contextlib.redirect_stdout(out):
         exec(compile(blocks[-1], "<docs block>", "exec"), {"__name__": "__docs__"})
     return _fenced(out.getvalue())
 
