@@ -1,4 +1,4 @@
-"""Tests for groupquant.inject: checked overrides, describe, errors, and the
+"""Tests for groupquant.inject: checked overrides, errors, quantizer instances, and the
 dependencies 2.0.1 quirks its module docstring promises."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from groupquant.inject import (
     ConfigError, DependencyError, Injector, UnknownSettingError, check_overrides,
-    describe, extend, format_settings, known_settings, this, value,
+    extend, known_settings, this, value,
 )
 
 
@@ -204,65 +204,37 @@ def test_perturbed_unknown_name_is_rejected_with_the_original_suggested(pair, pr
                                f" did you mean {prefix + name!r}?")
 
 
-# --- describe / format_settings ------------------------------------------
+# --- describe, quantizer instances -----------------------------------------
 
-def test_describe_resolves_plain_settings_and_solvers():
-    assert describe(MyQuant) == {
-        "bit_width": 8, "exponent_bit_width": 4, "rounding": Rounding.EVEN,
-        "mantissa_bit_width": 3, "group_size": 32, "block_shape": (1, 32),
-        "alias": 32, "nothing": None, "quant_name": "MyQuant",
-    }
+def test_describe_is_the_quantizers_describer_and_is_no_setting():
+    import groupquant as gq
+    from groupquant.quantizers import MXFloat4e2m1Weight
 
-
-def test_describe_is_reachable_as_a_class_method_but_is_no_setting():
-    assert MyQuant.describe() == describe(MyQuant)
-    assert MyQuant.let(bit_width=6).describe()["mantissa_bit_width"] == 1
+    assert MXFloat4e2m1Weight.describe() == gq.describe(MXFloat4e2m1Weight)
     assert "describe" not in MyQuant and "describe" not in KNOWN
-    assert MyQuant.format_settings() == format_settings(MyQuant)
+    with pytest.raises(TypeError, match="MyQuant has no describer"):
+        MyQuant.describe()
 
 
-def test_describe_never_builds_injected_classes():
-    BUILT.clear()
-    describe(MyQuant)
-    format_settings(MyQuant)
-    assert BUILT == []
-    assert MyQuant.uses_impl == 8 and len(BUILT) == 1  # the counter does count
+@pytest.mark.parametrize("slot", ["weight_quant", "input_quant"])
+def test_a_quantizer_instance_where_a_class_is_expected_names_the_setting(slot):
+    from groupquant.nn import QuantLinear
+    from groupquant.quantizers import MXFloat8e4m3Act, MXFloat8e4m3Weight
+
+    quantizer = MXFloat8e4m3Weight if slot == "weight_quant" else MXFloat8e4m3Act
+    with pytest.raises(TypeError) as info:
+        QuantLinear(8, 8, **{slot: quantizer()})
+    message = str(info.value)
+    assert f"{slot} must be a quantizer class" in message
+    assert f"pass the class {quantizer.__name__} itself" in message
+    assert not isinstance(info.value, DependencyError)
 
 
-def test_describe_skips_a_solver_whose_input_is_missing():
-    with pytest.raises(TypeError):  # 2.0.1 calls it without its only argument
-        MyQuant.needs
-    assert "needs" not in describe(MyQuant)
-    assert describe(MyQuant.let(missing_thing="x"))["needs"] == "x"
-
-
-def test_format_settings_is_an_aligned_table_with_placeholders():
-    class Small(Injector):
-        bit_width = 4
-        rounding = Rounding.AWAY
-        shape = (Rounding.EVEN,)
-        impl = Impl
-        impl_class = Impl
-        Nested = Outer.Inner
-
-        @value
-        def uses_impl(impl):
-            return impl
-
-        @value
-        def needs(missing_thing):
-            return missing_thing
-
-    assert format_settings(Small) == "\n".join([
-        "bit_width   4",
-        "rounding    Rounding.AWAY",
-        "shape       (Rounding.EVEN,)",
-        "impl        <builds Impl>",
-        "impl_class  <class Impl>",
-        "Nested      <injector Inner>",
-        "uses_impl   <uses object 'impl'>",
-        "needs       <missing input 'missing_thing'>",
-    ])
+def test_a_quantizer_instance_refuses_every_use_with_the_advice():
+    placeholder = MyQuant(1, bit_width=4)
+    for use in (lambda: placeholder.bit_width, lambda: placeholder(), lambda: setattr(placeholder, "x", 1)):
+        with pytest.raises(TypeError, match="pass the class MyQuant itself"):
+            use()
 
 
 def test_helper_names_are_reserved():
@@ -305,11 +277,11 @@ def _failing(err):
 
 
 @pytest.mark.parametrize("err", [ConfigError("bit_width", "too wide"), ValueError("plain")])
-@pytest.mark.parametrize("path", ["checked", "derived", "nested", "describe"])
+@pytest.mark.parametrize("path", ["checked", "derived", "nested"])
 def test_solver_errors_reach_the_user_unchanged(err, path):
     q = _failing(err)
     read = {"checked": lambda: q.checked, "derived": lambda: q.derived,
-            "nested": lambda: q.Inner.uses, "describe": lambda: describe(q)}[path]
+            "nested": lambda: q.Inner.uses}[path]
     with pytest.raises(type(err)) as info:
         read()
     assert info.value is err and not isinstance(info.value, DependencyError)

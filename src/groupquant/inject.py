@@ -1,8 +1,10 @@
 """The thin layer over ``dependencies`` 2.0.1 that every quantizer is built on.
 
 Adds what Brevitas users miss: ``Q.let(...)`` and layer keywords with an unknown
-name fail with a did-you-mean, ``Q.describe()`` / ``format_settings(Q)`` show the
-resolved settings, and ``ConfigError`` names the setting a solver rejects.
+name fail with a did-you-mean (:func:`closest`, the one rule every
+unknown-name error of groupquant suggests by), ``ConfigError`` names the
+setting a solver rejects, a quantizer instance (``Q()``) passed where a class is expected
+is refused naming the setting, and ``Q.describe()`` reaches the quantizers' ``describe``.
 The rest of groupquant imports this module, never ``dependencies``.
 
 Quirks of dependencies 2.0.1 (each pinned by a test in tests/test_inject.py):
@@ -10,7 +12,7 @@ Quirks of dependencies 2.0.1 (each pinned by a test in tests/test_inject.py):
 * Every class-body name becomes a dependency; nothing is stored on the class.
   Reading ``Q.x`` resolves ``x`` and all it needs, anew on each access. Body
   functions are raw values, not methods: our helpers live on the metaclass,
-  so ``describe`` and ``format_settings`` cannot be setting names.
+  so ``describe`` cannot be a setting name.
 * A class under a name not ending in ``_class`` is instantiated, ``__init__``
   arguments injected by name; ``foo_class = C`` keeps the class. A ``@value``
   that returns a class returns it as is (Brevitas's ExtendedInjector builds it).
@@ -36,23 +38,20 @@ from __future__ import annotations
 
 import copyreg
 import difflib
-import inspect
 import weakref
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Dict, FrozenSet, Mapping, Optional
+from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional
 
-from _dependencies.operation import _OperationSpec
-from _dependencies.raw import _RawSpec
 from _dependencies.value import Value
 from dependencies import Injector as _BaseInjector
 from dependencies import this, value
 from dependencies.exceptions import DependencyError
 
+
 __all__ = [
     "ConfigError", "DependencyError", "Injector", "UnknownSettingError",
-    "check_name", "check_overrides", "describe", "extend", "format_settings",
-    "known_settings", "this", "value", "variant_name",
+    "check_name", "check_overrides", "closest", "did_you_mean", "extend", "known_settings", "this", "value",
+    "variant_name", "SUGGEST_CUTOFF",
 ]
 
 # Class-body entries the compiler adds that carry no setting (3.13+: first two).
@@ -60,8 +59,26 @@ _DROPPED_DUNDERS = frozenset({
     "__firstlineno__", "__static_attributes__", "__annotations__",
     "__annotate__", "__annotate_func__", "__classdictcell__",
 })
-_RESERVED = frozenset({"describe", "format_settings"})
-_PLAIN_TYPES = (bool, int, float, str, Enum, type(None))
+_RESERVED = frozenset({"describe"})
+
+
+#: Similarity (difflib's ratio, 0..1) a known name needs to be suggested for a misspelled one.
+SUGGEST_CUTOFF = 0.6
+
+
+def closest(name: str, known: Iterable[str], cutoff: float = SUGGEST_CUTOFF) -> Optional[str]:
+    """The known name most similar to ``name`` (difflib ratio at least ``cutoff``), or None.
+
+    The one did-you-mean rule: quantizer settings, layer keywords, recipe slots, spec keys and CLI
+    names all suggest through it, so a misspelling gets the same suggestion wherever it is typed."""
+    match = difflib.get_close_matches(str(name), sorted(set(known)), n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+def did_you_mean(name: str, known: Iterable[str], cutoff: float = SUGGEST_CUTOFF, prefix: str = "") -> str:
+    """``"; did you mean 'x'?"`` for the :func:`closest` known name (shown with ``prefix``), or ``""``."""
+    match = closest(name, known, cutoff)
+    return f"; did you mean {prefix + match!r}?" if match is not None else ""
 
 
 class ConfigError(ValueError):
@@ -148,13 +165,45 @@ class _InjectorType(type(_BaseInjector)):
         return cls
 
     def describe(cls) -> Dict[str, Any]:
-        """``describe(cls)``: the resolved settings (a quantizer's describer when it has one)."""
+        """The resolved settings, by the ``__describer__`` hook (``groupquant.quantizers.describe``)."""
         describer = _hook(cls, "__describer__")
-        return describer(cls) if describer is not None else describe(cls)
+        if describer is None:
+            raise TypeError(f"{cls.__name__} has no describer (only quantizers describe themselves)")
+        return describer(cls)
 
-    def format_settings(cls) -> str:
-        """``format_settings(cls)``: the settings as an aligned table."""
-        return format_settings(cls)
+    def __call__(cls, *args: Any, **kwargs: Any) -> "QuantizerInstance":
+        """``Q()``: quantizers are classes of settings, never instantiated. The result is a
+        placeholder that refuses every use, so that the layer it is passed to names the setting
+        (``weight_quant must be a quantizer class ..., got MXFloat8e4m3Weight() (an instance:
+        pass the class MXFloat8e4m3Weight itself)``) instead of ``Do not instantiate Injector``."""
+        return QuantizerInstance(cls)
+
+
+class QuantizerInstance:
+    """What ``Q()`` gives: a placeholder that says to pass the class ``Q`` itself."""
+
+    __slots__ = ("_quantizer",)
+
+    def __init__(self, quantizer: type):
+        object.__setattr__(self, "_quantizer", quantizer)
+
+    def _advice(self) -> str:
+        name = object.__getattribute__(self, "_quantizer").__name__
+        return (f"{name}() (an instance: quantizers are classes of settings, never instantiated; pass the class "
+                f"{name} itself, without the parentheses, and change settings with {name}.let(...) or a "
+                f"layer keyword)")
+
+    def __repr__(self) -> str:
+        return self._advice()
+
+    def __getattr__(self, name: str) -> Any:
+        raise TypeError(f"{self._advice()}: it has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise TypeError(self._advice())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(self._advice())
 
 
 def _reduce_injector(cls: type) -> Any:
@@ -278,10 +327,9 @@ def _unknown(injector: type, key: str, known: FrozenSet[str], context: str,
     """The error for one unknown key, with the closest known name if any."""
     shown = prefix + key
     head = f"{context} got unknown setting {shown!r} for {who or injector.__name__}"
-    match = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-    if match:
-        return UnknownSettingError(shown, f"{head}; did you mean {prefix + match[0]!r}?",
-                                   prefix + match[0])
+    match = closest(key, known)
+    if match is not None:
+        return UnknownSettingError(shown, f"{head}; did you mean {prefix + match!r}?", prefix + match)
     public = sorted(prefix + n for n in known if not n.startswith("_"))
     listing = ", ".join(public) if public else "(none)"
     return UnknownSettingError(shown, f"{head}; known settings: {listing}")
@@ -330,124 +378,3 @@ def check_overrides(injector: Optional[type], overrides: Mapping[str, Any],
             check_name(injector, key, context, prefix=prefix)
         elif key not in known:
             raise _unknown(injector, key, known, context, prefix)
-
-
-@dataclass(frozen=True)
-class _Opaque:
-    """Placeholder for a setting ``describe`` does not resolve to a plain value."""
-
-    text: str
-    missing: bool = False
-
-
-def _is_plain(obj: Any) -> bool:
-    """int, float, str, bool, Enum, None, or a tuple of those."""
-    if isinstance(obj, tuple):
-        return all(_is_plain(item) for item in obj)
-    return isinstance(obj, _PLAIN_TYPES) and not inspect.isclass(obj)
-
-
-def _opaque_object(obj: Any) -> _Opaque:
-    """Placeholder for a resolved object that is not plain."""
-    if inspect.isclass(obj):
-        return _Opaque(f"<class {obj.__qualname__}>")
-    if inspect.isroutine(obj):
-        return _Opaque(f"<function {obj.__qualname__}>")
-    return _Opaque(f"<instance {type(obj).__qualname__}>")
-
-
-def _opaque_spec(spec: tuple) -> _Opaque:
-    """Placeholder for a declaration describe never builds."""
-    marker, attr = spec[0], spec[1]
-    if marker == "nested_injector":
-        return _Opaque(f"<injector {attr.injector.__name__}>")
-    if marker == "lazy_import":
-        return _Opaque(f"<package {attr.__name__}>")
-    if inspect.isclass(attr):
-        return _Opaque(f"<builds {attr.__qualname__}>")
-    if isinstance(attr, _OperationSpec):
-        return _Opaque(f"<operation {attr.__name__}>")
-    return _Opaque(f"<{type(attr).__name__}>")
-
-
-def _input_blocker(deps: dict, arg: str, required: bool, memo: dict) -> Optional[_Opaque]:
-    """Why input ``arg`` stops a cheap resolution, or None if it does not."""
-    if arg == "__self__":
-        return None
-    if arg not in deps:
-        return _Opaque(f"<missing input {arg!r}>", missing=True) if required else None
-    inner = _blocker(deps, arg, memo)
-    if inner is None or inner.missing:
-        return inner
-    return _Opaque(f"<uses object {arg!r}>")
-
-
-def _blocker(deps: dict, name: str, memo: dict) -> Optional[_Opaque]:
-    """None if ``name`` resolves by calling solvers only (no class built,
-    no nested injector, no import, no missing input); else a placeholder."""
-    if name not in memo:
-        spec = deps[name]
-        attr = spec[1]
-        if isinstance(attr, _RawSpec):
-            result = None
-        elif spec[0] == "this":
-            first = attr.__expression__[0][1]
-            result = (_Opaque("<parent reference>") if first == "__parent__"
-                      else _input_blocker(deps, first, True, memo))
-        elif inspect.isfunction(attr):
-            params = inspect.signature(attr).parameters.values()
-            blockers = (_input_blocker(deps, p.name, p.default is p.empty, memo)
-                        for p in params)
-            result = next((b for b in blockers if b is not None), None)
-        else:
-            result = _opaque_spec(spec)
-        memo[name] = result
-    return memo[name]
-
-
-def _inspect(injector: type) -> Dict[str, Any]:
-    """Public name -> resolved plain value or ``_Opaque``, in declaration order."""
-    deps, memo, out = injector.__dependencies__, {}, {}
-    for name in deps:
-        if name.startswith("_"):
-            continue
-        blocked = _blocker(deps, name, memo)
-        if blocked is None:
-            resolved = getattr(injector, name)
-            blocked = None if _is_plain(resolved) else _opaque_object(resolved)
-            out[name] = resolved if blocked is None else blocked
-        else:
-            out[name] = blocked
-    return out
-
-
-def describe(injector: type) -> Dict[str, Any]:
-    """Name -> resolved value of every public setting and solver that is plain.
-
-    Solvers are called only when everything they need is a plain value or
-    another such solver: classes to instantiate, nested injectors and packages
-    are never built, and names whose inputs are missing are left out, as are
-    results that are not plain (classes, callables, modules). Names starting
-    with ``_`` are private and left out. A solver's ``ConfigError`` propagates.
-    """
-    return {k: v for k, v in _inspect(injector).items() if not isinstance(v, _Opaque)}
-
-
-def _format_value(obj: Any) -> str:
-    """Short text of a value: enums as ``Type.NAME``, placeholders as is."""
-    if isinstance(obj, _Opaque):
-        return obj.text
-    if isinstance(obj, Enum):
-        return f"{type(obj).__name__}.{obj.name}"
-    if isinstance(obj, tuple):
-        inner = ", ".join(_format_value(item) for item in obj)
-        return f"({inner},)" if len(obj) == 1 else f"({inner})"
-    return repr(obj)
-
-
-def format_settings(injector: type) -> str:
-    """Aligned two-column table of ``describe`` plus placeholders such as
-    ``<builds ScalingImpl>`` or ``<missing input 'x'>`` for the rest."""
-    rows = [(name, _format_value(v)) for name, v in _inspect(injector).items()]
-    width = max((len(name) for name, _ in rows), default=0)
-    return "\n".join(f"{name.ljust(width)}  {text}" for name, text in rows)

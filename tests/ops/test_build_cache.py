@@ -66,11 +66,11 @@ class _Loader:
 
 
 @pytest.mark.parametrize("state,builds,expected", [
-    ("empty", True, "building"),       # foreseen: the line before the build
-    ("built", False, None),            # up to date: silent
-    ("built", True, "(done)"),         # a build the check missed: the line after it
+    ("empty", True, ["building", "(done)"]),   # foreseen: a line before the build and one after it
+    ("built", False, []),                      # up to date: silent
+    ("built", True, ["(done)"]),               # a build the check missed: the line after it
 ])
-def test_the_build_line_appears_exactly_when_a_build_runs(monkeypatch, tmp_path, capsys, state, builds, expected):
+def test_the_build_lines_appear_exactly_when_a_build_runs(monkeypatch, tmp_path, capsys, state, builds, expected):
     from torch.utils import cpp_extension
 
     monkeypatch.setenv(native.BUILD_DIR_ENV, str(tmp_path))
@@ -88,8 +88,33 @@ def test_the_build_line_appears_exactly_when_a_build_runs(monkeypatch, tmp_path,
     native._build()
     err = capsys.readouterr().err
     assert loader.calls == 1
-    lines = [line for line in err.splitlines() if line.startswith("groupquant: building")]
-    if expected is None:
-        assert lines == []
-    else:
-        assert len(lines) == 1 and expected in lines[0] and str(build_dir) in lines[0]
+    lines = [line for line in err.splitlines() if line.startswith("groupquant: buil")]
+    assert len(lines) == len(expected)
+    for line, marker in zip(lines, expected):
+        assert marker in line and str(build_dir) in line
+
+
+def test_the_build_lines_say_what_is_built_how_long_it_usually_takes_and_took(monkeypatch, tmp_path, capsys):
+    """The line before the build names the instruction set and the usual time, and is printed
+    before the compiler starts; the line after gives the time the build took."""
+    import torch
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv(native.BUILD_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(native, "_cuda_build", lambda: False)
+    monkeypatch.setitem(native._state, "cuda", False)
+    seen_before_compiling: List[str] = []
+    loader = _Loader(tmp_path / native.extension_name(False), True)
+
+    def compiling(**kwargs) -> None:
+        seen_before_compiling.append(capsys.readouterr().err)
+        loader(**kwargs)
+
+    monkeypatch.setattr(cpp_extension, "load", compiling)
+    native._build()
+    isa = torch.backends.cpu.get_cpu_capability().lower()
+    (before,) = [line for line in seen_before_compiling[0].splitlines() if line.startswith("groupquant:")]
+    assert f"(CPU, {isa})" in before and "usually 20-60 s" in before and "first use of this checkout" in before
+    (after,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("groupquant:")]
+    took = after.split(" in ")[-1].split(" s (done)")[0]
+    assert float(took) >= 0 and after.endswith(" s (done)")

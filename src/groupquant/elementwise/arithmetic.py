@@ -20,7 +20,7 @@ import torch
 from ..ops.precision import PrecisionLike
 from .rounded_math import Operand, RoundedMath, math_for
 
-__all__ = ["add", "sub", "mul", "div", "residual_add", "residual_mul"]
+__all__ = ["add", "sub", "mul", "div"]
 
 
 def _tensor(v: Operand, like: torch.Tensor) -> torch.Tensor:
@@ -116,13 +116,3 @@ def mul(a: Operand, b: Operand, precision: PrecisionLike = "bfloat16") -> torch.
 def div(a: Operand, b: Operand, precision: PrecisionLike = "bfloat16") -> torch.Tensor:
     """q(q(a) / q(b)); float32 out."""
     return _apply(_Div, a, b, precision)
-
-
-def residual_add(x: torch.Tensor, residual: torch.Tensor, precision: PrecisionLike = "bfloat16") -> torch.Tensor:
-    """A skip connection ``x + residual`` in the precision (:func:`add`)."""
-    return add(x, residual, precision)
-
-
-def residual_mul(x: torch.Tensor, gate: torch.Tensor, precision: PrecisionLike = "bfloat16") -> torch.Tensor:
-    """A gating product ``x * gate`` in the precision (:func:`mul`)."""
-    return mul(x, gate, precision)

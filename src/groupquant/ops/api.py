@@ -9,6 +9,7 @@ from typing import Optional, Union
 
 import torch
 
+from .compile_constant import compile_constant
 from ..formats import ElementFormat, ScaleFormat, get_format, get_scale_format, get_scheme
 from . import native
 from .element_round import ROUNDING_MODES, check_saturating
@@ -59,13 +60,13 @@ class _ReferenceFakeQuant(torch.autograd.Function):
         return grad, None, None
 
 
-@torch.compiler.assume_constant_result
+@compile_constant
 def _native_cpu() -> bool:
     """Whether the native op serves CPU tensors; a constant to torch.compile (builds on first call)."""
     return native.native_available(torch.device("cpu"))
 
 
-@torch.compiler.assume_constant_result
+@compile_constant
 def _native_cuda() -> bool:
     """Whether the native op serves CUDA tensors; a constant to torch.compile."""
     return native.native_available(torch.device("cuda"))

@@ -3,7 +3,8 @@
 The extension in ``groupquant/csrc`` is compiled on first use with
 ``torch.utils.cpp_extension.load`` (ninja) into torch's extension cache, or into
 ``GROUPQUANT_BUILD_DIR`` when set, under a name keyed by the sources' contents and path (so
-switching between checkouts never rebuilds); every build prints one line. Where it cannot be built (no
+switching between checkouts never rebuilds); a build prints a line before it (what, where, how
+long it usually takes) and one after it (the time it took). Where it cannot be built (no
 compiler), the PyTorch reference runs instead, after one warning.
 
 ``GROUPQUANT_BACKEND`` chooses: unset or ``auto`` (the default: native when it builds, else the
@@ -16,6 +17,7 @@ import hashlib
 import os
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -128,11 +130,19 @@ def needs_build(build_dir: str, name: str, sources: Sequence[str], csrc: Path = 
     return max(Path(p).stat().st_mtime_ns for p in inputs) > library.stat().st_mtime_ns
 
 
-def build_message(cuda: bool, where: str, done: bool = False) -> str:
-    """The one line printed when the kernels are compiled (``done``: noticed only after the build)."""
-    kind = "CPU + CUDA" if cuda else "CPU"
-    tail = " (done)" if done else "; this happens once"
-    return f"groupquant: building the native kernels ({kind}) into {where}{tail}"
+def build_message(cuda: bool, where: str, done: bool = False, seconds: Optional[float] = None) -> str:
+    """The line printed before the kernels are compiled, or (``done``) the one after it.
+
+    The line before says what is built (CPU / CUDA, the instruction set torch dispatches to),
+    where, and how long it usually takes, so the compiler's 20-60 s of silence read as work, not
+    a hang; the line after gives ``seconds``, the build's wall time (None: not measured).
+    """
+    kind = f"{'CPU + CUDA' if cuda else 'CPU'}, {torch.backends.cpu.get_cpu_capability().lower()}"
+    if done:
+        took = f" in {seconds:.0f} s" if seconds is not None else ""
+        return f"groupquant: built the native kernels ({kind}) into {where}{took} (done)"
+    usual = "usually 2-5 min" if cuda else "usually 20-60 s"
+    return f"groupquant: building the native kernels ({kind}) into {where} (first use of this checkout, {usual})..."
 
 
 def _build() -> None:
@@ -146,12 +156,14 @@ def _build() -> None:
     announced = needs_build(build_dir, name, sources)
     if announced:
         print(build_message(cuda, build_dir), file=sys.stderr, flush=True)
+    started = time.perf_counter()
     cuda_flags = ["-O3", "--fmad=false", "-Xcompiler", "-ffp-contract=off"] if cuda else None
     cpp_extension.load(name=name, sources=sources, extra_cflags=build_flags(), extra_cuda_cflags=cuda_flags,
                        extra_ldflags=["-fopenmp"], build_directory=build_dir, is_python_module=False,
                        verbose=False)
-    if not announced and _library_stamp(build_dir, name) != before:  # a build the check did not foresee
-        print(build_message(cuda, build_dir, done=True), file=sys.stderr, flush=True)
+    if announced or _library_stamp(build_dir, name) != before:  # announced, or a build the check did not foresee
+        print(build_message(cuda, build_dir, done=True, seconds=time.perf_counter() - started), file=sys.stderr,
+              flush=True)
     _state["cuda"] = cuda
 
 

@@ -20,6 +20,7 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 
+from .compile_constant import compile_constant
 from . import native
 from .packed_gemm_params import PackedGemmParams, check_packed_field_names, packed_field_names
 
@@ -83,12 +84,12 @@ def _prepare(device: torch.device) -> bool:
     return True
 
 
-@torch.compiler.assume_constant_result
+@compile_constant
 def _native_cpu() -> bool:
     return _prepare(torch.device("cpu"))
 
 
-@torch.compiler.assume_constant_result
+@compile_constant
 def _native_cuda() -> bool:
     return _prepare(torch.device("cuda"))
 

@@ -11,6 +11,7 @@ parameter initialised over 300 calibration steps; all are saturating unless ``sa
 from __future__ import annotations
 
 from .base import ActQuantizer, FloatQuantizer, QuantizerMixin, WeightQuantizer
+from .format_mixins import Fp4e2m1Mixin, Fp6e2m3Mixin, Fp6e3m2Mixin, Fp8e4m3Mixin, Fp8e5m2Mixin
 from .settings import NanInfRule, RestrictScaling, ScalingPerOutput, ScalingSource, ScalingStatsOp
 
 __all__ = [
@@ -23,46 +24,6 @@ __all__ = [
     "Fp8e4m3FNUZWeightPerTensorFloat", "Fp8e4m3FNUZWeightPerChannelFloat", "Fp8e4m3FNUZActPerTensorFloat",
     "Fp8e5m2FNUZWeightPerTensorFloat", "Fp8e5m2FNUZWeightPerChannelFloat", "Fp8e5m2FNUZActPerTensorFloat",
 ]
-
-
-class Fp8e4m3Mixin(QuantizerMixin):
-    """8-bit E4M3 elements."""
-
-    bit_width = 8
-    exponent_bit_width = 4
-    mantissa_bit_width = 3
-
-
-class Fp8e5m2Mixin(QuantizerMixin):
-    """8-bit E5M2 elements."""
-
-    bit_width = 8
-    exponent_bit_width = 5
-    mantissa_bit_width = 2
-
-
-class Fp6e3m2Mixin(QuantizerMixin):
-    """6-bit E3M2 elements (OCP: no NaN/Inf)."""
-
-    bit_width = 6
-    exponent_bit_width = 3
-    mantissa_bit_width = 2
-
-
-class Fp6e2m3Mixin(QuantizerMixin):
-    """6-bit E2M3 elements (OCP: no NaN/Inf)."""
-
-    bit_width = 6
-    exponent_bit_width = 2
-    mantissa_bit_width = 3
-
-
-class Fp4e2m1Mixin(QuantizerMixin):
-    """4-bit E2M1 elements (OCP: no NaN/Inf)."""
-
-    bit_width = 4
-    exponent_bit_width = 2
-    mantissa_bit_width = 1
 
 
 class FpOCPMixin(QuantizerMixin):

@@ -4,7 +4,8 @@
 Each gives exactly ``groupquant.fake_quant(x, fmt, 32, dim)`` on the same data (``fmt`` is the
 element format in its name; ``dim`` is 1 for weights, the layer's feature/channel dim for
 activations). MXINT8 elements are 1.6 fixed point (max 127/64, emax 0), as the spec defines.
-Subclass to change a width: every derived value (bias, emax, max normal, NaN/Inf codes) follows.
+Each is a short stack: element-format mixin (:mod:`.format_mixins`), ``MXScaling``, role, element
+kind. Subclass to change a width: every derived value (bias, emax, max normal, NaN/Inf codes) follows.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Dict
 
 from ..formats import get_format
 from .base import ActQuantizer, FloatQuantizer, IntQuantizer, MXScaling, QuantizerMixin, WeightQuantizer
+from .format_mixins import Fp4e2m1Mixin, Fp6e2m3Mixin, Fp6e3m2Mixin, Fp8e4m3Mixin, Fp8e5m2Mixin, MXInt8Mixin
 from .settings import ScalingStatsOp
 
 __all__ = [
@@ -24,98 +26,52 @@ __all__ = [
 ]
 
 
-class MXInt8Weight(MXScaling, WeightQuantizer, IntQuantizer):
-    """MXINT8 weights: int8 codes in [-127, 127] read as 1.6 fixed point, E8M0 scale per 32."""
-
-    bit_width = 8
-    narrow_range = True
+class MXInt8Weight(MXInt8Mixin, MXScaling, WeightQuantizer, IntQuantizer):
+    """MXINT8 weights (int8 codes in [-127, 127] read as 1.6 fixed point, E8M0 scale per 32)."""
 
 
-class MXInt8Act(MXScaling, ActQuantizer, IntQuantizer):
+class MXInt8Act(MXInt8Mixin, MXScaling, ActQuantizer, IntQuantizer):
     """MXINT8 activations (dynamic per-group scales)."""
 
-    bit_width = 8
-    narrow_range = True
 
-
-class MXFloat8e4m3Weight(MXScaling, WeightQuantizer, FloatQuantizer):
+class MXFloat8e4m3Weight(Fp8e4m3Mixin, MXScaling, WeightQuantizer, FloatQuantizer):
     """MXFP8 E4M3 weights (max 448, NaN only)."""
 
-    bit_width = 8
-    exponent_bit_width = 4
-    mantissa_bit_width = 3
+
+class MXFloat8e4m3Act(Fp8e4m3Mixin, MXScaling, ActQuantizer, FloatQuantizer):
+    """MXFP8 E4M3 activations (dynamic per-group scales)."""
 
 
-class MXFloat8e4m3Act(MXScaling, ActQuantizer, FloatQuantizer):
-    """MXFP8 E4M3 activations."""
-
-    bit_width = 8
-    exponent_bit_width = 4
-    mantissa_bit_width = 3
-
-
-class MXFloat8e5m2Weight(MXScaling, WeightQuantizer, FloatQuantizer):
+class MXFloat8e5m2Weight(Fp8e5m2Mixin, MXScaling, WeightQuantizer, FloatQuantizer):
     """MXFP8 E5M2 weights (max 57344, IEEE Inf/NaN)."""
 
-    bit_width = 8
-    exponent_bit_width = 5
-    mantissa_bit_width = 2
+
+class MXFloat8e5m2Act(Fp8e5m2Mixin, MXScaling, ActQuantizer, FloatQuantizer):
+    """MXFP8 E5M2 activations (dynamic per-group scales)."""
 
 
-class MXFloat8e5m2Act(MXScaling, ActQuantizer, FloatQuantizer):
-    """MXFP8 E5M2 activations."""
-
-    bit_width = 8
-    exponent_bit_width = 5
-    mantissa_bit_width = 2
-
-
-class MXFloat6e3m2Weight(MXScaling, WeightQuantizer, FloatQuantizer):
+class MXFloat6e3m2Weight(Fp6e3m2Mixin, MXScaling, WeightQuantizer, FloatQuantizer):
     """MXFP6 E3M2 weights (max 28, no special values)."""
 
-    bit_width = 6
-    exponent_bit_width = 3
-    mantissa_bit_width = 2
+
+class MXFloat6e3m2Act(Fp6e3m2Mixin, MXScaling, ActQuantizer, FloatQuantizer):
+    """MXFP6 E3M2 activations (dynamic per-group scales)."""
 
 
-class MXFloat6e3m2Act(MXScaling, ActQuantizer, FloatQuantizer):
-    """MXFP6 E3M2 activations."""
-
-    bit_width = 6
-    exponent_bit_width = 3
-    mantissa_bit_width = 2
-
-
-class MXFloat6e2m3Weight(MXScaling, WeightQuantizer, FloatQuantizer):
+class MXFloat6e2m3Weight(Fp6e2m3Mixin, MXScaling, WeightQuantizer, FloatQuantizer):
     """MXFP6 E2M3 weights (max 7.5, no special values)."""
 
-    bit_width = 6
-    exponent_bit_width = 2
-    mantissa_bit_width = 3
+
+class MXFloat6e2m3Act(Fp6e2m3Mixin, MXScaling, ActQuantizer, FloatQuantizer):
+    """MXFP6 E2M3 activations (dynamic per-group scales)."""
 
 
-class MXFloat6e2m3Act(MXScaling, ActQuantizer, FloatQuantizer):
-    """MXFP6 E2M3 activations."""
-
-    bit_width = 6
-    exponent_bit_width = 2
-    mantissa_bit_width = 3
-
-
-class MXFloat4e2m1Weight(MXScaling, WeightQuantizer, FloatQuantizer):
+class MXFloat4e2m1Weight(Fp4e2m1Mixin, MXScaling, WeightQuantizer, FloatQuantizer):
     """MXFP4 E2M1 weights (max 6, no special values)."""
 
-    bit_width = 4
-    exponent_bit_width = 2
-    mantissa_bit_width = 1
 
-
-class MXFloat4e2m1Act(MXScaling, ActQuantizer, FloatQuantizer):
-    """MXFP4 E2M1 activations."""
-
-    bit_width = 4
-    exponent_bit_width = 2
-    mantissa_bit_width = 1
+class MXFloat4e2m1Act(Fp4e2m1Mixin, MXScaling, ActQuantizer, FloatQuantizer):
+    """MXFP4 E2M1 activations (dynamic per-group scales)."""
 
 
 @dataclass(frozen=True)

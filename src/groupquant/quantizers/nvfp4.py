@@ -11,27 +11,18 @@ for FP4 with E4M3 scales in other blocks).
 """
 from __future__ import annotations
 
-from .base import ActQuantizer, FloatQuantizer, QuantizerMixin, WeightQuantizer
-from .settings import RestrictScaling, ScalingPerOutput, ScalingSource, ScalingStatsOp
+from .base import ActQuantizer, FloatQuantizer, WeightQuantizer
+from .block_scheme import scheme_mixin
 
 __all__ = ["NVFP4Scaling", "NVFP4Weight", "NVFP4Act"]
 
-
-class NVFP4Scaling(QuantizerMixin):
-    """NVFP4 scaling: groups of 16, UE4M3 scales ``e4m3(clamp((amax / 6) / g, 2^-6, 448))`` from each
-    tensor, with the per-tensor float32 scale ``g``; elements FP4 E2M1, rounded to nearest even."""
-
-    block_scheme = "nvfp4"
-    scaling_per_output = ScalingPerOutput.GROUP
-    group_size = 16
-    restrict_scaling_type = RestrictScaling.FP
-    scale_format = "ue4m3"
-    tensor_scale = True
-    scaling_source = ScalingSource.STATS
-    scaling_stats_op = ScalingStatsOp.ABS_MAX
-    bit_width = 4
-    exponent_bit_width = 2
-    mantissa_bit_width = 1
+#: NVFP4 scaling: ``block_scheme = "nvfp4"`` and the settings the scheme fixes (FP4 E2M1 elements,
+#: groups of 16, UE4M3 scales ``e4m3(clamp((amax / 6) / g, 2^-6, 448))`` from each tensor, the
+#: per-tensor float32 scale ``g``), filled from ``groupquant.formats.get_scheme("nvfp4")``.
+NVFP4Scaling = scheme_mixin(
+    "nvfp4", "NVFP4Scaling", __name__,
+    "NVFP4 scaling: the settings of groupquant.formats.get_scheme('nvfp4') (FP4 E2M1 elements in groups of "
+    "16, UE4M3 block scales from each tensor's abs-max, a float32 per-tensor scale).")
 
 
 class NVFP4Weight(NVFP4Scaling, WeightQuantizer, FloatQuantizer):
