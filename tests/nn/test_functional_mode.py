@@ -189,3 +189,60 @@ def test_a_model_with_functional_quantization_saves_and_loads():
     assert torch.equal(loaded(q, k, v), _composition(q, k, v))
     assert remove_functional(loaded)
     torch.testing.assert_close(loaded(q, k, v), F.scaled_dot_product_attention(q, k, v))
+
+
+class MaskedAttention(nn.Module):
+    """SDPA with the mask as an input (a padding mask differs per sequence)."""
+
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _padding_case(kind):
+    """Two sequences; the second has query rows whose mask hides every key (padding)."""
+    q, k, v = _qkv(seed=11)
+    g = torch.Generator().manual_seed(12)
+    keep = torch.rand(2, 1, 40, 40, generator=g) > 0.3
+    keep[..., 0] = True
+    keep[1, :, 30:] = False  # padded queries of sequence 1 see no key at all
+    if kind == "bool":
+        return q, k, v, keep
+    return q, k, v, torch.zeros(keep.shape).masked_fill(~keep, float("-inf")) + 0.1 * torch.randn(keep.shape, generator=g)
+
+
+def _masked_composition(q, k, v, mask, fmt, block):
+    """torch's SDPA definition with fake-quantized GEMM operands; fully masked rows set to 0 as torch does."""
+    fq = lambda t, dim: gq.fake_quant(t, fmt, block, dim)  # noqa: E731
+    s = torch.matmul(fq(q, -1), fq(k.transpose(-2, -1), -2)) / math.sqrt(q.size(-1))
+    bias = torch.zeros(mask.shape).masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else mask
+    s = s + bias
+    dead = torch.isneginf(s).all(-1, keepdim=True)
+    p = torch.where(dead, torch.zeros_like(s), torch.softmax(s, -1))
+    return torch.matmul(fq(p, -1), fq(v, -2))
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+@pytest.mark.parametrize("name, fmt, block", [("mxfp8", "fp8_e4m3", 32), ("nvfp4", "nvfp4", 16)])
+def test_sdpa_fully_masked_rows_give_zero_like_torch(kind, name, fmt, block):
+    q, k, v, mask = _padding_case(kind)
+    model = MaskedAttention()
+    gq.quantize_model(model, recipe=name)
+    out = model(q, k, v, mask)
+    torch_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.equal(torch_out[1, :, 30:], torch.zeros_like(torch_out[1, :, 30:]))  # torch's rule
+    assert torch.equal(out[1, :, 30:], torch_out[1, :, 30:])
+    # every other row (and the other sequence under NVFP4's per-tensor scale) as the composition
+    assert torch.equal(out, _masked_composition(q, k, v, mask, fmt, block))
+    assert torch.isfinite(out).all()
+
+
+def test_sdpa_fully_masked_rows_have_zero_gradient_like_torch():
+    q, k, v, mask = _padding_case("bool")
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    model = MaskedAttention()
+    gq.quantize_model(model, recipe="mxfp8")
+    model(q, k, v, mask).sum().backward()
+    q2 = q.detach().clone().requires_grad_(True)
+    F.scaled_dot_product_attention(q2, k.detach(), v.detach(), attn_mask=mask).sum().backward()
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
+    assert torch.equal(q.grad[1, :, 30:], q2.grad[1, :, 30:])  # zero: the row's output is constant

@@ -12,7 +12,8 @@ removes both hooks). Inside the forward:
   K) and its gradient quantizers in backward;
 - ``F.scaled_dot_product_attention`` runs decomposed exactly as torch defines it:
   ``Q(q) Q(k)^T`` (along the head dim) times ``scale``, plus the mask (``attn_mask`` bool or float,
-  ``is_causal``), softmax over the keys, dropout, then ``Q(P) Q(v)`` (along the keys);
+  ``is_causal``), softmax over the keys (a query row whose mask hides every key gives 0, as in
+  torch), dropout, then ``Q(P) Q(v)`` (along the keys);
   ``enable_gqa`` repeats the key / value heads as torch does;
 - ``F.linear`` (a functional linear, not a converted layer) runs with the recipe's weight and input
   quantizers (a converted ``QuantLinear``'s own call is never quantized twice);
@@ -92,6 +93,17 @@ def _sdpa_bias(q: torch.Tensor, k: torch.Tensor, attn_mask: Optional[torch.Tenso
     return attn_mask + bias
 
 
+def _attention_weights(scores: torch.Tensor, precision: Any) -> torch.Tensor:
+    """Softmax over the keys (last dim), in ``precision`` when given. A query row whose every key
+    is masked (all ``-inf``, e.g. a padding row) gives zeros, as torch's own attention does (its
+    safe softmax), not NaN: a NaN would also enter a per-tensor scale (NVFP4) and spoil every other
+    row. The row is softmaxed as zeros and then zeroed, so its gradient is zero too."""
+    dead = (scores == float("-inf")).all(dim=-1, keepdim=True)
+    live = scores.masked_fill(dead, 0.0)
+    weights = torch.softmax(live, dim=-1) if precision is None else ew.softmax(live, -1, precision).to(scores.dtype)
+    return weights.masked_fill(dead, 0.0)
+
+
 class FunctionalQuantMode(TorchFunctionMode):
     """Routes a forward's functional GEMMs through groupquant's quantizers (see module doc)."""
 
@@ -114,8 +126,7 @@ class FunctionalQuantMode(TorchFunctionMode):
         bias = _sdpa_bias(query, key, attn_mask, is_causal)
         if bias is not None:
             scores = scores + bias
-        weights = (torch.softmax(scores, dim=-1) if self.precision is None
-                   else ew.softmax(scores, -1, self.precision).to(scores.dtype))
+        weights = _attention_weights(scores, self.precision)
         if dropout_p > 0.0:
             weights = torch.dropout(weights, dropout_p, train=True)
         return self.matmul(weights, value)
