@@ -246,3 +246,31 @@ def test_sdpa_fully_masked_rows_have_zero_gradient_like_torch():
     F.scaled_dot_product_attention(q2, k.detach(), v.detach(), attn_mask=mask).sum().backward()
     assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
     assert torch.equal(q.grad[1, :, 30:], q2.grad[1, :, 30:])  # zero: the row's output is constant
+
+
+class MatmulOut(nn.Module):
+    def forward(self, a, b, c):
+        return torch.matmul(a, b, out=c)
+
+
+@pytest.mark.parametrize("shape", [(3, 40, 24), (0,)])
+def test_matmul_out_writes_the_given_tensor(shape):
+    g = torch.Generator().manual_seed(13)
+    a, b = torch.randn(3, 40, 48, generator=g), torch.randn(3, 48, 24, generator=g)
+    c = torch.full(shape, 7.0)
+    model = MatmulOut()
+    gq.quantize_model(model, recipe="mxfp8")
+    out = model(a, b, c)
+    assert out is c
+    assert torch.equal(c, torch.matmul(_fq(a, -1), _fq(b, -2)))
+
+
+def test_matmul_out_refuses_autograd_like_torch():
+    a, b, c = torch.randn(4, 32, requires_grad=True), torch.randn(32, 8), torch.empty(4, 8)
+    with pytest.raises(RuntimeError) as torch_error:
+        torch.matmul(a, b, out=c)
+    model = MatmulOut()
+    gq.quantize_model(model, recipe="mxfp8")
+    with pytest.raises(RuntimeError) as ours:
+        model(a, b, c)
+    assert str(ours.value) == str(torch_error.value)

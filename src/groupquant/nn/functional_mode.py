@@ -93,6 +93,22 @@ def _sdpa_bias(q: torch.Tensor, k: torch.Tensor, attn_mask: Optional[torch.Tenso
     return attn_mask + bias
 
 
+def _write_out(func: Callable, result: torch.Tensor, args: tuple, out: Optional[torch.Tensor]) -> torch.Tensor:
+    """``result``, or written into ``out`` (``torch.matmul(a, b, out=c)``) by torch's rules: no
+    autograd through ``out=``, the dtype must match, ``out`` is resized to the result's shape."""
+    if out is None:
+        return result
+    name = getattr(func, "__name__", "matmul")
+    if torch.is_grad_enabled() and any(a.requires_grad for a in args):
+        raise RuntimeError(f"{name}(): functions with out=... arguments don't support automatic differentiation, "
+                           "but one of the arguments requires grad.")
+    if out.dtype != result.dtype:
+        raise RuntimeError(f"{name}(): expected out tensor to have dtype {result.dtype}, but got {out.dtype} instead")
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    return out.copy_(result)
+
+
 def _attention_weights(scores: torch.Tensor, precision: Any) -> torch.Tensor:
     """Softmax over the keys (last dim), in ``precision`` when given. A query row whose every key
     is masked (all ``-inf``, e.g. a padding row) gives zeros, as torch's own attention does (its
@@ -135,9 +151,9 @@ class FunctionalQuantMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if inside_quant_layer():
             return func(*args, **kwargs)
-        if func in _MATMULS and len(args) == 2 and all(isinstance(a, torch.Tensor) and a.dim() >= 2
-                                                       and a.is_floating_point() for a in args):
-            return self.matmul(*args)
+        if func in _MATMULS and len(args) == 2 and set(kwargs) <= {"out"} and all(
+                isinstance(a, torch.Tensor) and a.dim() >= 2 and a.is_floating_point() for a in args):
+            return _write_out(func, self.matmul(*args), args, kwargs.get("out"))
         if func is F.scaled_dot_product_attention:
             return self._sdpa(*args, **kwargs)
         if func is F.linear and self.recipe.weight_quant is not None:
