@@ -24,7 +24,7 @@ removes both hooks). Inside the forward:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -34,45 +34,13 @@ from torch.overrides import TorchFunctionMode
 from .. import elementwise as ew
 from ..ops.precision import resolve_precision
 from .elementwise_calls import elementwise_handler
-from .grad_slots import SAME
-from .inside import inside_quant_layer
-from .lean_gemm import LINEAR
-from .linear import QuantLinear
-from .matmul import QuantMatMul
+from .functional_quantizers import FunctionalQuantizers
+from .inside import enter_untouched, inside_quant_layer, leave_untouched
 from .recipes import Recipe
 
-__all__ = ["FunctionalQuantMode", "quantize_functional", "FunctionalHandle"]
+__all__ = ["FunctionalQuantMode", "quantize_functional", "FunctionalHandle", "QUANTIZERS_NAME"]
 
 _MATMULS = (torch.matmul, torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.bmm)
-
-
-def _matmul_module(r: Recipe) -> QuantMatMul:
-    """Activation x activation products: the recipe's input quantizer on both operands."""
-    slots: Dict[str, Any] = {"grad_output_quant": r.grad_output_quant}
-    if r.grad_output_quant_for_grad_weight is not SAME:
-        slots["grad_output_quant_for_grad_b"] = r.grad_output_quant_for_grad_weight
-    if r.input_quant_for_grad_weight is not SAME:
-        slots["a_quant_for_grad_b"] = r.input_quant_for_grad_weight
-        slots["b_quant_for_grad_a"] = r.input_quant_for_grad_weight
-    return QuantMatMul(a_quant=r.input_quant, b_quant=r.input_quant, quantize_backprop=r.quantize_backprop, **slots)
-
-
-class _FunctionalLinear(nn.Module):
-    """``F.linear(x, W, b)`` with the recipe's quantizers, through a weightless QuantLinear's route."""
-
-    def __init__(self, r: Recipe) -> None:
-        super().__init__()
-        self.recipe = r
-        self._layers: Dict[tuple, QuantLinear] = {}
-
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-        key = (tuple(weight.shape), bias is not None, weight.device, weight.dtype)
-        layer = self._layers.get(key)
-        if layer is None:
-            layer = QuantLinear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta",
-                                **self.recipe.layer_kwargs())
-            self._layers[key] = layer
-        return layer._quant_gemm(x, LINEAR, weight, bias)
 
 
 def _sdpa_bias(q: torch.Tensor, k: torch.Tensor, attn_mask: Optional[torch.Tensor], is_causal: bool) -> Optional[torch.Tensor]:
@@ -123,12 +91,12 @@ def _attention_weights(scores: torch.Tensor, precision: Any) -> torch.Tensor:
 class FunctionalQuantMode(TorchFunctionMode):
     """Routes a forward's functional GEMMs through groupquant's quantizers (see module doc)."""
 
-    def __init__(self, r: Recipe) -> None:
+    def __init__(self, quantizers: FunctionalQuantizers) -> None:
         super().__init__()
-        self.recipe = r
-        self.matmul = _matmul_module(r)
-        self.linear = _FunctionalLinear(r)
-        self.precision = None if r.elementwise is None else resolve_precision(r.elementwise)
+        self.quantizers = quantizers
+        self.recipe = quantizers.recipe
+        self.matmul = quantizers.matmul
+        self.precision = None if self.recipe.elementwise is None else resolve_precision(self.recipe.elementwise)
 
     def _sdpa(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
               dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
@@ -157,7 +125,7 @@ class FunctionalQuantMode(TorchFunctionMode):
         if func is F.scaled_dot_product_attention:
             return self._sdpa(*args, **kwargs)
         if func is F.linear and self.recipe.weight_quant is not None:
-            return self.linear(*args, **kwargs)
+            return self.quantizers.linear(*args, **kwargs)
         if self.precision is not None:
             handler = elementwise_handler(func)
             if handler is not None:
@@ -198,9 +166,43 @@ class _Leave:
         self.mode.__exit__(None, None, None)
 
 
-def quantize_functional(model: nn.Module, r: Recipe) -> FunctionalHandle:
-    """Enter a :class:`FunctionalQuantMode` for ``r`` around every forward of ``model``."""
-    mode = FunctionalQuantMode(r)
-    model.__dict__["_groupquant_functional"] = mode  # not a submodule: no state, not in state_dict
-    return FunctionalHandle(model.register_forward_pre_hook(_Enter(mode)),
-                            model.register_forward_hook(_Leave(mode), always_call=True))
+class _LeaveFloat:
+    """Forward pre-hook of a module quantize_model left float: the mode leaves its calls alone."""
+
+    def __init__(self) -> None:
+        self.tokens: List[Any] = []
+
+    def __call__(self, module: nn.Module, args: Any) -> None:
+        self.tokens.append(enter_untouched())
+
+
+class _BackToMode:
+    """Its forward hook (always called): the mode applies again."""
+
+    def __init__(self, enter: _LeaveFloat) -> None:
+        self.enter = enter
+
+    def __call__(self, module: nn.Module, args: Any, output: Any) -> None:
+        leave_untouched(self.enter.tokens.pop())
+
+
+#: The attribute under which the mode's quantizers are a submodule of the model.
+QUANTIZERS_NAME = "groupquant_functional"
+
+
+def quantize_functional(model: nn.Module, r: Recipe, float_modules: Sequence[nn.Module] = ()) -> FunctionalHandle:
+    """Enter a :class:`FunctionalQuantMode` for ``r`` around every forward of ``model``; its
+    quantizers become the submodule ``model.groupquant_functional`` (train / eval, state dict).
+    The mode leaves alone every call made while one of ``float_modules`` runs (the layers
+    quantize_model did not select), so that they stay float on every route."""
+    quantizers = FunctionalQuantizers(r)
+    quantizers.train(model.training)
+    setattr(model, QUANTIZERS_NAME, quantizers)
+    mode = FunctionalQuantMode(quantizers)
+    model.__dict__["_groupquant_functional"] = mode
+    hooks = [model.register_forward_pre_hook(_Enter(mode)), model.register_forward_hook(_Leave(mode), always_call=True)]
+    for module in {id(m): m for m in float_modules}.values():
+        enter = _LeaveFloat()
+        hooks += [module.register_forward_pre_hook(enter),
+                  module.register_forward_hook(_BackToMode(enter), always_call=True)]
+    return FunctionalHandle(*hooks)
