@@ -3,6 +3,7 @@ import torch
 from torch import nn
 
 import groupquant as gq
+from groupquant.nn.functional_mode import functional_quantizers
 from groupquant.nn import QuantConv2d, QuantLinear
 from groupquant.quantizers import MXFloat4e2m1Weight, MXFloat8e4m3Act
 
@@ -128,7 +129,7 @@ def test_a_second_recipe_is_refused_naming_both():
     layer = model[3]
     with pytest.raises(ValueError, match="already quantized with recipe 'mxfp8'.*'nvfp4'.*float model"):
         gq.quantize_model(model, recipe="nvfp4")
-    assert model[3] is layer and model.groupquant_functional.recipe.name == "mxfp8"  # left as it was
+    assert model[3] is layer and functional_quantizers(model).recipe.name == "mxfp8"  # left as it was
     gq.quantize_model(model, recipe="mxfp8")  # the same recipe again changes nothing
 
 

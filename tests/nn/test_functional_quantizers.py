@@ -95,3 +95,28 @@ def test_linear_with_a_1d_weight_is_quantized_like_its_2d_form(bias):
     expected = F.linear(fq(x, -1), fq(model.w.detach()[None], 1), None if model.b is None else model.b.reshape(1))
     assert out.shape == torch_out.shape
     assert torch.equal(out, expected.squeeze(-1))
+
+
+class Gram(nn.Module):
+    def forward(self, x):
+        return x @ x.transpose(-2, -1)
+
+
+def test_a_sequential_keeps_running_only_its_layers_and_saves_the_functional_state():
+    def build():
+        torch.manual_seed(9)
+        return nn.Sequential(nn.Linear(32, 32), Gram())
+
+    x = torch.randn(4, 8, 32, generator=torch.Generator().manual_seed(10))
+    trained = build()
+    gq.quantize_model(trained, recipe=STATS)
+    trained(x)  # the Sequential runs its two children only (the quantizers are not one of them)
+    assert len(trained) == 2
+    fresh = build()
+    gq.quantize_model(fresh, recipe=STATS)
+    fresh.load_state_dict(trained.state_dict())
+    trained.eval(), fresh.eval()
+    y = x * 4
+    assert torch.equal(fresh(y), trained(y))
+    with pytest.raises(RuntimeError, match="Missing key.*groupquant_functional.matmul.a_quant"):
+        fresh.load_state_dict(build().state_dict())  # a float checkpoint lacks the running statistics

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import groupquant as gq
+from groupquant.nn.functional_mode import functional_quantizers
 
 
 def _fq(t, dim):
@@ -52,7 +53,7 @@ def test_a_layer_left_float_stays_float_on_the_functional_route(selection):
     x = _x()
     with torch.no_grad():
         assert torch.equal(model(x), _expected(model, x))
-    assert len(model.groupquant_functional.linears) == 0  # no F.linear went through the mode
+    assert len(functional_quantizers(model).linears) == 0  # no F.linear went through the mode
 
 
 def test_excluded_layer_stays_float_in_training_and_backward():
@@ -61,7 +62,7 @@ def test_excluded_layer_stays_float_in_training_and_backward():
     x = _x().requires_grad_(True)
     model(x).sum().backward()
     h = model.lm_head.weight.grad  # dW of a float head: sum over tokens of its (quantized-body) input
-    assert torch.isfinite(h).all() and len(model.groupquant_functional.linears) == 0
+    assert torch.isfinite(h).all() and len(functional_quantizers(model).linears) == 0
 
 
 def test_converted_layers_are_not_quantized_again_under_torch_compile():
@@ -73,7 +74,7 @@ def test_converted_layers_are_not_quantized_again_under_torch_compile():
         compiled = torch.compile(model, backend="aot_eager")(x)
     assert torch.equal(compiled, eager)
     # the body's F.linear ran inside QuantLinear and the head's inside a float layer: neither in the mode
-    assert len(model.groupquant_functional.linears) == 0
+    assert len(functional_quantizers(model).linears) == 0
 
 
 def test_removing_the_mode_removes_the_float_hooks():
@@ -82,4 +83,4 @@ def test_removing_the_mode_removes_the_float_hooks():
     assert model.lm_head._forward_pre_hooks
     assert gq.nn.remove_functional(model)
     assert not model.lm_head._forward_pre_hooks and not model.lm_head._forward_hooks
-    assert not hasattr(model, "groupquant_functional")
+    assert functional_quantizers(model) is None

@@ -8,7 +8,7 @@ from torch import nn
 
 from .conv import QuantConv1d, QuantConv2d
 from .linear import QuantLinear
-from .functional_mode import QUANTIZERS_NAME, quantize_functional
+from .functional_mode import quantize_functional
 from .recipes import Recipe, recipe as recipe_of
 
 __all__ = ["quantize_model", "remove_functional", "REPLACEMENTS"]
@@ -181,6 +181,4 @@ def remove_functional(model: nn.Module) -> bool:
     if handle is None:
         return False
     handle.remove()
-    if QUANTIZERS_NAME in model._modules:
-        delattr(model, QUANTIZERS_NAME)
     return True

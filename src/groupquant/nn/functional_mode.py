@@ -24,7 +24,7 @@ removes both hooks). Inside the forward:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +38,7 @@ from .functional_quantizers import FunctionalQuantizers
 from .inside import enter_untouched, inside_quant_layer, leave_untouched
 from .recipes import Recipe
 
-__all__ = ["FunctionalQuantMode", "quantize_functional", "FunctionalHandle", "QUANTIZERS_NAME"]
+__all__ = ["FunctionalQuantMode", "quantize_functional", "FunctionalHandle", "QUANTIZERS_NAME", "functional_quantizers"]
 
 _MATMULS = (torch.matmul, torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.bmm)
 
@@ -95,7 +95,6 @@ class FunctionalQuantMode(TorchFunctionMode):
         super().__init__()
         self.quantizers = quantizers
         self.recipe = quantizers.recipe
-        self.matmul = quantizers.matmul
         self.precision = None if self.recipe.elementwise is None else resolve_precision(self.recipe.elementwise)
 
     def _sdpa(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
@@ -106,14 +105,14 @@ class FunctionalQuantMode(TorchFunctionMode):
         if enable_gqa:
             key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
             value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
-        scores = self.matmul(query, key.transpose(-2, -1)) * scale
+        scores = self.quantizers.product(query, key.transpose(-2, -1)) * scale
         bias = _sdpa_bias(query, key, attn_mask, is_causal)
         if bias is not None:
             scores = scores + bias
         weights = _attention_weights(scores, self.precision)
         if dropout_p > 0.0:
             weights = torch.dropout(weights, dropout_p, train=True)
-        return self.matmul(weights, value)
+        return self.quantizers.product(weights, value)
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
@@ -121,7 +120,7 @@ class FunctionalQuantMode(TorchFunctionMode):
             return func(*args, **kwargs)
         if func in _MATMULS and len(args) == 2 and set(kwargs) <= {"out"} and all(
                 isinstance(a, torch.Tensor) and a.dim() >= 2 and a.is_floating_point() for a in args):
-            return _write_out(func, self.matmul(*args), args, kwargs.get("out"))
+            return _write_out(func, self.quantizers.product(*args), args, kwargs.get("out"))
         if func is F.scaled_dot_product_attention:
             return self._sdpa(*args, **kwargs)
         if func is F.linear and self.recipe.weight_quant is not None:
@@ -153,6 +152,9 @@ class _Enter:
         self.mode = mode
 
     def __call__(self, module: nn.Module, args: Any) -> None:
+        quantizers = self.mode.quantizers
+        if quantizers.training != module.training:  # follow model.train() / model.eval()
+            quantizers.train(module.training)
         self.mode.__enter__()
 
 
@@ -186,23 +188,58 @@ class _BackToMode:
         leave_untouched(self.enter.tokens.pop())
 
 
-#: The attribute under which the mode's quantizers are a submodule of the model.
+#: The state-dict prefix (under the model's) of the mode's quantizers.
 QUANTIZERS_NAME = "groupquant_functional"
+
+
+class _SaveQuantizers:
+    """State-dict post-hook: the quantizers' state under ``groupquant_functional.``."""
+
+    def __init__(self, quantizers: FunctionalQuantizers) -> None:
+        self.quantizers = quantizers
+
+    def __call__(self, module: nn.Module, state_dict: Dict[str, Any], prefix: str, local_metadata: Any) -> None:
+        for key, value in self.quantizers.state_dict().items():
+            state_dict[f"{prefix}{QUANTIZERS_NAME}.{key}"] = value
+
+
+class _LoadQuantizers:
+    """Load-state-dict pre-hook: takes the ``groupquant_functional.`` entries into the quantizers
+    (missing / unexpected ones reported with the model's, under their full names)."""
+
+    def __init__(self, quantizers: FunctionalQuantizers) -> None:
+        self.quantizers = quantizers
+
+    def __call__(self, module: nn.Module, state_dict: Dict[str, Any], prefix: str, local_metadata: Any, strict: bool,
+                 missing_keys: List[str], unexpected_keys: List[str], error_msgs: List[str]) -> None:
+        own = f"{prefix}{QUANTIZERS_NAME}."
+        mine = {key[len(own):]: state_dict.pop(key) for key in [k for k in state_dict if k.startswith(own)]}
+        result = self.quantizers.load_state_dict(mine, strict=False)
+        missing_keys.extend(own + key for key in result.missing_keys)
+        unexpected_keys.extend(own + key for key in result.unexpected_keys)
 
 
 def quantize_functional(model: nn.Module, r: Recipe, float_modules: Sequence[nn.Module] = ()) -> FunctionalHandle:
     """Enter a :class:`FunctionalQuantMode` for ``r`` around every forward of ``model``; its
-    quantizers become the submodule ``model.groupquant_functional`` (train / eval, state dict).
-    The mode leaves alone every call made while one of ``float_modules`` runs (the layers
-    quantize_model did not select), so that they stay float on every route."""
+    quantizers (:class:`FunctionalQuantizers`) follow the model's train / eval and are saved and
+    loaded with its state dict. The mode leaves alone every call made while one of
+    ``float_modules`` runs (the layers quantize_model did not select), so that they stay float on
+    every route."""
     quantizers = FunctionalQuantizers(r)
     quantizers.train(model.training)
-    setattr(model, QUANTIZERS_NAME, quantizers)
     mode = FunctionalQuantMode(quantizers)
     model.__dict__["_groupquant_functional"] = mode
-    hooks = [model.register_forward_pre_hook(_Enter(mode)), model.register_forward_hook(_Leave(mode), always_call=True)]
+    hooks = [model.register_forward_pre_hook(_Enter(mode)), model.register_forward_hook(_Leave(mode), always_call=True),
+             model.register_state_dict_post_hook(_SaveQuantizers(quantizers)),
+             model.register_load_state_dict_pre_hook(_LoadQuantizers(quantizers))]
     for module in {id(m): m for m in float_modules}.values():
         enter = _LeaveFloat()
         hooks += [module.register_forward_pre_hook(enter),
                   module.register_forward_hook(_BackToMode(enter), always_call=True)]
     return FunctionalHandle(*hooks)
+
+
+def functional_quantizers(model: nn.Module) -> Optional[FunctionalQuantizers]:
+    """The quantizers of the functional mode quantize_model put on ``model`` (None when it has none)."""
+    mode = model.__dict__.get("_groupquant_functional")
+    return None if mode is None else mode.quantizers

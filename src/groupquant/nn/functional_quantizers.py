@@ -1,10 +1,12 @@
-"""The quantizers a functional-quantization mode applies, as a submodule of the model.
+"""The quantizers a functional-quantization mode applies, with their state.
 
-:func:`~groupquant.nn.functional_mode.quantize_functional` registers a :class:`FunctionalQuantizers`
-on the model (``model.groupquant_functional``), so its quantizers behave like any layer's: they
-follow ``model.train()`` / ``model.eval()`` (running statistics update in training only, the eval
-weight cache works), move with ``model.to()``, and their state (running statistics, learned
-scales) is in ``model.state_dict()`` and loads back with ``load_state_dict``.
+:func:`~groupquant.nn.functional_mode.quantize_functional` keeps one :class:`FunctionalQuantizers`
+per model, outside the model's module tree (a ``Sequential`` runs every child it has, and export
+walks the tree), yet it behaves like a layer's quantizers: it follows the model's ``train()`` /
+``eval()`` at each forward (running statistics update in training only; the eval weight cache
+works), it moves to the device of the tensors it quantizes, and its state (running statistics,
+learned scales) is in ``model.state_dict()`` under ``groupquant_functional.`` and loads back with
+``model.load_state_dict``.
 
 - ``matmul``: one :class:`~groupquant.nn.QuantMatMul` for every activation x activation product.
 - ``linears``: one :class:`FunctionalLinear` per ``F.linear`` weight shape (``out32_in16_bias``),
@@ -66,6 +68,14 @@ class FunctionalLinear(QuantLayerMixin, nn.Module):
         return self._quant_gemm(x, LINEAR, weight, bias)
 
 
+def _on_device(module: nn.Module, device: torch.device) -> nn.Module:
+    """``module`` with its state (if any) on ``device`` (moved there once, values kept)."""
+    state = next(itertools.chain(module.buffers(), module.parameters()), None)
+    if state is not None and state.device != device:
+        module.to(device)
+    return module
+
+
 def _linear_key(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> str:
     """The name of the FunctionalLinear for this weight shape (a ModuleDict key: no dots)."""
     return f"out{weight.shape[0]}_in{weight.shape[1]}" + ("_bias" if bias is not None else "")
@@ -79,6 +89,10 @@ class FunctionalQuantizers(nn.Module):
         self.recipe = r
         self.matmul = _matmul_module(r)
         self.linears = nn.ModuleDict()
+
+    def product(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``a @ b`` quantized (both operands along K)."""
+        return _on_device(self.matmul, a.device)(a, b)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``F.linear`` quantized; a 1-D weight ``[in]`` (a dot product, as torch allows) is the
@@ -103,10 +117,7 @@ class FunctionalQuantizers(nn.Module):
             layer = FunctionalLinear(weight.shape[0], weight.shape[1], bias is not None, self.recipe, weight.device)
             layer.train(self.training)
             self.linears[key] = layer
-        state = next(itertools.chain(layer.buffers(), layer.parameters()), None)
-        if state is not None and state.device != weight.device:
-            layer.to(weight.device)
-        return layer
+        return _on_device(layer, weight.device)
 
     def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         """Make the FunctionalLinears the state dict has state for, so that it loads into them."""
