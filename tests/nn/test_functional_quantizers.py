@@ -120,3 +120,23 @@ def test_a_sequential_keeps_running_only_its_layers_and_saves_the_functional_sta
     assert torch.equal(fresh(y), trained(y))
     with pytest.raises(RuntimeError, match="Missing key.*groupquant_functional.matmul.a_quant"):
         fresh.load_state_dict(build().state_dict())  # a float checkpoint lacks the running statistics
+
+
+def test_a_functional_linear_weight_is_quantized_once_in_eval():
+    from groupquant.nn.functional_mode import functional_quantizers
+
+    model = Functional()
+    gq.quantize_model(model, recipe="mxfp8")
+    a, b = _batch(11)
+    first = model(a, b)
+    layer = functional_quantizers(model).linears["out16_in32"]
+    calls = []
+    layer.weight_quant.tensor_quant.register_forward_hook(lambda *args: calls.append(1))
+    model.eval()
+    with torch.no_grad():
+        outs = [model(a, b) for _ in range(3)]
+    assert len(calls) == 1  # the eval cache of the weight quantizer, as a converted layer's
+    assert all(torch.equal(o, first) for o in outs)
+    model.train()
+    model(a, b)
+    assert len(calls) == 2  # training quantizes per call
