@@ -111,7 +111,13 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
             through a torch function mode entered around ``model``'s forward
             (:mod:`groupquant.nn.functional_mode`). Default: on when a recipe is given.
             ``groupquant.nn.remove_functional(model)`` takes it off again.
-    Every include / exclude pattern must match some layer (a ValueError lists the names).
+    Every include / exclude pattern must match some layer (a ValueError lists the names). A layer
+    not chosen stays float on every route: with the functional mode on, nothing that runs inside it
+    (its own ``F.linear`` included) is quantized by the mode.
+
+    A recipe or at least one quantizer must be given (a ValueError otherwise). A model already
+    quantized with a recipe refuses a different one (ValueError naming both: start again from the
+    float model); calls with explicit quantizers convert only the layers still float.
 
     A layer registered under several names (``model.a = model.b = lin``, ``Sequential(lin, act,
     lin)``) stays shared: one quant layer takes every one of its slots. It is converted when all

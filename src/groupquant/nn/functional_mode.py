@@ -4,8 +4,8 @@ attention and ``F.linear``, through a ``TorchFunctionMode`` entered around the f
 Attention in most transformers is functional (``torch.matmul`` or
 ``F.scaled_dot_product_attention``), so swapping modules leaves its GEMMs in float.
 :func:`quantize_functional` registers a forward pre-hook and a forward hook on the model that
-enter and leave a :class:`FunctionalQuantMode` (nothing global is patched; the returned handle
-removes both hooks). Inside the forward:
+enter and leave a :class:`FunctionalQuantMode`, and state-dict hooks that save and load its
+quantizers (nothing global is patched; the returned handle removes every hook). Inside the forward:
 
 - ``torch.matmul``, ``torch.bmm``, ``Tensor.matmul``, ``@`` between tensors of at least 2 dims run
   as :class:`~groupquant.nn.QuantMatMul` with the recipe's input quantizer on both operands (along
@@ -16,7 +16,9 @@ removes both hooks). Inside the forward:
   torch), dropout, then ``Q(P) Q(v)`` (along the keys);
   ``enable_gqa`` repeats the key / value heads as torch does;
 - ``F.linear`` (a functional linear, not a converted layer) runs with the recipe's weight and input
-  quantizers (a converted ``QuantLinear``'s own call is never quantized twice);
+  quantizers (a converted ``QuantLinear``'s own call is never quantized twice, eager or compiled;
+  the quantizers and their state: :mod:`.functional_quantizers`);
+- calls made while a layer that quantize_model left float runs are left alone (float on every route);
 - with ``Recipe.elementwise`` set (e.g. ``"bfloat16"``), softmax (the attention's too), GELU, SiLU,
   sigmoid, tanh, ReLU, layer / RMS / group norm and same-shape adds and multiplies run in that
   precision (:mod:`.elementwise_calls`, :mod:`groupquant.elementwise`).
