@@ -40,7 +40,8 @@ from .functional_quantizers import FunctionalQuantizers
 from .inside import enter_untouched, inside_quant_layer, leave_untouched
 from .recipes import Recipe
 
-__all__ = ["FunctionalQuantMode", "quantize_functional", "FunctionalHandle", "QUANTIZERS_NAME", "functional_quantizers"]
+__all__ = ["FunctionalQuantMode", "quantize_functional", "FunctionalHandle", "QUANTIZERS_NAME",
+           "functional_quantizers"]
 
 _MATMULS = (torch.matmul, torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.bmm)
 
