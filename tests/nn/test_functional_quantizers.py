@@ -140,3 +140,15 @@ def test_a_functional_linear_weight_is_quantized_once_in_eval():
     model.train()
     model(a, b)
     assert len(calls) == 2  # training quantizes per call
+
+
+def test_linear_with_a_weight_of_another_rank_is_refused_by_name():
+    class Bad(nn.Module):
+        def forward(self, x):
+            return F.linear(x, torch.ones(2, 3, 48))
+
+    model = Bad()
+    gq.quantize_model(model, recipe="mxfp8")
+    with pytest.raises(ValueError, match=r"F.linear under quantize_model\(recipe='mxfp8'\): the weight must be "
+                                         r"\[out, in\] or \[in\], got \(2, 3, 48\)"):
+        model(torch.randn(4, 48))
