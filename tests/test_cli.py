@@ -239,3 +239,21 @@ def test_demo_recipe_json(capsys):
     assert rec["test"]["accuracy"] > 0.85 and abs(rec["test"]["accuracy"] - data["float_test"]["accuracy"]) < 0.05
     assert rec["initial_grad_sqnr_db"] > 5
     assert "recipe mxfp8_e4m3_e5m2" not in captured.err  # --json hides the progress bars
+
+
+@pytest.mark.parametrize("seed", [str(2**70), "-1", "2**70"])
+def test_demo_seed_out_of_range_is_one_line_naming_the_option(capsys, seed):
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--seed", seed, "--epochs", "0", "--qat-epochs", "0"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("python -m groupquant demo: error: argument --seed:")
+    assert "Traceback" not in "".join(err)
+
+
+def test_a_bad_backend_setting_is_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("GROUPQUANT_BACKEND", "bogus")
+    assert main(["demo", "--epochs", "0", "--qat-epochs", "0", "--formats", "fp8_e4m3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: GROUPQUANT_BACKEND must be one of auto, native, reference, got 'bogus'")
+    assert len(err.splitlines()) == 1

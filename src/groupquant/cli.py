@@ -267,6 +267,21 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+#: The seeds the demo can use: torch seeds are 64-bit, and the QAT run takes ``seed + 1``.
+_SEED_MAX = 2**64 - 2
+
+
+def _seed(text: str) -> int:
+    """A demo seed: an integer in [0, 2**64 - 2] (argparse reports anything else in one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 0 <= value <= _SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**64 - 2] (torch seeds are 64-bit), got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with its three sub-commands (the demo runs when none is named)."""
     parser = argparse.ArgumentParser(
@@ -289,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "recipe's GEMMs; then compare with float: test accuracy and loss, final training loss, "
                            "gradient SQNR at init. Skips the PTQ table and QAT unless --formats / --qat-epochs "
                            "are given. NAME: " + ", ".join(_recipe_names()))
-    demo.add_argument("--seed", type=int, default=0, help="data split, initialization and batch order (default 0)")
+    demo.add_argument("--seed", type=_seed, default=0, help="data split, initialization and batch order (default 0)")
     demo.add_argument("--json", action="store_true", help="print the results as JSON (no progress bars)")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     demo.set_defaults(func=cmd_demo, formats_given=False)
@@ -309,4 +324,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["demo", *argv]
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ValueError as err:
+        from .ops.native import BackendSettingError  # imported here: the CLI starts without ops
+
+        if not isinstance(err, BackendSettingError):
+            raise
+        print(f"error: {err}", file=sys.stderr)  # a bad GROUPQUANT_BACKEND: one line, not a traceback
+        return 2

@@ -3,6 +3,7 @@ import torch
 from torch import nn
 
 import groupquant as gq
+from groupquant.nn.functional_mode import functional_quantizers
 from groupquant.nn import QuantConv2d, QuantLinear
 from groupquant.quantizers import MXFloat4e2m1Weight, MXFloat8e4m3Act
 
@@ -113,3 +114,28 @@ def test_a_shared_layer_excluded_by_all_its_names_stays_float():
     model = nn.Sequential(lin, nn.ReLU(), lin, other)
     gq.quantize_model(model, weight_quant=MXFloat4e2m1Weight, exclude=["0", "2"])
     assert model[0] is lin and model[2] is lin and isinstance(model[3], QuantLinear)
+
+
+def test_no_quantizer_and_no_recipe_is_refused():
+    model = _model()
+    with pytest.raises(ValueError, match="needs a recipe .* or at least one quantizer"):
+        gq.quantize_model(model)
+    assert type(model[3]) is nn.Linear  # nothing changed
+
+
+def test_a_second_recipe_is_refused_naming_both():
+    model = _model()
+    gq.quantize_model(model, recipe="mxfp8")
+    layer = model[3]
+    with pytest.raises(ValueError, match="already quantized with recipe 'mxfp8'.*'nvfp4'.*float model"):
+        gq.quantize_model(model, recipe="nvfp4")
+    assert model[3] is layer and functional_quantizers(model).recipe.name == "mxfp8"  # left as it was
+    gq.quantize_model(model, recipe="mxfp8")  # the same recipe again changes nothing
+
+
+def test_quantizers_after_a_recipe_convert_only_the_layers_left_float():
+    model = _model()
+    gq.quantize_model(model, recipe="mxfp8", exclude="3")
+    gq.quantize_model(model, weight_quant=MXFloat4e2m1Weight, include="3")
+    assert model[3].weight_quant.quantizer is MXFloat4e2m1Weight
+    assert model[2][0].weight_quant.quantizer.__name__ == "MXFloat8e4m3Weight"

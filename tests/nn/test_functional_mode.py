@@ -3,6 +3,8 @@ quantized by quantize_model(recipe=...) through a torch function mode, against t
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -189,3 +191,115 @@ def test_a_model_with_functional_quantization_saves_and_loads():
     assert torch.equal(loaded(q, k, v), _composition(q, k, v))
     assert remove_functional(loaded)
     torch.testing.assert_close(loaded(q, k, v), F.scaled_dot_product_attention(q, k, v))
+
+
+class MaskedAttention(nn.Module):
+    """SDPA with the mask as an input (a padding mask differs per sequence)."""
+
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _padding_case(kind):
+    """Two sequences; the second has query rows whose mask hides every key (padding)."""
+    q, k, v = _qkv(seed=11)
+    g = torch.Generator().manual_seed(12)
+    keep = torch.rand(2, 1, 40, 40, generator=g) > 0.3
+    keep[..., 0] = True
+    keep[1, :, 30:] = False  # padded queries of sequence 1 see no key at all
+    if kind == "bool":
+        return q, k, v, keep
+    return q, k, v, torch.zeros(keep.shape).masked_fill(~keep, float("-inf")) + 0.1 * torch.randn(keep.shape, generator=g)
+
+
+def _masked_composition(q, k, v, mask, fmt, block):
+    """torch's SDPA definition with fake-quantized GEMM operands; fully masked rows set to 0 as torch does."""
+    fq = lambda t, dim: gq.fake_quant(t, fmt, block, dim)  # noqa: E731
+    s = torch.matmul(fq(q, -1), fq(k.transpose(-2, -1), -2)) / math.sqrt(q.size(-1))
+    bias = torch.zeros(mask.shape).masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else mask
+    s = s + bias
+    dead = torch.isneginf(s).all(-1, keepdim=True)
+    p = torch.where(dead, torch.zeros_like(s), torch.softmax(s, -1))
+    return torch.matmul(fq(p, -1), fq(v, -2))
+
+
+def _assert_matches(out, expected, fmt):
+    """Bit for bit for MX (products of MX values sum exactly in float32); NVFP4's float32 tensor
+    scale makes the GEMM's sums depend on the BLAS summation order (operand layout): to 1 ulp-ish."""
+    if fmt == "nvfp4":
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    else:
+        assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+@pytest.mark.parametrize("name, fmt, block", [("mxfp8", "fp8_e4m3", 32), ("nvfp4", "nvfp4", 16)])
+def test_sdpa_fully_masked_rows_give_zero_like_torch(kind, name, fmt, block):
+    q, k, v, mask = _padding_case(kind)
+    model = MaskedAttention()
+    gq.quantize_model(model, recipe=name)
+    out = model(q, k, v, mask)
+    torch_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.equal(torch_out[1, :, 30:], torch.zeros_like(torch_out[1, :, 30:]))  # torch's rule
+    assert torch.equal(out[1, :, 30:], torch_out[1, :, 30:])
+    # every other row (and the other sequence under NVFP4's per-tensor scale) as the composition
+    _assert_matches(out, _masked_composition(q, k, v, mask, fmt, block), fmt)
+    assert torch.isfinite(out).all()
+
+
+def test_sdpa_fully_masked_rows_have_zero_gradient_like_torch():
+    q, k, v, mask = _padding_case("bool")
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    model = MaskedAttention()
+    gq.quantize_model(model, recipe="mxfp8")
+    model(q, k, v, mask).sum().backward()
+    q2 = q.detach().clone().requires_grad_(True)
+    F.scaled_dot_product_attention(q2, k.detach(), v.detach(), attn_mask=mask).sum().backward()
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
+    assert torch.equal(q.grad[1, :, 30:], q2.grad[1, :, 30:])  # zero: the row's output is constant
+
+
+class MatmulOut(nn.Module):
+    def forward(self, a, b, c):
+        return torch.matmul(a, b, out=c)
+
+
+@pytest.mark.parametrize("shape", [(3, 40, 24), (0,)])
+def test_matmul_out_writes_the_given_tensor(shape):
+    g = torch.Generator().manual_seed(13)
+    a, b = torch.randn(3, 40, 48, generator=g), torch.randn(3, 48, 24, generator=g)
+    c = torch.full(shape, 7.0)
+    model = MatmulOut()
+    gq.quantize_model(model, recipe="mxfp8")
+    out = model(a, b, c)
+    assert out is c
+    assert torch.equal(c, torch.matmul(_fq(a, -1), _fq(b, -2)))
+
+
+def test_matmul_out_refuses_autograd_like_torch():
+    a, b, c = torch.randn(4, 32, requires_grad=True), torch.randn(32, 8), torch.empty(4, 8)
+    with pytest.raises(RuntimeError) as torch_error:
+        torch.matmul(a, b, out=c)
+    model = MatmulOut()
+    gq.quantize_model(model, recipe="mxfp8")
+    with pytest.raises(RuntimeError) as ours:
+        model(a, b, c)
+    assert str(ours.value) == str(torch_error.value)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), dead=st.lists(st.integers(0, 15), max_size=16), kind=st.sampled_from(["bool", "float"]))
+def test_sdpa_fully_masked_rows_property(seed, dead, kind):
+    """Any set of fully masked query rows: zeros there (torch's rule), the NVFP4 composition elsewhere."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, 2, 16, 32, generator=g) for _ in range(3))
+    keep = torch.rand(2, 1, 16, 16, generator=g) > 0.5
+    keep[..., seed % 16] = True
+    keep[0, :, dead] = False
+    mask = keep if kind == "bool" else torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+    model = MaskedAttention()
+    gq.quantize_model(model, recipe="nvfp4")
+    out = model(q, k, v, mask)
+    torch_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.equal(out[0, :, dead], torch_out[0, :, dead])
+    _assert_matches(out, _masked_composition(q, k, v, keep, "nvfp4", 16), "nvfp4")

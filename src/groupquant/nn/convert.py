@@ -9,7 +9,7 @@ from torch import nn
 from .conv import QuantConv1d, QuantConv2d
 from .linear import QuantLinear
 from .functional_mode import quantize_functional
-from .recipes import recipe as recipe_of
+from .recipes import Recipe, recipe as recipe_of
 
 __all__ = ["quantize_model", "remove_functional", "REPLACEMENTS"]
 
@@ -111,7 +111,13 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
             through a torch function mode entered around ``model``'s forward
             (:mod:`groupquant.nn.functional_mode`). Default: on when a recipe is given.
             ``groupquant.nn.remove_functional(model)`` takes it off again.
-    Every include / exclude pattern must match some layer (a ValueError lists the names).
+    Every include / exclude pattern must match some layer (a ValueError lists the names). A layer
+    not chosen stays float on every route: with the functional mode on, nothing that runs inside it
+    (its own ``F.linear`` included) is quantized by the mode.
+
+    A recipe or at least one quantizer must be given (a ValueError otherwise). A model already
+    quantized with a recipe refuses a different one (ValueError naming both: start again from the
+    float model); calls with explicit quantizers convert only the layers still float.
 
     A layer registered under several names (``model.a = model.b = lin``, ``Sequential(lin, act,
     lin)``) stays shared: one quant layer takes every one of its slots. It is converted when all
@@ -120,30 +126,58 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
     guessing).
     Returns the model (or the new layer when ``model`` itself is a Linear/Conv).
     """
+    r = recipe_of(recipe) if recipe is not None else None
+    _check_not_requantized(model, r)
     include_p, exclude_p = _patterns(include, "include"), _patterns(exclude, "exclude")
     slots = _replaceable_slots(model)
     names = [name for _, slot_names in slots for name in slot_names]
     _check_matches(include_p, names, "include")
     _check_matches(exclude_p, names, "exclude")
-    quant_args = dict(recipe_of(recipe).layer_kwargs()) if recipe is not None else {}
+    quant_args = dict(r.layer_kwargs()) if r is not None else {}
     given = dict(weight_quant=weight_quant, input_quant=input_quant, output_quant=output_quant, bias_quant=bias_quant)
     quant_args.update({k: v for k, v in given.items() if v is not None or k not in quant_args})
     quant_args.update(quant_kwargs)
-    chosen = [(module, slot_names) for module, slot_names in slots
-              if _shared_choice(module, slot_names, include_p, exclude_p, filter_fn)]
-    for module, slot_names in chosen:
+    if r is None and not any(v is not None for k, v in quant_args.items() if _is_quant_slot(k)):
+        raise ValueError("quantize_model needs a recipe (recipe='mxfp8', see groupquant.nn.RECIPES) or at least one "
+                         "quantizer (weight_quant=..., input_quant=...); without one every layer would be converted "
+                         "to a layer that quantizes nothing")
+    choices = [(module, slot_names, _shared_choice(module, slot_names, include_p, exclude_p, filter_fn))
+               for module, slot_names in slots]
+    for module, slot_names, chosen in choices:
+        if not chosen:
+            continue
         new = _rebuild(module, REPLACEMENTS[type(module)], quant_args)
         for name in slot_names:
             if name == "":
                 return new
             parent_name, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent_name), child, new)
-    if functional if functional is not None else recipe is not None:
-        if recipe is None:
+    if r is not None:
+        model.__dict__["_groupquant_recipe"] = r
+    if functional if functional is not None else r is not None:
+        if r is None:
             raise ValueError("quantize_model(functional=True) needs a recipe: the functional GEMMs take its quantizers")
         remove_functional(model)
-        model._groupquant_functional_handle = quantize_functional(model, recipe_of(recipe))
+        left_float = [module for module, _, chosen in choices if not chosen]
+        model._groupquant_functional_handle = quantize_functional(model, r, left_float)
     return model
+
+
+def _is_quant_slot(keyword: str) -> bool:
+    """Whether a quantize_model keyword names a quantizer slot (``weight_quant``, ``grad_output_quant``, ...)."""
+    return keyword.endswith("_quant") or "_quant_for_" in keyword
+
+
+def _check_not_requantized(model: nn.Module, r: Optional[Recipe]) -> None:
+    """A second recipe on a model already quantized with another would mix them (the converted
+    layers keep the first, the functional GEMMs would take the second): refuse, naming both."""
+    previous = model.__dict__.get("_groupquant_recipe") if isinstance(model, nn.Module) else None
+    if r is None or previous is None or previous == r:
+        return
+    raise ValueError(f"quantize_model(recipe={r.name!r}): this model is already quantized with recipe "
+                     f"{previous.name!r}; a second recipe would mix the two (the converted layers keep "
+                     f"{previous.name!r}, the functional GEMMs would take {r.name!r}). Start again from the float "
+                     "model (keep a copy.deepcopy of it before quantize_model)")
 
 
 def remove_functional(model: nn.Module) -> bool:

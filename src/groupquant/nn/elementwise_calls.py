@@ -5,7 +5,8 @@ precision (``Recipe.elementwise``, e.g. ``"bfloat16"``): each maps onto an op of
 Mapped: ``softmax`` (``F`` / ``torch`` / ``Tensor``), ``F.gelu`` (erf and tanh forms), ``F.silu``,
 ``sigmoid``, ``tanh``, ``relu``, ``F.layer_norm``, ``F.rms_norm``, ``F.group_norm``, and the adds and
 multiplies of two floating tensors of one shape (residual adds, gates). Results come back in the
-input's dtype.
+input's dtype (softmax: in its ``dtype`` argument's, positional or keyword, as torch); ``inplace=True``
+(``F.relu``, ``F.silu``) and the ``relu_`` / ``sigmoid_`` / ``tanh_`` forms write into the input.
 """
 from __future__ import annotations
 
@@ -19,17 +20,45 @@ from .. import elementwise as ew
 __all__ = ["elementwise_handler"]
 
 
-def _softmax(precision: Any, x: torch.Tensor, dim: Optional[int] = None, *args: Any, **kwargs: Any) -> torch.Tensor:
+def _softmax_in(precision: Any, x: torch.Tensor, dim: Optional[int], dtype: Optional[torch.dtype]) -> torch.Tensor:
+    """torch's softmax rule: ``x`` cast to ``dtype`` (when given) first; the result in that dtype."""
     if dim is None:
         raise ValueError("softmax needs an explicit dim under element-wise precision emulation")
-    dtype = kwargs.get("dtype") or (args[1] if len(args) > 1 else None)
-    out = ew.softmax(x, dim, precision)
-    return out.to(dtype or x.dtype)
+    if dtype is not None:
+        x = x.to(dtype)
+    return ew.softmax(x, dim, precision).to(x.dtype)
+
+
+def _functional_softmax(precision: Any, x: torch.Tensor, dim: Optional[int] = None, _stacklevel: int = 3,
+                        dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``F.softmax(input, dim, _stacklevel, dtype)``."""
+    return _softmax_in(precision, x, dim, dtype)
+
+
+def _torch_softmax(precision: Any, x: torch.Tensor, dim: Optional[int] = None,
+                   dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``torch.softmax(input, dim, dtype)`` and ``Tensor.softmax(dim, dtype)`` (dtype positional or keyword)."""
+    return _softmax_in(precision, x, dim, dtype)
 
 
 def _unary(op: Callable) -> Callable:
     def call(precision: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return op(x, precision=precision).to(x.dtype)
+    return call
+
+
+def _in_place(op: Callable) -> Callable:
+    """``torch.relu_`` / ``Tensor.sigmoid_`` ...: the rounded result written into ``x``, which is returned."""
+    def call(precision: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.copy_(op(x, precision=precision))
+    return call
+
+
+def _with_inplace(op: Callable) -> Callable:
+    """``F.relu(x, inplace)`` / ``F.silu(x, inplace)``: in place when asked, as torch."""
+    def call(precision: Any, x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        out = op(x, precision=precision)
+        return x.copy_(out) if inplace else out.to(x.dtype)
     return call
 
 
@@ -67,11 +96,14 @@ def _same_shape_floats(a: Any, b: Any) -> bool:
 
 
 _HANDLERS: Dict[Callable, Callable] = {
-    F.softmax: _softmax, torch.softmax: _softmax, torch.Tensor.softmax: _softmax,
-    F.gelu: _gelu, F.silu: _unary(ew.silu), F.sigmoid: _unary(ew.sigmoid), torch.sigmoid: _unary(ew.sigmoid),
+    F.softmax: _functional_softmax, torch.softmax: _torch_softmax, torch.Tensor.softmax: _torch_softmax,
+    F.gelu: _gelu, F.silu: _with_inplace(ew.silu), F.sigmoid: _unary(ew.sigmoid), torch.sigmoid: _unary(ew.sigmoid),
     torch.Tensor.sigmoid: _unary(ew.sigmoid), F.tanh: _unary(ew.tanh), torch.tanh: _unary(ew.tanh),
-    torch.Tensor.tanh: _unary(ew.tanh), F.relu: _unary(ew.relu), torch.relu: _unary(ew.relu),
+    torch.Tensor.tanh: _unary(ew.tanh), F.relu: _with_inplace(ew.relu), torch.relu: _unary(ew.relu),
     torch.Tensor.relu: _unary(ew.relu), F.layer_norm: _layer_norm, F.group_norm: _group_norm,
+    torch.relu_: _in_place(ew.relu), torch.Tensor.relu_: _in_place(ew.relu), torch.sigmoid_: _in_place(ew.sigmoid),
+    torch.Tensor.sigmoid_: _in_place(ew.sigmoid), torch.tanh_: _in_place(ew.tanh),
+    torch.Tensor.tanh_: _in_place(ew.tanh),
     torch.add: _binary(ew.add), torch.Tensor.add: _binary(ew.add), torch.Tensor.__add__: _binary(ew.add),
     torch.mul: _binary(ew.mul), torch.Tensor.mul: _binary(ew.mul), torch.Tensor.__mul__: _binary(ew.mul),
 }

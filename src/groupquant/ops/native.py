@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ["backend", "native_available", "load", "extension_name", "needs_build", "build_message", "build_flags",
+__all__ = ["BackendSettingError", "backend", "native_available", "load", "extension_name", "needs_build", "build_message", "build_flags",
            "CSRC", "BACKEND_ENV", "BUILD_DIR_ENV"]
 
 BACKEND_ENV = "GROUPQUANT_BACKEND"
@@ -41,11 +41,16 @@ _lock = threading.Lock()
 _state: dict = {"tried": False, "ok": False, "error": None, "cuda": False}
 
 
+class BackendSettingError(ValueError):
+    """``GROUPQUANT_BACKEND`` holds a value that is not a backend (the CLI reports it in one line)."""
+
+
 def _requested() -> str:
     """The backend asked for by ``GROUPQUANT_BACKEND`` (``auto`` when unset)."""
     value = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
     if value not in BACKENDS:
-        raise ValueError(f"{BACKEND_ENV} must be one of {BACKENDS}, got {value!r}")
+        raise BackendSettingError(f"{BACKEND_ENV} must be one of {', '.join(BACKENDS)}, got {value!r} "
+                                  f"(unset it for 'auto')")
     return value
 
 
