@@ -20,8 +20,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ScaleFormat, ScaleKind
-from ..ops.shared_scale import default_scale_format
+from ..formats import ElementFormat, ScaleFormat, default_scale_format
 from .granularity import ScaleGranularity
 
 __all__ = ["QuantSpec", "STANDALONE_GROUP_DIM", "STANDALONE_CHANNEL_DIM"]
@@ -80,7 +79,7 @@ class QuantSpec:
         if self.scale_format.is_power_of_two != (self.restrict == "power_of_two"):
             raise ValueError(f"QuantSpec restrict={self.restrict!r} does not go with scale_format "
                              f"{self.scale_format.name!r}")
-        if self.tensor_scale and (self.scale_format.kind is not ScaleKind.MINIFLOAT or not self.is_dynamic
+        if self.tensor_scale and (not self.scale_format.takes_tensor_scale or not self.is_dynamic
                                   or self.granularity != "group"):
             raise ValueError("QuantSpec tensor_scale needs a minifloat scale format, group granularity and abs-max "
                              "scales from each tensor")
@@ -163,7 +162,7 @@ class QuantSpec:
     @property
     def uses_default_scale_format(self) -> bool:
         """True for E8M0 power-of-two or float32 scales without a tensor scale (every scale source works)."""
-        return not self.tensor_scale and self.scale_format in (E8M0, FLOAT32_SCALE)
+        return not self.tensor_scale and self.scale_format.any_scale_source
 
 
 @functools.lru_cache(maxsize=1024)
