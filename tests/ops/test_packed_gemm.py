@@ -62,7 +62,7 @@ def test_scale_tables_of_other_scale_formats():
 
 
 def test_scale_table_is_e8m0():
-    t = scale_table(get_scale_format("e8m0"))
+    t = scale_table(E8M0)
     assert t[127] == 1.0 and t[0] == 2.0 ** -127 and t[254] == 2.0 ** 127 and torch.isnan(t[255])
 
 

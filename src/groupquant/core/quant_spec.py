@@ -76,9 +76,6 @@ class QuantSpec:
         """Refuse a mode no module implements (quantizers check settings with named errors first)."""
         if self.scale_format is None:
             object.__setattr__(self, "scale_format", default_scale_format(self.scale_mode))
-        if self.scale_format.is_power_of_two != (self.restrict == "power_of_two"):
-            raise ValueError(f"QuantSpec restrict={self.restrict!r} does not go with scale_format "
-                             f"{self.scale_format.name!r}")
         if self.tensor_scale and (not self.scale_format.takes_tensor_scale or not self.is_dynamic
                                   or self.granularity != "group"):
             raise ValueError("QuantSpec tensor_scale needs a minifloat scale format, group granularity and abs-max "
@@ -93,6 +90,9 @@ class QuantSpec:
         for name, choices in allowed.items():
             if getattr(self, name) not in choices:
                 raise ValueError(f"QuantSpec {name} must be one of {choices}, got {getattr(self, name)!r}")
+        if self.scale_mode not in self.scale_format.rules:
+            raise ValueError(f"QuantSpec restrict={self.restrict!r} does not go with scale_format "
+                             f"{self.scale_format.name!r}")
         size = self.group_size
         if self.granularity == "group" and size is not None and (isinstance(size, bool) or not isinstance(size, int)
                                                                  or size < 1):

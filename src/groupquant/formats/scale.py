@@ -137,6 +137,16 @@ class ExponentScale:
         """dtype of stored scales: :data:`E8M0_DTYPE` for E8M0, ``uint8`` exponent codes for narrower ones."""
         return E8M0_DTYPE if self.bits == 8 else torch.uint8
 
+    @property
+    def onnx_type(self) -> Optional[str]:
+        """Name of the ONNX ``TensorProto`` type holding exactly these scales: ``FLOAT8E8M0`` for E8M0,
+        None for narrower exponent formats (exported as float32 values)."""
+        return "FLOAT8E8M0" if self.bits == 8 else None
+
+    def kept_codes(self, codes: torch.Tensor) -> Optional[torch.Tensor]:
+        """What a quantized tensor keeps of the op's scale codes: all of them (one byte per scale)."""
+        return codes
+
     def exponent_cap(self, dtype: torch.dtype, fmt: ElementFormat) -> int:
         """Largest shared exponent for input of ``dtype``: floor(log2(dtype max)) - emax, at most +bias."""
         return min(self.max_exponent, _dtype_emax(dtype) - fmt.emax)
@@ -298,6 +308,22 @@ class FloatScale:
         if (el.exponent_bit_width, el.mantissa_bit_width, el.special_values, el.bias) == (4, 3, SpecialValues.NAN_ONLY, 7):
             return getattr(torch, "float8_e4m3fn", torch.uint8)
         return torch.uint8
+
+    @property
+    def onnx_type(self) -> Optional[str]:
+        """Name of the ONNX ``TensorProto`` type holding exactly these scales: ``FLOAT``, ``BFLOAT16``,
+        ``FLOAT8E4M3FN`` for UE4M3 (its bytes with sign bit 0); None for other minifloats (rounded
+        onto their grid in float32 by the exporter)."""
+        if self.kind is ScaleKind.FLOAT32:
+            return "FLOAT"
+        if self.kind is ScaleKind.BFLOAT16:
+            return "BFLOAT16"
+        return "FLOAT8E4M3FN" if self.storage_dtype == getattr(torch, "float8_e4m3fn", None) else None
+
+    def kept_codes(self, codes: torch.Tensor) -> Optional[torch.Tensor]:
+        """What a quantized tensor keeps of the op's scale codes: a minifloat's bytes; None for
+        float32 / bfloat16 (stored as values)."""
+        return codes if self.is_coded else None
 
     def _round(self, s: torch.Tensor) -> torch.Tensor:
         """float32 ``s`` within [min_value, max_value] rounded onto the format, nearest even

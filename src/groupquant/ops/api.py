@@ -58,37 +58,9 @@ class _ReferenceFakeQuant(torch.autograd.Function):
         return grad, None, None
 
 
-@torch.compiler.assume_constant_result
-def _native_cpu() -> bool:
-    """Whether the native op serves CPU tensors; a constant to torch.compile (builds on first call)."""
-    return native.native_available(torch.device("cpu"))
-
-
-@torch.compiler.assume_constant_result
-def _native_cuda() -> bool:
-    """Whether the native op serves CUDA tensors; a constant to torch.compile."""
-    return native.native_available(torch.device("cuda"))
-
-
-_SERVED: dict = {}  # device type -> whether the native op serves it, once known (eager fast path)
-
-
 def _use_native(x: torch.Tensor) -> bool:
-    """Whether the native op runs for ``x``'s device (the first call per device may build it)."""
-    kind = x.device.type
-    if not torch.compiler.is_compiling():
-        served = _SERVED.get(kind)
-        if served is not None:
-            return served
-    if kind == "cpu":
-        served = _native_cpu()
-    elif kind == "cuda":
-        served = _native_cuda()
-    else:
-        served = False
-    if not torch.compiler.is_compiling():
-        _SERVED[kind] = served
-    return served
+    """Whether the native op runs for ``x``'s device (:func:`groupquant.ops.native.serves`)."""
+    return native.serves(x.device)
 
 
 def backend() -> str:

@@ -138,6 +138,5 @@ def _quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     """:func:`reference_quantize` under the thread's current flush-denormal mode."""
     q = _quantize_values(x, spec)
     codes = encode(q.elements, spec.fmt)
-    scale_codes = q.scale_codes if spec.scale_format.is_coded else None
-    return GroupQuantized(codes, q.scale, scale_codes, spec.fmt, spec.layout, x.dtype, spec.scale_format,
+    return GroupQuantized(codes, q.scale, spec.scale_format.kept_codes(q.scale_codes), spec.fmt, spec.layout, x.dtype, spec.scale_format,
                           q.tensor_scale)
