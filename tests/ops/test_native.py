@@ -395,3 +395,30 @@ def test_failed_build_warns_once_and_falls_back(monkeypatch: pytest.MonkeyPatch)
     finally:
         native._state.clear()
         native._state.update(saved)
+
+
+@pytest.mark.parametrize("served", [False, True])
+def test_one_backend_choice_serves_the_group_ops_and_the_packed_gemm(monkeypatch, served) -> None:
+    """native.serves is the one backend decision: the group ops and the packed GEMM both follow it."""
+    from groupquant.ops import api, packed_gemm
+    from groupquant.ops.packed_tables import element_value_table, scale_table
+    from groupquant.ops.packed_gemm_params import packed_gemm_params
+
+    if served and not native.load():
+        pytest.skip("native kernels unavailable")
+    calls = []
+    real_decode, real_fake_quant = packed_gemm.reference_packed_decode, api.reference_fake_quant
+    monkeypatch.setattr(packed_gemm, "reference_packed_decode", lambda w: calls.append("packed") or real_decode(w))
+    monkeypatch.setattr(api, "reference_fake_quant", lambda *a, **k: calls.append("fake_quant") or real_fake_quant(*a, **k))
+    monkeypatch.setitem(native._SERVED, "cpu", served)
+    w = torch.randn(4, 64)
+    p = gq.pack(gq.quantize(w, "fp8_e4m3"))
+    weight = packed_gemm.PackedWeight(p.data.reshape(-1).view(torch.uint8), p.scale.view(torch.uint8).reshape(4, -1),
+                                      element_value_table(p.fmt), scale_table(p.scale_format),
+                                      packed_gemm_params(p.fmt, 4, 64, p.block_size))
+    x = torch.randn(3, 64)
+    y = packed_gemm.packed_linear(x, weight)
+    q = gq.fake_quant(x, "fp8_e4m3")
+    assert calls == ([] if served else ["packed", "fake_quant"])
+    assert torch.allclose(y, x @ p.dequantize().float().T, rtol=1e-5, atol=1e-5)  # same result either way
+    assert torch.equal(q, real_fake_quant(x, make_spec(x, "fp8_e4m3"))[0])
