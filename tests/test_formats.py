@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import groupquant as gq
-from groupquant.formats import E8M0, FloatFormat, IntFormat, SpecialValues, get_format, known_formats
+from groupquant.formats import E8M0, FloatFormat, IntFormat, SpecialValues, get_format, get_scale_format, known_formats
 
 # OCP MX v1.0 element formats (DESIGN.md table): bias, emax, max normal, min normal, min subnormal.
 OCP_TABLE = {
@@ -266,3 +266,43 @@ def test_describe_reports_the_constants(name):
     d = f.describe()
     assert d["name"] == f.name and d["max_normal"] == f.max_normal and d["emax"] == f.emax
     assert d["bit_width"] == f.bit_width
+
+
+# ---- scale formats own their codec: the same bits as the element-format ops they replace -------
+
+MINIFLOAT_SCALES = ["ue4m3", "ue5m3", "ue3m2", "ue5m2", "ue4m4", "ue2m1"]
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+    return bool(torch.equal(nan_a, nan_b)) and bool(torch.equal(a[~nan_a].view(torch.int32), b[~nan_b].view(torch.int32)))
+
+
+@pytest.mark.parametrize("name", MINIFLOAT_SCALES)
+def test_minifloat_scale_decode_and_encode_are_the_element_codec(name):
+    from groupquant.ops import decode, encode
+    sf = get_scale_format(name)
+    el = sf.element
+    codes = torch.arange(256, dtype=torch.int32)
+    inside = codes < (1 << el.bit_width)
+    assert _same_bits(sf.decode(codes)[inside], decode(codes[inside], el))
+    assert torch.isnan(sf.decode(codes)[~inside]).all()
+    values = decode(codes[inside], el)
+    normal = torch.isfinite(values) & (values >= el.min_normal)
+    assert torch.equal(sf.encode(values[normal]), encode(values[normal], el).to(torch.uint8))
+    assert sf.encode(torch.tensor([float("nan")])).item() == el.nan_code
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(MINIFLOAT_SCALES), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=64))
+def test_float_scale_block_scale_rounds_as_round_to_format(name, fractions):
+    from groupquant.ops import round_to_format
+    sf = get_scale_format(name)
+    el = sf.element
+    lo, hi = math.log2(el.min_normal), math.log2(el.max_normal)
+    s = torch.tensor([2.0 ** (lo + f * (hi - lo)) for f in fractions], dtype=torch.float32).clamp(el.min_normal,
+                                                                                                 el.max_normal)
+    amax = s * 6.0  # fp4_e2m1's max normal: the block scale is round(amax / 6)
+    scale, codes = sf.block_scale(amax, get_format("fp4_e2m1"), "float", torch.float32)
+    assert torch.equal(scale, round_to_format((amax / 6.0).clamp(el.min_normal, el.max_normal), el, "even"))
+    assert torch.equal(codes, sf.encode(scale))

@@ -99,7 +99,7 @@ def test_error_is_never_worse_than_the_floor_rule(name):
     g = ScaleGranularity("group", -1, 32)
     out = build_tensor_quant(QuantSpec("mse", fmt, "group", 32, -1, stats_op="mse"))(x)  # the quantizer route
     assert isinstance(out, FakeQuantResult) and torch.equal(out.scale.nan_to_num(), mse_scale(x, fmt, g).nan_to_num())
-    mse_value = g.unview(out.value, x.shape)
+    mse_value = g.layout(x.shape).expand(out.value)
     floor_value = gq.fake_quant(x, name, 32, -1)
     finite = torch.isfinite(x).all(dim=1)
     assert torch.isnan(mse_value[~finite]).any(dim=1).all()  # NaN / Inf groups come out NaN

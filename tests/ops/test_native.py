@@ -102,13 +102,13 @@ def check_against_reference(x: torch.Tensor, fmt, block_size, dim, rounding, sca
     what = (f"{fmt.name} {scale_mode} {rounding} {x.dtype} {tuple(x.shape)} dim={dim} block={block_size} "
             f"saturating={saturating}")
     ref_out, ref_mask = reference_fake_quant(x, spec, want_mask=True)
-    out, mask = torch.ops.groupquant.group_fake_quant_masked(x, op_params(spec, x.dtype))
+    out, mask, _ = torch.ops.groupquant.group_fake_quant(x, op_params(spec, x.dtype), True, False)
     assert_same(out, ref_out, what)
     assert torch.equal(mask, ref_mask), f"clipped-STE mask differs: {what}"
     assert_same(native_fake_quant(x, spec), ref_out, what)
     ref_q, q = reference_quantize(x, spec), native_quantize(x, spec)
     for want_mask in (False, True):  # values, mask and scales from one pass
-        out, mask, scale = torch.ops.groupquant.group_fake_quant_scale(x, op_params(spec, x.dtype), want_mask)
+        out, mask, scale = torch.ops.groupquant.group_fake_quant(x, op_params(spec, x.dtype), want_mask, True)
         assert_same(out, ref_out, f"with scale: {what}")
         assert torch.equal(mask, ref_mask) if want_mask else mask.numel() == 0, f"mask with scale: {what}"
         assert_same(scale, ref_q.scale, f"scale beside the values: {what}")
@@ -192,7 +192,9 @@ def test_op_rejects_bad_arguments_by_name() -> None:
     def with_field(**change) -> list:
         return dataclasses.replace(record, **change).pack()
 
-    op = torch.ops.groupquant.group_fake_quant
+    def op(x, params):
+        return torch.ops.groupquant.group_fake_quant(x, params, False, False)
+
     with pytest.raises(ValueError, match="rounding"):
         op(x, with_field(rounding=4))
     with pytest.raises(ValueError, match="scale_mode"):
@@ -217,7 +219,7 @@ def test_op_treats_a_block_size_beyond_the_dim_as_the_whole_dim() -> None:
     whole = kernel_params(make_spec(x, "fp8_e4m3", None), x.dtype)
     for block in (41, 2 ** 40, sys.maxsize):
         params = dataclasses.replace(whole, block_size=block).pack()
-        assert_same(torch.ops.groupquant.group_fake_quant(x, params), native_fake_quant(x, make_spec(x, "fp8_e4m3", None)),
+        assert_same(torch.ops.groupquant.group_fake_quant(x, params, False, False)[0], native_fake_quant(x, make_spec(x, "fp8_e4m3", None)),
                     f"block {block}")
         codes, scale, _ = torch.ops.groupquant.group_quantize(x, params, torch.uint8)
         assert codes.shape == (3, 1, 40) and scale.shape == (3, 1, 1)
@@ -241,11 +243,10 @@ def test_opcheck_passes_on_every_op() -> None:
     x = torch.randn(3, 40, requires_grad=True)
     for rounding in ("even", "stochastic"):
         params = op_params(make_spec(x, "fp8_e4m3", 16, -1, rounding, seed=3), x.dtype)
-        torch.library.opcheck(torch.ops.groupquant.group_fake_quant.default, (x, params))
-        torch.library.opcheck(torch.ops.groupquant.group_fake_quant_masked.default, (x, params))
         torch.library.opcheck(torch.ops.groupquant.group_quantize.default, (x.detach(), params, torch.uint8))
         for want_mask in (False, True):
-            torch.library.opcheck(torch.ops.groupquant.group_fake_quant_scale.default, (x, params, want_mask))
+            for want_scale in (False, True):
+                torch.library.opcheck(torch.ops.groupquant.group_fake_quant.default, (x, params, want_mask, want_scale))
 
 
 class _QuantMLP(torch.nn.Module):
@@ -394,3 +395,30 @@ def test_failed_build_warns_once_and_falls_back(monkeypatch: pytest.MonkeyPatch)
     finally:
         native._state.clear()
         native._state.update(saved)
+
+
+@pytest.mark.parametrize("served", [False, True])
+def test_one_backend_choice_serves_the_group_ops_and_the_packed_gemm(monkeypatch, served) -> None:
+    """native.serves is the one backend decision: the group ops and the packed GEMM both follow it."""
+    from groupquant.ops import api, packed_gemm
+    from groupquant.ops.packed_tables import element_value_table, scale_table
+    from groupquant.ops.packed_gemm_params import packed_gemm_params
+
+    if served and not native.load():
+        pytest.skip("native kernels unavailable")
+    calls = []
+    real_decode, real_fake_quant = packed_gemm.reference_packed_decode, api.reference_fake_quant
+    monkeypatch.setattr(packed_gemm, "reference_packed_decode", lambda w: calls.append("packed") or real_decode(w))
+    monkeypatch.setattr(api, "reference_fake_quant", lambda *a, **k: calls.append("fake_quant") or real_fake_quant(*a, **k))
+    monkeypatch.setitem(native._SERVED, "cpu", served)
+    w = torch.randn(4, 64)
+    p = gq.pack(gq.quantize(w, "fp8_e4m3"))
+    weight = packed_gemm.PackedWeight(p.data.reshape(-1).view(torch.uint8), p.scale.view(torch.uint8).reshape(4, -1),
+                                      element_value_table(p.fmt), scale_table(p.scale_format),
+                                      packed_gemm_params(p.fmt, 4, 64, p.block_size))
+    x = torch.randn(3, 64)
+    y = packed_gemm.packed_linear(x, weight)
+    q = gq.fake_quant(x, "fp8_e4m3")
+    assert calls == ([] if served else ["packed", "fake_quant"])
+    assert torch.allclose(y, x @ p.dequantize().float().T, rtol=1e-5, atol=1e-5)  # same result either way
+    assert torch.equal(q, real_fake_quant(x, make_spec(x, "fp8_e4m3"))[0])

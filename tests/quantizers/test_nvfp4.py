@@ -9,7 +9,7 @@ from groupquant.formats import UE4M3, get_scale_format
 from groupquant.inject import ConfigError
 from groupquant.nn import QuantConv2d, QuantLinear
 from groupquant.quantizers import (MXFloat4e2m1Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, NVFP4Act, NVFP4Weight,
-                                   RestrictScaling, ScalingPerOutput, ScalingSource, quantizer_spec)
+                                   RestrictScaling, ScaleRounding, ScalingPerOutput, ScalingSource, quantizer_spec)
 
 
 def _binades(shape, lo=-12, hi=12, seed=0):
@@ -136,3 +136,31 @@ def test_microxcaling_and_torchao_names_point_to_the_settings():
     with pytest.raises(Exception, match="scale_format"):
         class Bad(MXFloat4e2m1Weight):  # noqa: F841
             scale_bits = 5
+
+
+@pytest.mark.parametrize("rule", ["ceil", "even", "rceil", ScaleRounding.CEIL])
+def test_a_power_of_two_rule_on_float_scales_is_refused_by_name(rule):
+    """issue 17 item 13: NVFP4Weight.let(scale_rounding="ceil") was accepted and changed nothing."""
+    with pytest.raises(ConfigError, match="scale_rounding"):
+        quantizer_spec(NVFP4Weight.let(scale_rounding=rule))
+    with pytest.raises(ConfigError, match="scale_rounding"):
+        quantizer_spec(MXFloat8e4m3Act.let(restrict_scaling_type=RestrictScaling.FP, scale_rounding=rule))
+    w = _binades((4, 64))  # the default rule stays accepted, and is the float rule
+    out = NVFP4Weight.let(scale_rounding=ScaleRounding.FLOOR).tensor_quant(w)
+    assert torch.equal(out.expanded_value, gq.fake_quant(w, "nvfp4"))
+
+
+def test_ue8m0_is_e8m0_under_the_name_given():
+    """issue 17: scale_format="ue8m0" (NVIDIA / DeepSeek's spelling of E8M0) was reported as "e8m0"."""
+    q = MXFloat4e2m1Weight.let(scale_format="ue8m0")
+    spec = quantizer_spec(q)
+    assert spec.scale_format == get_scale_format("e8m0") and spec.scale_format.name == "ue8m0"
+    assert "UE8M0" in spec.describe_rule()
+    w = _binades((4, 64))
+    assert torch.equal(q.tensor_quant(w).expanded_value, gq.fake_quant(w, "fp4_e2m1", scale_format="e8m0"))
+    with pytest.raises(ConfigError, match="'?ue8m0"):
+        quantizer_spec(MXFloat4e2m1Weight.let(scale_format="ue8m0", restrict_scaling_type=RestrictScaling.FP))
+    with pytest.raises(ValueError, match="scale_format='ue8m0'"):
+        gq.fake_quant(w, "fp4_e2m1", scale_format="ue8m0", scale_mode="float")
+    with pytest.raises(ValueError, match="'ue9m0'"):
+        gq.fake_quant(w, "fp4_e2m1", scale_format="ue9m0")

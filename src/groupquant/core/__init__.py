@@ -17,12 +17,11 @@ from .scaled_quant import ScaledQuant
 from .scaled_round import scaled_round
 from .stats import STATS_OPS, ScalingStats
 from .stats_scale import StatsScale
-from .ste import STE_MODES, round_ste, round_to_format_ste
+from .ste import STE_MODES, round_ste
 
 __all__ = [
     "build_tensor_quant", "learned_scale_shape", "DynamicQuant", "dynamic_fake_quant", "GRANULARITIES",
     "ScaleGranularity", "LearnedScale", "QuantSpec", "RESTRICTIONS", "scale_from_stat", "RunningStatsScale",
     "ScaledQuant", "scaled_round", "STATS_OPS", "ScalingStats", "StatsScale", "STE_MODES", "round_ste",
-    "round_to_format_ste",
 ]
 __all__ += ["MSE_ROUNDING_MODES", "MSEScale", "mse_scale"]

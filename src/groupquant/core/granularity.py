@@ -80,10 +80,6 @@ class ScaleGranularity:
         """``x`` as the scale broadcasts against it: contracted for groups, unchanged otherwise."""
         return self.layout(x.shape).contract(x) if self.is_group else x
 
-    def unview(self, v: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-        """Inverse of :meth:`view` for a tensor of original ``shape``."""
-        return self.layout(shape).expand(v) if self.is_group else v
-
     def reduce_dims(self, viewed_ndim: int, shape: Sequence[int]) -> Tuple[int, ...]:
         """Dims of the viewed tensor that one scale reduces over."""
         if self.kind == "tensor":

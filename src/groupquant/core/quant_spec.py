@@ -20,8 +20,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ScaleFormat, ScaleKind
-from ..ops.shared_scale import default_scale_format
+from ..formats import ElementFormat, ScaleFormat, default_scale_format
 from .granularity import ScaleGranularity
 
 __all__ = ["QuantSpec", "STANDALONE_GROUP_DIM", "STANDALONE_CHANNEL_DIM"]
@@ -77,10 +76,7 @@ class QuantSpec:
         """Refuse a mode no module implements (quantizers check settings with named errors first)."""
         if self.scale_format is None:
             object.__setattr__(self, "scale_format", default_scale_format(self.scale_mode))
-        if self.scale_format.is_power_of_two != (self.restrict == "power_of_two"):
-            raise ValueError(f"QuantSpec restrict={self.restrict!r} does not go with scale_format "
-                             f"{self.scale_format.name!r}")
-        if self.tensor_scale and (self.scale_format.kind is not ScaleKind.MINIFLOAT or not self.is_dynamic
+        if self.tensor_scale and (not self.scale_format.takes_tensor_scale or not self.is_dynamic
                                   or self.granularity != "group"):
             raise ValueError("QuantSpec tensor_scale needs a minifloat scale format, group granularity and abs-max "
                              "scales from each tensor")
@@ -94,6 +90,9 @@ class QuantSpec:
         for name, choices in allowed.items():
             if getattr(self, name) not in choices:
                 raise ValueError(f"QuantSpec {name} must be one of {choices}, got {getattr(self, name)!r}")
+        if self.scale_mode not in self.scale_format.rules:
+            raise ValueError(f"QuantSpec restrict={self.restrict!r} does not go with scale_format "
+                             f"{self.scale_format.name!r}")
         size = self.group_size
         if self.granularity == "group" and size is not None and (isinstance(size, bool) or not isinstance(size, int)
                                                                  or size < 1):
@@ -163,7 +162,7 @@ class QuantSpec:
     @property
     def uses_default_scale_format(self) -> bool:
         """True for E8M0 power-of-two or float32 scales without a tensor scale (every scale source works)."""
-        return not self.tensor_scale and self.scale_format in (E8M0, FLOAT32_SCALE)
+        return not self.tensor_scale and self.scale_format.any_scale_source
 
 
 @functools.lru_cache(maxsize=1024)

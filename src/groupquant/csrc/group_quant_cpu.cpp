@@ -19,11 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#if defined(__SSE__) || defined(__x86_64__) || defined(_M_X64)
-#include <xmmintrin.h>
-#define GQ_HAVE_MXCSR 1
-#endif
-
+#include "cpu_utils.h"  // KeepDenormals
 #include "group_quant.h"
 #include "group_quant_job.h"
 
@@ -33,27 +29,6 @@ namespace {
 constexpr int64_t kTile = 2048;          // elements per tile (three float buffers of it stay in L1)
 constexpr int64_t kColumns = 1024;       // columns per work item when grouping along a leading dim
 constexpr int64_t kGrainElements = 1 << 15;  // elements per parallel task, at least
-
-// Keeps subnormals for its lifetime: clears MXCSR's flush-to-zero (bit 15) and denormals-are-zero
-// (bit 6) and restores the previous MXCSR on destruction. A no-op where there is no MXCSR.
-class KeepDenormals {
- public:
-#if defined(GQ_HAVE_MXCSR)
-  KeepDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~(kFlushToZero | kDenormalsAreZero)); }
-  ~KeepDenormals() { _mm_setcsr(saved_); }
-#else
-  KeepDenormals() = default;
-#endif
-  KeepDenormals(const KeepDenormals&) = delete;
-  KeepDenormals& operator=(const KeepDenormals&) = delete;
-
- private:
-#if defined(GQ_HAVE_MXCSR)
-  static constexpr unsigned kFlushToZero = 0x8000u;
-  static constexpr unsigned kDenormalsAreZero = 0x0040u;
-  unsigned saved_;
-#endif
-};
 
 // ---- storage types: how to load, store and take |x| bits ---------------------------------------
 

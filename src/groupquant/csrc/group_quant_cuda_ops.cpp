@@ -14,22 +14,11 @@ void run_on_cuda(const Job& job, const at::Tensor& x) {
   TORCH_CHECK(err == 0, "groupquant: CUDA kernel failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
-at::Tensor fake_quant_cuda(const at::Tensor& x, at::IntArrayRef params, const std::optional<at::Tensor>& ts) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_cuda(const at::Tensor& x, at::IntArrayRef params,
+                                                               bool want_mask, bool want_scale,
+                                                               const std::optional<at::Tensor>& ts) {
   const c10::cuda::CUDAGuard guard(x.device());
-  return std::get<0>(fake_quant_impl(x, params, false, ts, run_on_cuda));
-}
-
-std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cuda(const at::Tensor& x, at::IntArrayRef params,
-                                                          const std::optional<at::Tensor>& ts) {
-  const c10::cuda::CUDAGuard guard(x.device());
-  return fake_quant_impl(x, params, true, ts, run_on_cuda);
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_cuda(const at::Tensor& x, at::IntArrayRef params,
-                                                                     bool want_mask,
-                                                                     const std::optional<at::Tensor>& ts) {
-  const c10::cuda::CUDAGuard guard(x.device());
-  return fake_quant_scale_impl(x, params, want_mask, ts, run_on_cuda);
+  return fake_quant_impl(x, params, want_mask, want_scale, ts, run_on_cuda);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cuda(const at::Tensor& x, at::IntArrayRef params,
@@ -44,7 +33,5 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cuda(const at::Tensor& x
 
 TORCH_LIBRARY_IMPL(groupquant, CUDA, m) {
   m.impl("group_fake_quant", &groupquant::fake_quant_cuda);
-  m.impl("group_fake_quant_masked", &groupquant::fake_quant_masked_cuda);
-  m.impl("group_fake_quant_scale", &groupquant::fake_quant_scale_cuda);
   m.impl("group_quantize", &groupquant::quantize_cuda);
 }

@@ -15,17 +15,13 @@ namespace groupquant {
 // Runs a filled job on x's device.
 using Runner = void (*)(const Job& job, const at::Tensor& x);
 
-// Fake-quant: dequantized values (x's shape and dtype, contiguous) and, if want_mask, a bool mask
-// (|x / scale| <= max_normal); the mask is an empty tensor otherwise.
-std::tuple<at::Tensor, at::Tensor> fake_quant_impl(const at::Tensor& x, at::IntArrayRef params, bool want_mask,
-                                                   const std::optional<at::Tensor>& tensor_scale, Runner runner);
-
-// Fake-quant plus the float32 scale of every block, contracted scale shape sizes[:d] + (k, 1) + sizes[d+1:]:
-// (out, mask, scale); the mask is an empty tensor unless want_mask.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_impl(const at::Tensor& x, at::IntArrayRef params,
-                                                                     bool want_mask,
-                                                                     const std::optional<at::Tensor>& tensor_scale,
-                                                                     Runner runner);
+// Fake-quant: (out, mask, scale): dequantized values (x's shape and dtype, contiguous); if
+// want_mask a bool mask (|x / scale| <= max_normal), if want_scale the float32 scale of every
+// block in the contracted scale shape sizes[:d] + (k, 1) + sizes[d+1:]; each an empty tensor otherwise.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_impl(const at::Tensor& x, at::IntArrayRef params,
+                                                               bool want_mask, bool want_scale,
+                                                               const std::optional<at::Tensor>& tensor_scale,
+                                                               Runner runner);
 
 // Quantize: codes (contracted layout, code_dtype), float32 scales and uint8 scale codes (scale shape).
 // tensor_scale: the per-tensor second scale (a float32 one-element tensor on x's device) or none.

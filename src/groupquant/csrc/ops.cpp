@@ -1,8 +1,7 @@
 // The groupquant custom ops: schemas, argument checks, output allocation, CPU registration.
 //
-//   groupquant::group_fake_quant(x, params, tensor_scale) -> Tensor
-//   groupquant::group_fake_quant_masked(x, params, tensor_scale) -> (Tensor out, Tensor mask)
-//   groupquant::group_fake_quant_scale(x, params, bool want_mask, tensor_scale) -> (Tensor out, Tensor mask, Tensor scale)
+//   groupquant::group_fake_quant(x, params, bool want_mask, bool want_scale, tensor_scale)
+//       -> (Tensor out, Tensor mask, Tensor scale)   (mask / scale: empty unless asked for)
 //   groupquant::group_quantize(x, params, ScalarType code_dtype, tensor_scale) -> (Tensor codes, Tensor scale, Tensor scale_codes)
 //   groupquant::kernel_param_fields() -> str   (the field names of params, comma-separated)
 //
@@ -183,12 +182,14 @@ std::vector<int64_t> grouped_shape(const at::Tensor& x, const Job& job, int64_t 
   return shape;
 }
 
+}  // namespace
+
 // Dequantized values, the mask (empty unless want_mask) and, if want_scale, the float32 scale of
 // every block in the contracted scale shape sizes[:d] + (k, 1) + sizes[d+1:] (else empty).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_outputs(const at::Tensor& x, at::IntArrayRef params,
-                                                                  bool want_mask, bool want_scale,
-                                                                  const std::optional<at::Tensor>& tensor_scale,
-                                                                  Runner runner) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_impl(const at::Tensor& x, at::IntArrayRef params,
+                                                               bool want_mask, bool want_scale,
+                                                               const std::optional<at::Tensor>& tensor_scale,
+                                                               Runner runner) {
   dtype_code(x.scalar_type());
   const at::Tensor xc = x.contiguous();
   const std::optional<at::Tensor> ts =
@@ -207,21 +208,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_outputs(const at::Tens
   return {out, mask, scale};
 }
 
+namespace {
+
 void run_on_cpu(const Job& job, const at::Tensor&) { run_cpu(job); }
 
-at::Tensor fake_quant_cpu(const at::Tensor& x, at::IntArrayRef params, const std::optional<at::Tensor>& ts) {
-  return std::get<0>(fake_quant_impl(x, params, false, ts, run_on_cpu));
-}
-
-std::tuple<at::Tensor, at::Tensor> fake_quant_masked_cpu(const at::Tensor& x, at::IntArrayRef params,
-                                                         const std::optional<at::Tensor>& ts) {
-  return fake_quant_impl(x, params, true, ts, run_on_cpu);
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_cpu(const at::Tensor& x, at::IntArrayRef params,
-                                                                    bool want_mask,
-                                                                    const std::optional<at::Tensor>& ts) {
-  return fake_quant_scale_impl(x, params, want_mask, ts, run_on_cpu);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_cpu(const at::Tensor& x, at::IntArrayRef params,
+                                                              bool want_mask, bool want_scale,
+                                                              const std::optional<at::Tensor>& ts) {
+  return fake_quant_impl(x, params, want_mask, want_scale, ts, run_on_cpu);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_cpu(const at::Tensor& x, at::IntArrayRef params,
@@ -238,19 +232,6 @@ std::string kernel_param_fields() {
 }
 
 }  // namespace
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_scale_impl(const at::Tensor& x, at::IntArrayRef params,
-                                                                     bool want_mask,
-                                                                     const std::optional<at::Tensor>& tensor_scale,
-                                                                     Runner runner) {
-  return fake_quant_outputs(x, params, want_mask, true, tensor_scale, runner);
-}
-
-std::tuple<at::Tensor, at::Tensor> fake_quant_impl(const at::Tensor& x, at::IntArrayRef params, bool want_mask,
-                                                   const std::optional<at::Tensor>& tensor_scale, Runner runner) {
-  auto outs = fake_quant_outputs(x, params, want_mask, false, tensor_scale, runner);
-  return {std::get<0>(outs), std::get<1>(outs)};
-}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x, at::IntArrayRef params,
                                                              at::ScalarType code_dtype,
@@ -277,9 +258,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x
 }  // namespace groupquant
 
 TORCH_LIBRARY(groupquant, m) {
-  m.def("group_fake_quant(Tensor x, int[] params, Tensor? tensor_scale=None) -> Tensor");
-  m.def("group_fake_quant_masked(Tensor x, int[] params, Tensor? tensor_scale=None) -> (Tensor, Tensor)");
-  m.def("group_fake_quant_scale(Tensor x, int[] params, bool want_mask, Tensor? tensor_scale=None) -> "
+  m.def("group_fake_quant(Tensor x, int[] params, bool want_mask, bool want_scale, Tensor? tensor_scale=None) -> "
         "(Tensor, Tensor, Tensor)");
   m.def("group_quantize(Tensor x, int[] params, ScalarType code_dtype, Tensor? tensor_scale=None) -> "
         "(Tensor, Tensor, Tensor)");
@@ -288,7 +267,5 @@ TORCH_LIBRARY(groupquant, m) {
 
 TORCH_LIBRARY_IMPL(groupquant, CPU, m) {
   m.impl("group_fake_quant", &groupquant::fake_quant_cpu);
-  m.impl("group_fake_quant_masked", &groupquant::fake_quant_masked_cpu);
-  m.impl("group_fake_quant_scale", &groupquant::fake_quant_scale_cpu);
   m.impl("group_quantize", &groupquant::quantize_cpu);
 }

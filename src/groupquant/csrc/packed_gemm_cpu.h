@@ -7,28 +7,11 @@
 #include <algorithm>
 #include <atomic>
 
+#include "cpu_utils.h"  // KeepDenormals, shared with the group ops
 #include "packed_gemm.h"
-
-#if defined(__SSE__) || defined(__x86_64__)
-#include <xmmintrin.h>
-#define GQP_MXCSR 1
-#endif
 
 namespace groupquant {
 namespace packed {
-
-// Keeps subnormals while alive (MXCSR flush-to-zero and denormals-are-zero cleared, restored after):
-// the fake-quant dequantization keeps subnormal scales and products too.
-class KeepDenormals {
- public:
-#if defined(GQP_MXCSR)
-  KeepDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0x8040u); }
-  ~KeepDenormals() { _mm_setcsr(saved_); }
-
- private:
-  unsigned saved_;
-#endif
-};
 
 // f(i0, i1) over [0, n) in chunks of `chunk`, handed out one at a time to torch's threads (dynamic
 // scheduling: a thread whose core is shared with another process takes fewer chunks instead of

@@ -25,9 +25,8 @@ from onnx import TensorProto
 
 from typing import Optional
 
-from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ExponentScale, ScaleFormat, ScaleKind
+from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ExponentScale, ScaleFormat
 from ..ops.shared_scale import SCALE_MODES, exponent_cap
-from ..packing.storage_dtypes import scale_storage_dtype
 from .onnx_builder import GraphBuilder
 from .onnx_element_round import round_elements_of
 
@@ -101,19 +100,19 @@ def _float_scale(b: GraphBuilder, amax: str, fmt: ElementFormat, sf: ScaleFormat
     scale = b.node("Div", [amax, b.const(float(fmt.max_normal))])
     if g is not None:
         scale = b.node("Div", [scale, g])
-    if sf.kind is ScaleKind.FLOAT32:
+    onnx_type = sf.onnx_type  # the scale format's own ONNX type (None: round onto its grid in float32)
+    if onnx_type == "FLOAT":
         pass  # amax is finite: (amax / max_normal) / g is in [0, max]
-    elif sf.kind is ScaleKind.BFLOAT16:
-        scale = b.node("Clip", [scale, b.const(0.0), b.const(float(sf.max_value))])
-        scale = b.node("Cast", [b.node("Cast", [scale], to=TensorProto.BFLOAT16)], to=TensorProto.FLOAT)
     else:
         scale = b.node("Clip", [scale, b.const(float(sf.min_value)), b.const(float(sf.max_value))])
-        if scale_storage_dtype(sf) == torch.float8_e4m3fn:  # UE4M3: FP8 E4M3 values, in range
-            scale = b.node("Cast", [b.node("Cast", [scale], to=TensorProto.FLOAT8E4M3FN, saturate=1)],
-                           to=TensorProto.FLOAT)
-        else:
+        if onnx_type is None:
             scale = round_elements_of(b, scale, sf.element)
-        return scale  # >= min normal > 0
+        else:
+            narrow = {"saturate": 1} if onnx_type.startswith("FLOAT8") else {}
+            scale = b.node("Cast", [b.node("Cast", [scale], to=getattr(TensorProto, onnx_type), **narrow)],
+                           to=TensorProto.FLOAT)
+        if sf.min_value > 0:
+            return scale  # >= min normal > 0
     positive = b.node("Greater", [scale, b.const(0.0)])
     return b.node("Where", [positive, scale, b.const(1.0)], hint="scale")
 

@@ -142,6 +142,11 @@ class IntFormat:
         codes = torch.arange(self.qmin, self.qmax + 1, dtype=torch.float64)
         return torch.ldexp(codes, torch.tensor(-self.frac_bits, dtype=torch.float64))
 
+    def record(self) -> Dict[str, object]:
+        """The settings as a plain dict (packed files): ``kind`` 'int' plus the constructor fields."""
+        return {"kind": "int", "name": self.name, "bit_width": self.bit_width, "signed": self.signed,
+                "narrow_range": self.narrow_range, "frac_bits": int(self.frac_bits)}
+
     def describe(self) -> Dict[str, object]:
         """The format's settings and derived constants as a flat dict."""
         return {
@@ -289,6 +294,12 @@ class FloatFormat:
         if not self.signed:
             return pos
         return torch.cat([-pos[1:].flip(0), pos])
+
+    def record(self) -> Dict[str, object]:
+        """The settings as a plain dict (packed files): ``kind`` 'float' plus the constructor fields."""
+        return {"kind": "float", "name": self.name, "exponent_bit_width": self.exponent_bit_width,
+                "mantissa_bit_width": self.mantissa_bit_width, "special_values": self.special_values.value,
+                "signed": self.signed, "bias": int(self.bias)}
 
     def describe(self) -> Dict[str, object]:
         """The format's settings and derived constants as a flat dict."""

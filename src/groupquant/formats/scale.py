@@ -24,14 +24,38 @@ import enum
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 
-from .element import FloatFormat, SpecialValues
+from .bits import exp2i, floor_log2, significand
+from .element import ElementFormat, FloatFormat, SpecialValues
 
 __all__ = ["ScaleKind", "ExponentScale", "FloatScale", "ScaleFormat", "E8M0", "UE4M3", "FLOAT32_SCALE",
-           "get_scale_format", "known_scale_formats"]
+           "get_scale_format", "known_scale_formats", "POWER_OF_TWO_RULES", "FLOAT_RULES", "SCALE_RULES",
+           "E8M0_DTYPE"]
+
+#: The power-of-two scale rules (exponent formats), see :meth:`ExponentScale.shared_exponent`.
+POWER_OF_TWO_RULES = ("floor", "ceil", "even", "rceil")
+#: The float scale rule (float-valued formats): ``amax / max_normal``, see :meth:`FloatScale.block_scale`.
+FLOAT_RULES = ("float",)
+#: Every scale rule, in the kernels' numbering (csrc ``ScaleMode``).
+SCALE_RULES = POWER_OF_TWO_RULES + FLOAT_RULES
+
+#: dtype of stored E8M0 scale bytes (torch.float8_e8m0fnu where this torch has it, else uint8: same bytes).
+E8M0_DTYPE: torch.dtype = getattr(torch, "float8_e8m0fnu", torch.uint8)
+
+
+def _dtype_emax(dtype: torch.dtype) -> int:
+    """floor(log2(largest finite value of ``dtype``)): 127 for float32 / bfloat16, 15 for float16."""
+    return math.frexp(torch.finfo(dtype).max)[1] - 1
+
+
+def _round_significand_carry(amax: torch.Tensor, mantissa_bits: int) -> torch.Tensor:
+    """1 where rounding amax's significand to ``mantissa_bits`` (nearest-even) carries into 2.0, else 0."""
+    sig = significand(amax)  # [1, 2)
+    steps = torch.round(sig * float(2 ** mantissa_bits))  # exact product, RNE
+    return (steps >= 2 ** (mantissa_bits + 1)).to(torch.int32)
 
 
 class ScaleKind(enum.IntEnum):
@@ -56,7 +80,8 @@ class ExponentScale:
 
     def __post_init__(self) -> None:
         if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 2 <= self.bits <= 8:
-            raise ValueError(f"scale_format: an exponent scale E{{k}}M0 needs k in [2, 8], got k={self.bits!r}")
+            raise ValueError(f"scale_format{' ' + repr(self.name) if self.name else ''}: an exponent scale E{{k}}M0 "
+                             f"needs k in [2, 8], got k={self.bits!r}")
         if not self.name:
             object.__setattr__(self, "name", f"e{self.bits}m0")
 
@@ -94,6 +119,93 @@ class ExponentScale:
     def max_value(self) -> float:
         """Largest scale, 2**bias."""
         return math.ldexp(1.0, self.max_exponent)
+
+    # ---- behaviour ------------------------------------------------------------------------------
+
+    rules = POWER_OF_TWO_RULES
+    default_rule = "floor"
+    takes_tensor_scale = False  # the exponent range (2**-127 .. 2**127 for E8M0) needs no second scale
+
+    @property
+    def any_scale_source(self) -> bool:
+        """Whether scales from every source (running statistics, learned, MSE) can be stored: E8M0
+        only; narrower exponent formats take abs-max scales from each tensor."""
+        return self.bits == 8
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """dtype of stored scales: :data:`E8M0_DTYPE` for E8M0, ``uint8`` exponent codes for narrower ones."""
+        return E8M0_DTYPE if self.bits == 8 else torch.uint8
+
+    @property
+    def onnx_type(self) -> Optional[str]:
+        """Name of the ONNX ``TensorProto`` type holding exactly these scales: ``FLOAT8E8M0`` for E8M0,
+        None for narrower exponent formats (exported as float32 values)."""
+        return "FLOAT8E8M0" if self.bits == 8 else None
+
+    def kept_codes(self, codes: torch.Tensor) -> Optional[torch.Tensor]:
+        """What a quantized tensor keeps of the op's scale codes: all of them (one byte per scale)."""
+        return codes
+
+    def exponent_cap(self, dtype: torch.dtype, fmt: ElementFormat) -> int:
+        """Largest shared exponent for input of ``dtype``: floor(log2(dtype max)) - emax, at most +bias."""
+        return min(self.max_exponent, _dtype_emax(dtype) - fmt.emax)
+
+    def shared_exponent(self, amax: torch.Tensor, fmt: ElementFormat, rule: str,
+                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The shared exponent (int32) of finite, non-negative ``amax`` by ``rule`` (OCP MX v1.0 floor,
+        ceil, even, rceil; see :mod:`groupquant.ops.shared_scale`), from exponent bits only;
+        clamped to [-bias, :meth:`exponent_cap`]; zero amax gives -bias."""
+        amax = amax.float()
+        e_a = floor_log2(amax)
+        if rule == "floor":
+            e = e_a - fmt.emax
+        elif rule == "ceil":
+            e = e_a + (significand(amax) > 1.0).to(torch.int32) - fmt.emax
+        elif rule == "even":
+            e = e_a + _round_significand_carry(amax, fmt.mantissa_bit_width) - fmt.emax
+        elif rule == "rceil":
+            m_max, e_max = math.frexp(fmt.max_normal)
+            e = e_a - (e_max - 1) + (significand(amax) > 2.0 * m_max).to(torch.int32)
+        else:
+            raise ValueError(f"scale_mode must be one of {POWER_OF_TWO_RULES} here, got {rule!r}")
+        low = self.min_exponent
+        e = torch.where(amax > 0, e, torch.full_like(e, low))
+        return e.clamp(low, self.exponent_cap(dtype, fmt))
+
+    def block_scale(self, amax: torch.Tensor, fmt: ElementFormat, rule: str, dtype: torch.dtype,
+                    tensor_scale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(float32 scale ``2**e``, uint8 code ``e + bias``) of finite float32 ``amax`` per block."""
+        e = self.shared_exponent(amax, fmt, rule, dtype)
+        return exp2i(e), (e + self.bias).to(torch.uint8)
+
+    def encode(self, scale: torch.Tensor) -> torch.Tensor:
+        """uint8 codes of powers of two in [2**-bias, 2**bias] (NaN -> the NaN code); ValueError otherwise."""
+        scale = scale.float()
+        nan = torch.isnan(scale)
+        e = floor_log2(scale)
+        ok = nan | ((scale > 0) & (significand(scale) == 1.0) & (e >= self.min_exponent) & (e <= self.max_exponent))
+        if not bool(ok.all()):
+            raise ValueError(f"encode_scale: a scale is not a {self.name} value (NaN or a power of two in "
+                             f"[2**-{self.bias}, 2**{self.bias}])")
+        codes = (e + self.bias).clamp(0, 255).to(torch.uint8)
+        return torch.where(nan, torch.full_like(codes, self.nan_code), codes)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """float32 ``2**(c - bias)`` of integer codes; the NaN code and codes above it give NaN."""
+        c = codes.to(torch.int32)
+        values = exp2i((c - self.bias).clamp(-149, 127))
+        return torch.where(c >= self.nan_code, torch.full_like(values, float("nan")), values)
+
+    def kernel_fields(self, dtype: torch.dtype, fmt: ElementFormat, tensor_scale: bool) -> Dict[str, object]:
+        """The scale part of the native ops' record (``ops.kernel_params``), plus ``exp_max``."""
+        return dict(scale_kind=int(ScaleKind.EXPONENT), scale_bias=self.bias, scale_mantissa_bits=0,
+                    scale_min=float(self.min_value), scale_max=float(self.max_value), scale_nan_code=self.nan_code,
+                    tensor_scale=False, exp_max=self.exponent_cap(dtype, fmt))
+
+    def record(self) -> Dict[str, object]:
+        """The settings as a plain dict (packed files): ``kind``, ``name``, ``bits``."""
+        return {"kind": "exponent", "name": self.name, "bits": self.bits}
 
     def describe(self) -> Dict[str, object]:
         """Settings and derived constants as a flat dict."""
@@ -168,6 +280,133 @@ class FloatScale:
         """Code of a NaN scale (minifloats; None for float32 / bfloat16, stored as values)."""
         return self.element.nan_code if self.kind is ScaleKind.MINIFLOAT else None
 
+    # ---- behaviour ------------------------------------------------------------------------------
+
+    rules = FLOAT_RULES
+    default_rule = "float"
+
+    @property
+    def any_scale_source(self) -> bool:
+        """Whether scales from every source (running statistics, learned) can be stored: float32
+        only; bfloat16 and minifloat scales take abs-max scales from each tensor."""
+        return self.kind is ScaleKind.FLOAT32
+
+    @property
+    def takes_tensor_scale(self) -> bool:
+        """Whether a per-tensor float32 second scale may extend the range (minifloats: NVFP4)."""
+        return self.kind is ScaleKind.MINIFLOAT
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """dtype of stored scales: float32 / bfloat16 values; minifloat bytes as ``torch.float8_e4m3fn``
+        when they are FP8 E4M3's with sign bit 0 (UE4M3: same bytes, 0x7F NaN in both), else ``uint8``."""
+        if self.kind is ScaleKind.FLOAT32:
+            return torch.float32
+        if self.kind is ScaleKind.BFLOAT16:
+            return torch.bfloat16
+        el = self.element
+        if (el.exponent_bit_width, el.mantissa_bit_width, el.special_values, el.bias) == (4, 3, SpecialValues.NAN_ONLY, 7):
+            return getattr(torch, "float8_e4m3fn", torch.uint8)
+        return torch.uint8
+
+    @property
+    def onnx_type(self) -> Optional[str]:
+        """Name of the ONNX ``TensorProto`` type holding exactly these scales: ``FLOAT``, ``BFLOAT16``,
+        ``FLOAT8E4M3FN`` for UE4M3 (its bytes with sign bit 0); None for other minifloats (rounded
+        onto their grid in float32 by the exporter)."""
+        if self.kind is ScaleKind.FLOAT32:
+            return "FLOAT"
+        if self.kind is ScaleKind.BFLOAT16:
+            return "BFLOAT16"
+        return "FLOAT8E4M3FN" if self.storage_dtype == getattr(torch, "float8_e4m3fn", None) else None
+
+    def kept_codes(self, codes: torch.Tensor) -> Optional[torch.Tensor]:
+        """What a quantized tensor keeps of the op's scale codes: a minifloat's bytes; None for
+        float32 / bfloat16 (stored as values)."""
+        return codes if self.is_coded else None
+
+    def _round(self, s: torch.Tensor) -> torch.Tensor:
+        """float32 ``s`` within [min_value, max_value] rounded onto the format, nearest even
+        (identity for float32). A minifloat scale is a normal value of its element format here, so
+        it is ``round(s / 2**(e - m)) * 2**(e - m)`` with ``e = floor(log2(s))``, exact in float32."""
+        if self.kind is ScaleKind.BFLOAT16:
+            return s.to(torch.bfloat16).float()
+        if self.kind is ScaleKind.FLOAT32:
+            return s
+        step = exp2i(floor_log2(s) - self.element.mantissa_bit_width)
+        return torch.round(s / step) * step
+
+    def _codes_of(self, s: torch.Tensor) -> torch.Tensor:
+        """uint8 minifloat codes of normal values ``s`` of the element format."""
+        el = self.element
+        m = el.mantissa_bit_width
+        e = floor_log2(s)
+        mantissa = (s * exp2i(m - e)).to(torch.int32) - (1 << m)  # exact: s is on the grid
+        return (((e + el.bias) << m) | mantissa).to(torch.uint8)
+
+    def block_scale(self, amax: torch.Tensor, fmt: ElementFormat, rule: str, dtype: torch.dtype,
+                    tensor_scale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(float32 scale, uint8 code; zeros unless minifloat) of finite float32 ``amax`` per block:
+        ``round_sf(clamp((amax / max_normal) / g, min_sf, max_sf))``, 1 where that is 0 (an all-zero
+        block), ``g`` the finite per-tensor scale or None. ``rule`` is ``float``; ``dtype`` is unused."""
+        raw = amax / fmt.max_normal
+        if tensor_scale is not None:
+            raw = raw / tensor_scale
+        s = self._round(raw.clamp(self.min_value, self.max_value))
+        s = torch.where(s > 0, s, torch.ones_like(s))
+        if self.kind is ScaleKind.MINIFLOAT:
+            return s, self._codes_of(s)
+        return s, torch.zeros(s.shape, dtype=torch.uint8, device=s.device)
+
+    def encode(self, scale: torch.Tensor) -> Optional[torch.Tensor]:
+        """uint8 codes of minifloat scales (NaN -> the NaN code; ValueError for a value the format
+        lacks); None for float32 / bfloat16, stored as values."""
+        if not self.is_coded:
+            return None
+        scale = scale.float()
+        nan = torch.isnan(scale)
+        el = self.element
+        inside = (scale >= el.min_normal) & (scale <= el.max_normal)
+        safe = torch.where(inside, scale, torch.full_like(scale, el.min_normal))
+        if not bool((nan | (inside & (self._round(safe) == scale))).all()):
+            raise ValueError(f"encode_scale: a scale is not a {self.name} value (or NaN)")
+        return torch.where(nan, torch.full_like(scale, self.nan_code, dtype=torch.uint8), self._codes_of(safe))
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """float32 values of integer minifloat ``codes``: the NaN code and codes beyond the format's
+        width (UE4M3 bytes with the sign bit set) give NaN. ValueError for float32 / bfloat16."""
+        if not self.is_coded:
+            raise ValueError(f"scale_format {self.name} is stored as values, not codes")
+        el = self.element
+        m = el.mantissa_bit_width
+        c = codes.to(torch.int32)
+        bad = (c < 0) | (c >= (1 << el.bit_width)) | (c == el.nan_code)
+        c = torch.where(bad, torch.zeros_like(c), c)
+        field_e, field_m = c >> m, c & ((1 << m) - 1)
+        normal = field_e > 0
+        units = torch.where(normal, field_m + (1 << m), field_m).to(torch.float32)
+        values = units * exp2i(torch.where(normal, field_e - el.bias, torch.full_like(c, el.emin)) - m)
+        return torch.where(bad, torch.full_like(values, float("nan")), values)
+
+    def kernel_fields(self, dtype: torch.dtype, fmt: ElementFormat, tensor_scale: bool) -> Dict[str, object]:
+        """The scale part of the native ops' record (``ops.kernel_params``), plus ``exp_max`` (the
+        E8M0 cap, unused by the float rule)."""
+        mini = self.kind is ScaleKind.MINIFLOAT
+        nan = self.nan_code
+        return dict(scale_kind=int(self.kind), scale_bias=int(self.element.bias) if mini else 0,
+                    scale_mantissa_bits=self.element.mantissa_bit_width if mini else 0,
+                    scale_min=float(self.min_value), scale_max=float(self.max_value),
+                    scale_nan_code=-1 if nan is None else nan, tensor_scale=bool(tensor_scale),
+                    exp_max=min(127, _dtype_emax(dtype) - fmt.emax))
+
+    def record(self) -> Dict[str, object]:
+        """The settings as a plain dict (packed files): ``kind`` ('float32', 'bfloat16', 'minifloat'),
+        ``name``, and for a minifloat ``element`` (its settings)."""
+        out: Dict[str, object] = {"kind": self.kind.name.lower(), "name": self.name}
+        if self.kind is ScaleKind.MINIFLOAT:
+            out["element"] = self.element.record()
+        return out
+
     def describe(self) -> Dict[str, object]:
         """Settings and derived constants as a flat dict."""
         out: Dict[str, object] = {"name": self.name, "kind": self.kind.name.lower(), "bit_width": self.bit_width,
@@ -190,14 +429,16 @@ _NAMED: Dict[str, ScaleFormat] = {"e8m0": E8M0, "ue4m3": UE4M3, "float32": FLOAT
 
 def known_scale_formats() -> List[str]:
     """Scale format names :func:`get_scale_format` accepts (plus any ``e{k}m0``, ``ue{e}m{m}``)."""
-    return sorted(_NAMED) + ["e{k}m0 (k = 2..8)", "ue{e}m{m} (unsigned minifloat, NaN-only, <= 8 bits)"]
+    return sorted(_NAMED) + ["e{k}m0 or ue{k}m0 (k = 2..8)", "ue{e}m{m} (unsigned minifloat, NaN-only, <= 8 bits)"]
 
 
 def get_scale_format(fmt: Union[str, ScaleFormat]) -> ScaleFormat:
     """Resolve a scale format name (``'e8m0'``, ``'e5m0'``, ``'ue4m3'``, ``'float32'``, ``'bfloat16'``) or pass one through.
 
     ``ue{e}m{m}`` is the unsigned minifloat with ``e`` exponent and ``m`` mantissa bits whose all-ones
-    code is NaN (as UE4M3). ValueError naming ``scale_format`` for anything else.
+    code is NaN (as UE4M3); ``ue{k}m0`` (no mantissa: unsigned powers of two, as NVIDIA and DeepSeek
+    spell E8M0) is the exponent format E{k}M0. The result keeps the name as given (lower case), so
+    errors and descriptions say what the user wrote. ValueError naming ``scale_format`` for anything else.
     """
     if isinstance(fmt, (ExponentScale, FloatScale)):
         return fmt
@@ -206,11 +447,15 @@ def get_scale_format(fmt: Union[str, ScaleFormat]) -> ScaleFormat:
     key = fmt.strip().lower()
     if key in _NAMED:
         return _NAMED[key]
-    exp = re.fullmatch(r"e(\d+)m0", key)
+    exp = re.fullmatch(r"u?e(\d+)m0", key)
     if exp:
-        return ExponentScale(int(exp.group(1)))
+        return ExponentScale(int(exp.group(1)), name=key)
     mini = re.fullmatch(r"ue(\d+)m(\d+)", key)
     if mini:
-        element = FloatFormat(int(mini.group(1)), int(mini.group(2)), SpecialValues.NAN_ONLY, signed=False, name=key)
+        try:
+            element = FloatFormat(int(mini.group(1)), int(mini.group(2)), SpecialValues.NAN_ONLY, signed=False,
+                                  name=key)
+        except ValueError as err:
+            raise ValueError(f"scale_format {fmt!r}: {err}") from None
         return FloatScale(ScaleKind.MINIFLOAT, element, name=key)
     raise ValueError(f"unknown scale_format {fmt!r}; known: {', '.join(known_scale_formats())}")

@@ -9,13 +9,13 @@ from .fake_quant_result import FakeQuantResult
 from .element_round import ROUNDING_MODES, round_to_format
 from .group_layout import GroupLayout
 from .quantized import GroupQuantized
-from .reference import GroupSpec, reference_fake_quant, reference_fake_quant_with_scale, reference_quantize
+from .reference import GroupSpec, reference_fake_quant, reference_quantize
 from .shared_scale import (SCALE_MODES, decode_scale, e8m0_decode, e8m0_encode, encode_scale, group_scale, shared_exponent,
                            tensor_scale_of)
 
 __all__ = [
     "SUPPORTED_DTYPES", "backend", "fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale", "FakeQuantResult", "make_spec", "quantize",
     "code_dtype", "decode", "encode", "ROUNDING_MODES", "round_to_format", "GroupLayout", "GroupQuantized",
-    "GroupSpec", "reference_fake_quant", "reference_fake_quant_with_scale", "reference_quantize", "SCALE_MODES",
+    "GroupSpec", "reference_fake_quant", "reference_quantize", "SCALE_MODES",
     "decode_scale", "e8m0_decode", "e8m0_encode", "encode_scale", "group_scale", "shared_exponent", "tensor_scale_of",
 ]

@@ -9,8 +9,7 @@ from typing import Optional, Union
 
 import torch
 
-from .compile_constant import compile_constant
-from ..formats import ElementFormat, ScaleFormat, get_format, get_scale_format, get_scheme
+from ..formats import ElementFormat, ScaleFormat, check_scale_setup, get_format, get_scale_format, get_scheme
 from . import native
 from .element_round import ROUNDING_MODES, check_saturating
 from .group_layout import GroupLayout
@@ -18,7 +17,6 @@ from .fake_quant_result import FakeQuantResult
 from .native_ops import native_fake_quant, native_fake_quant_with_scale, native_quantize
 from .quantized import GroupQuantized
 from .reference import GroupSpec, reference_fake_quant, reference_fake_quant_parts, reference_quantize
-from .shared_scale import check_tensor_scale, default_scale_format, resolve_scale_mode
 
 __all__ = ["FORMAT_BLOCK", "fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
 
@@ -60,37 +58,9 @@ class _ReferenceFakeQuant(torch.autograd.Function):
         return grad, None, None
 
 
-@compile_constant
-def _native_cpu() -> bool:
-    """Whether the native op serves CPU tensors; a constant to torch.compile (builds on first call)."""
-    return native.native_available(torch.device("cpu"))
-
-
-@compile_constant
-def _native_cuda() -> bool:
-    """Whether the native op serves CUDA tensors; a constant to torch.compile."""
-    return native.native_available(torch.device("cuda"))
-
-
-_SERVED: dict = {}  # device type -> whether the native op serves it, once known (eager fast path)
-
-
 def _use_native(x: torch.Tensor) -> bool:
-    """Whether the native op runs for ``x``'s device (the first call per device may build it)."""
-    kind = x.device.type
-    if not torch.compiler.is_compiling():
-        served = _SERVED.get(kind)
-        if served is not None:
-            return served
-    if kind == "cpu":
-        served = _native_cpu()
-    elif kind == "cuda":
-        served = _native_cuda()
-    else:
-        served = False
-    if not torch.compiler.is_compiling():
-        _SERVED[kind] = served
-    return served
+    """Whether the native op runs for ``x``'s device (:func:`groupquant.ops.native.serves`)."""
+    return native.serves(x.device)
 
 
 def backend() -> str:
@@ -136,14 +106,14 @@ def _resolve_scheme(fmt: object, block_size: Optional[int], scale_format: Union[
     """(element format, block size, scale format, tensor scale) for ``fmt`` and the scale arguments.
 
     A scheme name (``'nvfp4'``) fixes its element and scale formats and its block; a conflicting
-    argument is a ValueError naming it. Otherwise the scale format defaults to the one
-    ``scale_mode`` implies (float32 for ``'float'``, else E8M0) and ``tensor_scale`` to False."""
+    argument is a ValueError naming it. Otherwise the scale format stays None (the one ``scale_mode``
+    implies, see :func:`groupquant.formats.check_scale_setup`) and ``tensor_scale`` defaults to False."""
     scheme = get_scheme(fmt)
     if scheme is None:
-        sf = default_scale_format(scale_mode) if scale_format is None else get_scale_format(scale_format)
+        sf = None if scale_format is None else get_scale_format(scale_format)
         if isinstance(block_size, _FormatBlock):
             block_size = int(block_size)
-        return get_format(fmt), block_size, sf, check_tensor_scale(False if tensor_scale is None else tensor_scale, sf)
+        return get_format(fmt), block_size, sf, False if tensor_scale is None else tensor_scale
     if isinstance(block_size, _FormatBlock):
         block_size = scheme.block_size
     elif block_size != scheme.block_size:
@@ -154,7 +124,7 @@ def _resolve_scheme(fmt: object, block_size: Optional[int], scale_format: Union[
     if scale_format is not None and get_scale_format(scale_format) != scheme.scale_format:
         raise ValueError(f"{scheme.name.upper()} stores its block scales as {scheme.scale_format.name}, got "
                          f"scale_format={scale_format!r}; leave it unset")
-    ts = scheme.tensor_scale if tensor_scale is None else check_tensor_scale(tensor_scale, scheme.scale_format)
+    ts = scheme.tensor_scale if tensor_scale is None else tensor_scale
     return scheme.element, block_size, scheme.scale_format, ts
 
 
@@ -169,7 +139,7 @@ def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optio
     element_format, block_size, sf, ts = _resolve_scheme(fmt, block_size, scale_format, tensor_scale, scale_mode)
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
-    mode = resolve_scale_mode(scale_mode, sf)
+    sf, mode, ts = check_scale_setup(sf, scale_mode, tensor_scale=ts)  # errors name scale_mode / scale_format
     check_saturating(saturating, element_format)
     layout = GroupLayout.build(x.shape, dim, block_size)
     drawn = _draw_seed(generator, seed) if rounding == "stochastic" else None

@@ -19,10 +19,9 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from ..formats import ElementFormat, ExponentScale, FloatFormat, IntFormat, ScaleFormat, ScaleKind, SpecialValues
+from ..formats import SCALE_RULES, ElementFormat, FloatFormat, IntFormat, SpecialValues
 from .element_round import ROUNDING_MODES
 from .reference import GroupSpec
-from .shared_scale import SCALE_MODES, exponent_cap
 
 __all__ = ["KernelParams", "kernel_params", "op_params", "field_names", "field_index", "check_field_names", "pack_field",
            "SPECIAL_CODES"]
@@ -36,7 +35,7 @@ class KernelParams:
     """Everything a native op needs besides ``x``, in packed order (csrc/group_quant_params.h).
 
     The call: ``dim`` and ``block_size`` (resolved by :class:`GroupLayout`), ``scale_mode`` and
-    ``rounding`` as their index in :data:`SCALE_MODES` / :data:`ROUNDING_MODES` (the C++ enums'
+    ``rounding`` as their index in :data:`~groupquant.formats.SCALE_RULES` / :data:`ROUNDING_MODES` (the C++ enums'
     values), ``seed`` (0 .. 2**32-1). The format: float formats fill exponent_bits .. emin,
     ``special`` (:data:`SPECIAL_CODES`) and ``nan_code`` (-1: none); integer formats fill qmin,
     qmax and frac_bits; ``emax`` (the binade the shared scale aligns to), ``max_normal``,
@@ -119,10 +118,10 @@ def check_field_names(extension_names: Sequence[str]) -> None:
             f"(a stale build?): extension {','.join(theirs)}; Python {','.join(ours)}")
 
 
-def _format_fields(fmt: ElementFormat, dtype: torch.dtype, saturating: bool) -> Dict[str, object]:
-    """The format part of the record, read off ``fmt`` (plus the dtype's exponent cap)."""
+def _format_fields(fmt: ElementFormat, saturating: bool) -> Dict[str, object]:
+    """The format part of the record, read off ``fmt``."""
     common = {"emax": fmt.emax, "max_normal": float(fmt.max_normal), "even_bits": fmt.mantissa_bit_width,
-              "saturating": bool(saturating), "exp_max": exponent_cap(dtype, fmt)}
+              "saturating": bool(saturating)}
     if isinstance(fmt, IntFormat):
         return dict(common, is_float=False, is_signed=fmt.signed, exponent_bits=0, mantissa_bits=0, bias=0, emin=0,
                     qmin=fmt.qmin, qmax=fmt.qmax, frac_bits=int(fmt.frac_bits), special=0, nan_code=-1,
@@ -137,30 +136,15 @@ def _format_fields(fmt: ElementFormat, dtype: torch.dtype, saturating: bool) -> 
     raise TypeError(f"fmt must be an IntFormat or FloatFormat, got {type(fmt).__name__}")
 
 
-def _scale_fields(sf: ScaleFormat, tensor_scale: bool) -> Dict[str, object]:
-    """The scale-format part of the record, read off ``sf``."""
-    if isinstance(sf, ExponentScale):
-        return dict(scale_kind=int(ScaleKind.EXPONENT), scale_bias=sf.bias, scale_mantissa_bits=0,
-                    scale_min=float(sf.min_value), scale_max=float(sf.max_value), scale_nan_code=sf.nan_code,
-                    tensor_scale=False)
-    nan = sf.nan_code
-    bias = int(sf.element.bias) if sf.kind is ScaleKind.MINIFLOAT else 0
-    mant = sf.element.mantissa_bit_width if sf.kind is ScaleKind.MINIFLOAT else 0
-    return dict(scale_kind=int(sf.kind), scale_bias=bias, scale_mantissa_bits=mant, scale_min=float(sf.min_value),
-                scale_max=float(sf.max_value), scale_nan_code=-1 if nan is None else nan,
-                tensor_scale=bool(tensor_scale))
-
-
 def kernel_params(spec: GroupSpec, dtype: torch.dtype) -> KernelParams:
-    """The record of ``spec`` for input of ``dtype``."""
+    """The record of ``spec`` for input of ``dtype``; the scale fields (and the exponent cap
+    ``exp_max``) are the scale format's own (:meth:`~groupquant.formats.ExponentScale.kernel_fields`)."""
     layout = spec.layout
     seed = 0 if spec.seed is None else int(spec.seed) & 0xFFFFFFFF
-    fields_ = _format_fields(spec.fmt, dtype, spec.saturating)
-    if isinstance(spec.scale_format, ExponentScale):
-        fields_["exp_max"] = exponent_cap(dtype, spec.fmt, spec.scale_format)
-    return KernelParams(dim=layout.dim, block_size=layout.block_size, scale_mode=SCALE_MODES.index(spec.scale_mode),
-                        rounding=ROUNDING_MODES.index(spec.rounding), seed=seed, **fields_,
-                        **_scale_fields(spec.scale_format, spec.tensor_scale))  # type: ignore[arg-type]
+    return KernelParams(dim=layout.dim, block_size=layout.block_size, scale_mode=SCALE_RULES.index(spec.scale_mode),
+                        rounding=ROUNDING_MODES.index(spec.rounding), seed=seed,
+                        **_format_fields(spec.fmt, spec.saturating),
+                        **spec.scale_format.kernel_fields(dtype, spec.fmt, spec.tensor_scale))  # type: ignore[arg-type]
 
 
 _PACKED: Dict[tuple, List[int]] = {}

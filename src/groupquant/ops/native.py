@@ -24,7 +24,10 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ["BackendSettingError", "backend", "native_available", "load", "extension_name", "needs_build", "build_message", "build_flags",
+from .compile_constant import compile_constant
+
+__all__ = ["BackendSettingError", "backend", "native_available", "serves", "load", "extension_name", "needs_build",
+           "build_message", "build_flags",
            "CSRC", "BACKEND_ENV", "BUILD_DIR_ENV"]
 
 BACKEND_ENV = "GROUPQUANT_BACKEND"
@@ -214,3 +217,34 @@ def native_available(device: torch.device) -> bool:
 def backend() -> str:
     """``'native'`` when the C++ kernels are in use (building them if needed), else ``'reference'``."""
     return "native" if load() else "reference"
+
+
+@compile_constant
+def _serves_cpu() -> bool:
+    """Whether the native ops serve CPU tensors; a constant to torch.compile (builds on first call)."""
+    return native_available(torch.device("cpu"))
+
+
+@compile_constant
+def _serves_cuda() -> bool:
+    """Whether the native ops serve CUDA tensors; a constant to torch.compile."""
+    return native_available(torch.device("cuda"))
+
+
+_SERVED: dict = {}  # device type -> whether the native ops serve it, once known (eager fast path)
+
+
+def serves(device: torch.device) -> bool:
+    """The backend choice of every native op (group ops and packed GEMM) for tensors on ``device``:
+    whether the native kernels run (the first call per device may build them). Remembered per
+    device type in eager mode; a constant to torch.compile."""
+    kind = device.type
+    compiling = torch.compiler.is_compiling()
+    if not compiling:
+        served = _SERVED.get(kind)
+        if served is not None:
+            return served
+    served = _serves_cpu() if kind == "cpu" else _serves_cuda() if kind == "cuda" else False
+    if not compiling:
+        _SERVED[kind] = served
+    return served

@@ -1,17 +1,19 @@
-"""The native ops from Python: fake (meta) kernels and calls from a :class:`GroupSpec`.
+"""The native ops from Python: their registration, fake (meta) kernels and calls from a :class:`GroupSpec`.
 
-The schemas and the CPU/CUDA kernels are registered by the C++ extension (csrc/ops.cpp) once
-:func:`groupquant.ops.native.load` has loaded it. Every op takes ``(x, params, ...)``, ``params``
-being the packed :class:`~.kernel_params.KernelParams` (:func:`~.kernel_params.op_params`).
-:func:`register` checks that the extension's record has the same fields, then adds
+The one Python owner of the native-op family: the group ops (``group_fake_quant``,
+``group_quantize``) and the packed GEMM (``packed_linear``, ``packed_decode``). Their schemas and
+CPU/CUDA kernels are registered by the C++ extension (csrc/ops.cpp, csrc/packed_gemm_ops.cpp) once
+:func:`groupquant.ops.native.load` has loaded it; :func:`register` (called by ``load``) checks that
+the extension's two parameter records have the fields of :class:`~.kernel_params.KernelParams` and
+:class:`~.packed_gemm_params.PackedGemmParams`, then adds fake kernels to every op, so
+``torch.compile(fullgraph=True)`` traces through them. Which backend serves a device is
+:func:`groupquant.ops.native.serves`.
 
-- fake kernels, so ``torch.compile(fullgraph=True)`` traces through the ops.
-
-Their autograd is C++ (csrc/autograd.cpp, no Python per call): ``group_fake_quant`` passes the gradient straight through; ``group_fake_quant_masked``
-  (the clipped straight-through estimator) multiplies it by the bool mask it returned, zero where
-  the element saturated; ``group_fake_quant_scale`` (values, optional mask and the per-group
-  float32 scales from the same pass) does either, by its ``want_mask`` flag. Nothing else is saved
-  for backward (1 byte per element at most).
+``group_fake_quant(x, params, want_mask, want_scale, tensor_scale) -> (out, mask, scale)`` is the
+one fake-quant op: ``mask`` (the elements that did not saturate) and ``scale`` (per-group float32)
+are empty unless asked for. Its autograd is C++ (csrc/autograd.cpp, no Python per call): the
+gradient passes straight through, times the mask with ``want_mask`` (the clipped straight-through
+estimator); nothing else is saved for backward (1 byte per element at most).
 """
 from __future__ import annotations
 
@@ -22,13 +24,14 @@ import torch
 from .codes import code_dtype
 from .fake_quant_result import FakeQuantResult
 from .kernel_params import check_field_names, field_index, op_params
+from .packed_gemm_params import check_packed_field_names, packed_field_names
 from .quantized import GroupQuantized
 from .reference import GroupSpec, tensor_scale_for
 
 __all__ = ["register", "op_params", "native_fake_quant", "native_fake_quant_with_scale", "native_quantize", "OP_NAMES"]
 
-OP_NAMES = ("groupquant::group_fake_quant", "groupquant::group_fake_quant_masked", "groupquant::group_quantize",
-            "groupquant::group_fake_quant_scale")
+OP_NAMES = ("groupquant::group_fake_quant", "groupquant::group_quantize", "groupquant::packed_linear",
+            "groupquant::packed_decode")
 _registered = {"done": False}
 
 
@@ -44,19 +47,10 @@ def _grouped_shape(x: torch.Tensor, params: Sequence[int], middle: Optional[int]
     return list(x.shape[:d]) + [k, block if middle is None else middle] + list(x.shape[d + 1:])
 
 
-def _fake_fake_quant(x, params, tensor_scale=None):
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-
-def _fake_fake_quant_masked(x, params, tensor_scale=None):
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return out, torch.empty(x.shape, dtype=torch.bool, device=x.device)
-
-
-def _fake_fake_quant_scale(x, params, want_mask, tensor_scale=None):
+def _fake_fake_quant(x, params, want_mask, want_scale, tensor_scale=None):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     mask = torch.empty(x.shape if want_mask else (0,), dtype=torch.bool, device=x.device)
-    scale = torch.empty(_grouped_shape(x, params, 1), dtype=torch.float32, device=x.device)
+    scale = torch.empty(_grouped_shape(x, params, 1) if want_scale else (0,), dtype=torch.float32, device=x.device)
     return out, mask, scale
 
 
@@ -67,16 +61,33 @@ def _fake_quantize(x, params, code_dtype, tensor_scale=None):
     return codes, scale, torch.empty(scale_shape, dtype=torch.uint8, device=x.device)
 
 
+_PACKED_NAMES = packed_field_names()
+
+
+def _fake_packed_linear(x, data, scale, value_table, scale_table, bias, params):
+    """``[M, out_features]`` in x's dtype."""
+    n = params[_PACKED_NAMES.index("out_features")]
+    return torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
+
+
+def _fake_packed_decode(data, scale, value_table, scale_table, params):
+    """``[out_features, in_features]`` float32."""
+    shape = (params[_PACKED_NAMES.index("out_features")], params[_PACKED_NAMES.index("in_features")])
+    return torch.empty(shape, dtype=torch.float32, device=data.device)
+
+
+_FAKES = dict(zip(OP_NAMES, (_fake_fake_quant, _fake_quantize, _fake_packed_linear, _fake_packed_decode)))
+
+
 def register() -> None:
-    """Add fake kernels to the ops the extension defined (once per process); their autograd is
-    registered in C++ (csrc/autograd.cpp)."""
+    """Check the extension's parameter records and add fake kernels to every native op (once per
+    process); their autograd is registered in C++ (csrc/autograd.cpp)."""
     if _registered["done"]:
         return
     check_field_names(torch.ops.groupquant.kernel_param_fields().split(","))
-    torch.library.register_fake(OP_NAMES[0])(_fake_fake_quant)
-    torch.library.register_fake(OP_NAMES[1])(_fake_fake_quant_masked)
-    torch.library.register_fake(OP_NAMES[2])(_fake_quantize)
-    torch.library.register_fake(OP_NAMES[3])(_fake_fake_quant_scale)
+    check_packed_field_names(torch.ops.groupquant.packed_gemm_param_fields().split(","))
+    for name, fake in _FAKES.items():
+        torch.library.register_fake(name)(fake)
     _registered["done"] = True
 
 
@@ -84,11 +95,9 @@ def register() -> None:
 
 def native_fake_quant(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> torch.Tensor:
     """Fake-quantize ``x`` by ``spec`` with the native op; gradient by ``ste`` (identity / clipped)."""
-    params = op_params(spec, x.dtype)
+    want_mask = ste == "clipped" and torch.is_grad_enabled() and x.requires_grad
     ts = tensor_scale_for(x, spec)
-    if ste == "clipped" and torch.is_grad_enabled() and x.requires_grad:
-        return torch.ops.groupquant.group_fake_quant_masked(x, params, ts)[0]
-    return torch.ops.groupquant.group_fake_quant(x, params, ts)
+    return torch.ops.groupquant.group_fake_quant(x, op_params(spec, x.dtype), want_mask, False, ts)[0]
 
 
 def native_fake_quant_with_scale(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> FakeQuantResult:
@@ -96,7 +105,7 @@ def native_fake_quant_with_scale(x: torch.Tensor, spec: GroupSpec, ste: str = "i
     (and the per-tensor scale of two-level scaling)."""
     want_mask = ste == "clipped" and torch.is_grad_enabled() and x.requires_grad
     ts = tensor_scale_for(x, spec)
-    out, _mask, scale = torch.ops.groupquant.group_fake_quant_scale(x, op_params(spec, x.dtype), want_mask, ts)
+    out, _mask, scale = torch.ops.groupquant.group_fake_quant(x, op_params(spec, x.dtype), want_mask, True, ts)
     return FakeQuantResult(out, scale, tensor_scale=ts)
 
 
@@ -105,5 +114,4 @@ def native_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     ts = tensor_scale_for(x, spec)
     codes, scale, scale_codes = torch.ops.groupquant.group_quantize(x.detach(), op_params(spec, x.dtype),
                                                                    code_dtype(spec.fmt), ts)
-    keep_codes = scale_codes if spec.scale_format.is_coded else None
-    return GroupQuantized(codes, scale, keep_codes, spec.fmt, spec.layout, x.dtype, spec.scale_format, ts)
+    return GroupQuantized(codes, scale, spec.scale_format.kept_codes(scale_codes), spec.fmt, spec.layout, x.dtype, spec.scale_format, ts)

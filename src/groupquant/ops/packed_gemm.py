@@ -20,18 +20,13 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 
-from .compile_constant import compile_constant
 from . import native
-from .packed_gemm_params import PackedGemmParams, check_packed_field_names, packed_field_names
-
-_NAMES = packed_field_names()
+from .packed_gemm_params import PackedGemmParams
 
 __all__ = ["PackedWeight", "packed_linear", "packed_decode", "reference_packed_decode", "PACKED_INPUT_DTYPES"]
 
 #: Input dtypes the packed kernels take.
 PACKED_INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-_checked = {"done": False}
 
 
 @dataclass(frozen=True)
@@ -57,56 +52,6 @@ class PackedWeight:
 def _op_params(params: PackedGemmParams) -> List[int]:
     """The packed ``int[] params`` of a record (remembered: a layer's record never changes)."""
     return params.pack()
-
-
-def _fake_packed_linear(x, data, scale, value_table, scale_table, bias, params):
-    """Meta kernel (torch.compile): ``[M, out_features]`` in x's dtype."""
-    n = params[_NAMES.index("out_features")]
-    return torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
-
-
-def _fake_packed_decode(data, scale, value_table, scale_table, params):
-    """Meta kernel (torch.compile): ``[out_features, in_features]`` float32."""
-    shape = (params[_NAMES.index("out_features")], params[_NAMES.index("in_features")])
-    return torch.empty(shape, dtype=torch.float32, device=data.device)
-
-
-def _prepare(device: torch.device) -> bool:
-    """Whether the native packed ops serve ``device`` (building the extension and, once, checking
-    its parameter record and registering the fake kernels)."""
-    if not native.native_available(device):
-        return False
-    if not _checked["done"]:
-        check_packed_field_names(torch.ops.groupquant.packed_gemm_param_fields().split(","))
-        torch.library.register_fake("groupquant::packed_linear")(_fake_packed_linear)
-        torch.library.register_fake("groupquant::packed_decode")(_fake_packed_decode)
-        _checked["done"] = True
-    return True
-
-
-@compile_constant
-def _native_cpu() -> bool:
-    return _prepare(torch.device("cpu"))
-
-
-@compile_constant
-def _native_cuda() -> bool:
-    return _prepare(torch.device("cuda"))
-
-
-_SERVED: dict = {}  # device type -> whether the native ops serve it, once known (eager fast path)
-
-
-def _native(device: torch.device) -> bool:
-    """Whether the native packed ops run for ``device`` (a constant to torch.compile)."""
-    kind = device.type
-    compiling = torch.compiler.is_compiling()
-    if not compiling and kind in _SERVED:
-        return _SERVED[kind]
-    served = _native_cpu() if kind == "cpu" else _native_cuda() if kind == "cuda" else False
-    if not compiling:
-        _SERVED[kind] = served
-    return served
 
 
 def _codes(w: PackedWeight) -> torch.Tensor:
@@ -138,7 +83,7 @@ def reference_packed_decode(w: PackedWeight) -> torch.Tensor:
 
 def packed_decode(w: PackedWeight) -> torch.Tensor:
     """The decoded weight ``[N, K]`` float32 (native kernel's decode where in use)."""
-    if _native(w.data.device):
+    if native.serves(w.data.device):
         return torch.ops.groupquant.packed_decode(w.data, w.scale, w.value_table, w.scale_table, _op_params(w.params))
     return reference_packed_decode(w)
 
@@ -154,7 +99,7 @@ def packed_linear(x: torch.Tensor, w: PackedWeight, bias: Optional[torch.Tensor]
                          f"{tuple(x.shape)}")
     lead = x.shape[:-1]
     x2 = x.reshape(-1, p.in_features)
-    if _native(x.device):
+    if native.serves(x.device):
         params = p.pack() if torch.compiler.is_compiling() else _op_params(p)
         y = torch.ops.groupquant.packed_linear(x2, w.data, w.scale, w.value_table, w.scale_table, bias, params)
     else:

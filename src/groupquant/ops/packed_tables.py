@@ -3,9 +3,8 @@
 - :func:`element_value_table`: ``2**bit_width`` float32 values, entry ``c`` = the element value
   of code ``c`` (the code's bit pattern, unsigned; integer codes are two's complement), exactly
   :func:`groupquant.ops.codes.decode` of that code.
-- :func:`e8m0_scale_table`: 256 float32 values, entry ``s`` = ``2**(s - 127)``, entry 255 = NaN
-  (OCP MX E8M0), exactly :func:`groupquant.ops.e8m0_decode`. :func:`scale_table` gives the table
-  of any byte-coded scale format the same way (E{k}M0, UE4M3 of NVFP4, other unsigned minifloats;
+- :func:`scale_table`: 256 float32 values, entry ``s`` = the scale byte ``s`` encodes in a byte-coded
+  scale format (E8M0: ``2**(s - 127)``, 255 NaN; E{k}M0, UE4M3 of NVFP4, other unsigned minifloats;
   bytes that are no code of the format, e.g. UE4M3's with the sign bit set, decode to NaN);
   nothing else in the kernel changes.
 - :func:`fast_decode`: whether the CPU kernel may decode 8-bit codes arithmetically (int8 or a
@@ -15,16 +14,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Tuple
 
 import torch
 
 from ..formats import ElementFormat, IntFormat, ScaleFormat
 from .codes import decode
-from .shared_scale import decode_scale, e8m0_decode
 
-__all__ = ["element_value_table", "e8m0_scale_table", "scale_table", "FastDecode", "fast_decode", "DECODE_TABLE", "DECODE_TABLE16",
+__all__ = ["element_value_table", "scale_table", "FastDecode", "fast_decode", "DECODE_TABLE", "DECODE_TABLE16",
            "DECODE_INT8", "DECODE_HALF", "DECODE_NIBBLE_BF16", "MAX_CODE_BITS"]
 
 #: The kernels' decode paths (csrc/packed_gemm.h, enum DecodePath).
@@ -59,21 +56,11 @@ def _value_table(fmt: ElementFormat) -> torch.Tensor:
 _TABLES: dict = {}
 
 
-@lru_cache(maxsize=1)
-def _e8m0() -> torch.Tensor:
-    return e8m0_decode(torch.arange(256, dtype=torch.int32).to(torch.uint8)).to(torch.float32).contiguous()
-
-
-def e8m0_scale_table() -> torch.Tensor:
-    """float32 ``[256]``: the E8M0 scale of each byte (``2**(s-127)``, 0xFF -> NaN)."""
-    return _e8m0().clone()
-
-
 def scale_table(scale_format: ScaleFormat) -> torch.Tensor:
     """float32 ``[256]``: the scale each byte encodes in ``scale_format`` (E{k}M0 or an unsigned
-    minifloat; :func:`groupquant.ops.shared_scale.decode_scale`): the NaN code and bytes beyond the
-    format's codes give NaN. ValueError for scale formats stored as values (float32, bfloat16)."""
-    return decode_scale(torch.arange(256, dtype=torch.int32), scale_format).contiguous()
+    minifloat; the format's own ``decode``): the NaN code and bytes beyond the format's codes give
+    NaN. ValueError for scale formats stored as values (float32, bfloat16)."""
+    return scale_format.decode(torch.arange(256, dtype=torch.int32)).contiguous()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ import torch
 from ..formats import E8M0, ElementFormat, ScaleFormat
 from .codes import encode
 from .denormals import keeping_denormals
-from .fake_quant_result import FakeQuantResult
 from .element_round import round_to_format, uniform_from_hash
 from .group_layout import GroupLayout
 from .quantized import GroupQuantized
@@ -22,7 +21,7 @@ from .shared_scale import group_scale, tensor_scale_of
 
 _F32_MAX = torch.finfo(torch.float32).max
 
-__all__ = ["GroupSpec", "reference_fake_quant", "reference_fake_quant_with_scale", "reference_quantize",
+__all__ = ["GroupSpec", "reference_fake_quant", "reference_quantize",
            "stochastic_noise", "ReferenceFakeQuantParts", "tensor_scale_for"]
 
 
@@ -130,12 +129,6 @@ def reference_fake_quant(x: torch.Tensor, spec: GroupSpec,
     return parts.value, parts.mask
 
 
-def reference_fake_quant_with_scale(x: torch.Tensor, spec: GroupSpec) -> FakeQuantResult:
-    """Quantize-dequantize ``x`` by ``spec`` and the float32 scales (``spec.layout.scale_shape``)."""
-    parts = reference_fake_quant_parts(x, spec)
-    return FakeQuantResult(parts.value, parts.scale, tensor_scale=parts.tensor_scale)
-
-
 def reference_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     """Element codes and shared scales of ``x`` by ``spec`` (subnormals kept, see :mod:`.denormals`)."""
     return keeping_denormals(lambda: _quantize(x, spec))
@@ -145,6 +138,5 @@ def _quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     """:func:`reference_quantize` under the thread's current flush-denormal mode."""
     q = _quantize_values(x, spec)
     codes = encode(q.elements, spec.fmt)
-    scale_codes = q.scale_codes if spec.scale_format.is_coded else None
-    return GroupQuantized(codes, q.scale, scale_codes, spec.fmt, spec.layout, x.dtype, spec.scale_format,
+    return GroupQuantized(codes, q.scale, spec.scale_format.kept_codes(q.scale_codes), spec.fmt, spec.layout, x.dtype, spec.scale_format,
                           q.tensor_scale)

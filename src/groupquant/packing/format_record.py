@@ -16,14 +16,9 @@ Record = Dict[str, Union[str, int, bool]]
 
 def format_record(fmt: ElementFormat) -> Record:
     """The settings of ``fmt`` as a flat dict: ``kind`` ('int' or 'float') plus the constructor fields."""
-    if isinstance(fmt, IntFormat):
-        return {"kind": "int", "name": fmt.name, "bit_width": fmt.bit_width, "signed": fmt.signed,
-                "narrow_range": fmt.narrow_range, "frac_bits": int(fmt.frac_bits)}
-    if isinstance(fmt, FloatFormat):
-        return {"kind": "float", "name": fmt.name, "exponent_bit_width": fmt.exponent_bit_width,
-                "mantissa_bit_width": fmt.mantissa_bit_width, "special_values": fmt.special_values.value,
-                "signed": fmt.signed, "bias": int(fmt.bias)}
-    raise TypeError(f"fmt must be an IntFormat or FloatFormat, got {type(fmt).__name__}")
+    if not isinstance(fmt, (IntFormat, FloatFormat)):
+        raise TypeError(f"fmt must be an IntFormat or FloatFormat, got {type(fmt).__name__}")
+    return fmt.record()  # type: ignore[return-value]
 
 
 def format_from_record(record: Record) -> ElementFormat:
@@ -47,14 +42,9 @@ def format_from_record(record: Record) -> ElementFormat:
 def scale_format_record(sf: ScaleFormat) -> Dict[str, object]:
     """The settings of a scale format: ``kind`` ('exponent', 'float32', 'bfloat16', 'minifloat'),
     ``name``, plus ``bits`` (exponent) or ``element`` (a :func:`format_record` of the minifloat)."""
-    if isinstance(sf, ExponentScale):
-        return {"kind": "exponent", "name": sf.name, "bits": sf.bits}
-    if isinstance(sf, FloatScale):
-        out: Dict[str, object] = {"kind": sf.kind.name.lower(), "name": sf.name}
-        if sf.kind is ScaleKind.MINIFLOAT:
-            out["element"] = format_record(sf.element)
-        return out
-    raise TypeError(f"scale format must be an ExponentScale or FloatScale, got {type(sf).__name__}")
+    if not isinstance(sf, (ExponentScale, FloatScale)):
+        raise TypeError(f"scale format must be an ExponentScale or FloatScale, got {type(sf).__name__}")
+    return sf.record()
 
 
 def scale_format_from_record(record: Dict[str, object]) -> ScaleFormat:

@@ -17,12 +17,10 @@ from typing import Optional
 
 import torch
 
-from ..formats import ElementFormat, FloatFormat, IntFormat, ScaleFormat, ScaleKind, SpecialValues
+from ..formats import E8M0_DTYPE, ElementFormat, FloatFormat, IntFormat, ScaleFormat, SpecialValues
 
 __all__ = ["E8M0_DTYPE", "element_storage_dtype", "is_byte_format", "scale_storage_dtype"]
 
-#: dtype of packed E8M0 scale bytes.
-E8M0_DTYPE: torch.dtype = getattr(torch, "float8_e8m0fnu", torch.uint8)
 
 
 def _torch_float8(fmt: FloatFormat) -> Optional[torch.dtype]:
@@ -55,15 +53,5 @@ def element_storage_dtype(fmt: ElementFormat) -> torch.dtype:
 
 
 def scale_storage_dtype(scale_format: ScaleFormat) -> torch.dtype:
-    """The dtype of packed scales of ``scale_format`` (see the module docstring)."""
-    kind = scale_format.kind
-    if kind is ScaleKind.FLOAT32:
-        return torch.float32
-    if kind is ScaleKind.BFLOAT16:
-        return torch.bfloat16
-    if kind is ScaleKind.EXPONENT:
-        return E8M0_DTYPE if scale_format.bits == 8 else torch.uint8
-    el = scale_format.element  # an unsigned minifloat: typed when its bytes are FP8 E4M3's with sign 0
-    if (el.exponent_bit_width, el.mantissa_bit_width, el.special_values, el.bias) == (4, 3, SpecialValues.NAN_ONLY, 7):
-        return getattr(torch, "float8_e4m3fn", torch.uint8)
-    return torch.uint8
+    """The dtype of packed scales of ``scale_format`` (its own ``storage_dtype``; see the module docstring)."""
+    return scale_format.storage_dtype

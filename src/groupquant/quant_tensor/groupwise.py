@@ -8,12 +8,13 @@ Fields ending in ``_`` are contracted (see :class:`groupquant.ops.GroupLayout`):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
 from ..formats import E8M0, ElementFormat, ScaleFormat
 from ..ops import GroupLayout, GroupQuantized, encode_scale
+from ..ops.denormals import keeping_denormals
 
 __all__ = ["GroupwiseFields"]
 
@@ -93,6 +94,13 @@ class GroupwiseFields:
             return self.value_
         return self.value_.detach().float() / self.tensor_scale_.detach().float()
 
+    def _elements_from_values(self, to_elements: Callable[..., torch.Tensor]) -> torch.Tensor:
+        """``to_elements(value_ / tensor_scale_, scale_, zero_point_, fmt)`` with subnormals kept: under
+        ``torch.set_flush_denormal(True)`` float32 arithmetic reads a subnormal ``value_`` (a tiny
+        block under NVFP4's tensor scale, an E8M0 scale of 2**-127) as 0 and would give other codes
+        than the op produced."""
+        return keeping_denormals(lambda: to_elements(self._block_value_(), self.scale_, self.zero_point_, self.fmt))
+
     def codes_(self) -> torch.Tensor:
         """Element codes, contracted."""
         raise NotImplementedError
@@ -108,5 +116,6 @@ class GroupwiseFields:
         and the tensor scale. ``result.dequantize()`` equals :attr:`value`."""
         shared = self.shared_scale_().detach().float()
         ts = None if self.tensor_scale_ is None else self.tensor_scale_.detach().float()
-        return GroupQuantized(self.codes_(), shared, encode_scale(shared, self.scale_format), self.fmt, self.layout,
-                              self.value_.dtype, self.scale_format, ts)
+        scale_codes = keeping_denormals(lambda: encode_scale(shared, self.scale_format))
+        return GroupQuantized(self.codes_(), shared, scale_codes, self.fmt, self.layout, self.value_.dtype,
+                              self.scale_format, ts)

@@ -27,11 +27,11 @@ class GroupwiseFloatQuantTensor(FormatAttributes, GroupwiseFields, QuantTensor):
 
     def minifloat_(self) -> torch.Tensor:
         """Element values (float32, on the grid), contracted."""
-        return float_elements(self._block_value_(), self.scale_, self.zero_point_, self.fmt)
+        return self._elements_from_values(float_elements)
 
     def minifloat(self) -> torch.Tensor:
         """Element values in the original shape."""
         return self.layout.expand(self.minifloat_())
 
     def codes_(self) -> torch.Tensor:
-        return float_codes(self._block_value_(), self.scale_, self.zero_point_, self.fmt)
+        return self._elements_from_values(float_codes)

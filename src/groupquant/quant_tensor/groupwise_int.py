@@ -32,7 +32,7 @@ class GroupwiseIntQuantTensor(FormatAttributes, GroupwiseFields, QuantTensor):
 
     def int_(self) -> torch.Tensor:
         """Integer codes, contracted (int8 for <= 8 bits)."""
-        return int_codes(self._block_value_(), self.scale_, self.zero_point_, self.fmt)
+        return self._elements_from_values(int_codes)
 
     def int(self) -> torch.Tensor:
         """Integer codes in the original shape."""

@@ -11,8 +11,8 @@ import weakref
 from typing import Optional
 
 from ..core import QuantSpec
-from ..formats import (ElementFormat, FloatFormat, ScaleFormat, ScaleKind, SpecialValues, get_scale_format, get_scheme,
-                       known_schemes)
+from ..formats import (QUANTIZER_SETTINGS, ElementFormat, FloatFormat, ScaleFormat, ScaleSetupError, SpecialValues,
+                       check_scale_setup, get_scale_format, get_scheme, known_schemes)
 from ..inject import ConfigError
 from ..ops.precision import resolve_precision
 from .checks import check_bool, check_int, check_number, check_optional_int
@@ -67,37 +67,22 @@ def _check_scaling(granularity: ScalingPerOutput, source: ScalingSource, stat: S
         raise ConfigError("scaling_per_output", f"RUNNING_STATS scales are per tensor, got per {granularity.value}")
 
 
-def _check_scale_format(given: object, tensor_scale: object, restrict: RestrictScaling, source: ScalingSource,
-                        stat: ScalingStatsOp, granularity: ScalingPerOutput) -> tuple:
-    """(scale format or None, tensor scale) checked against the scale rule; ConfigError naming the setting."""
+def _check_scale_format(given: object, tensor_scale: object, restrict: RestrictScaling, rounding: ScaleRounding,
+                        source: ScalingSource, stat: ScalingStatsOp, granularity: ScalingPerOutput) -> tuple:
+    """(scale format or None, tensor scale) by :func:`groupquant.formats.check_scale_setup`, the one
+    check of a scale set-up; ConfigError naming the quantizer setting at fault."""
     ts = check_bool("tensor_scale", tensor_scale)
-    if given is None:
-        sf: Optional[ScaleFormat] = None
-    else:
+    sf: Optional[ScaleFormat] = None
+    if given is not None:
         try:
             sf = get_scale_format(given)
         except (ValueError, TypeError) as err:
             raise ConfigError("scale_format", str(err)) from None
-        pow2 = restrict is RestrictScaling.POWER_OF_TWO
-        if sf.is_power_of_two and not pow2:
-            raise ConfigError("scale_format", f"{sf.name} holds powers of two: it needs "
-                                              "restrict_scaling_type=RestrictScaling.POWER_OF_TWO")
-        if pow2 and not sf.is_power_of_two:
-            raise ConfigError("scale_format", f"{sf.name} holds float scales: it needs "
-                                              "restrict_scaling_type=RestrictScaling.FP (amax / max_normal)")
-        default = sf.name in ("e8m0", "float32")
-        if not default and (source is not ScalingSource.STATS or stat is not ScalingStatsOp.ABS_MAX):
-            raise ConfigError("scale_format", f"{sf.name} scales are computed from each tensor's abs-max: it needs "
-                                              "scaling_source=STATS and scaling_stats_op=ABS_MAX")
-    if ts and (sf is None or sf.kind is not ScaleKind.MINIFLOAT):
-        raise ConfigError("tensor_scale", "a per-tensor second scale extends a minifloat scale format's range: "
-                                          "it needs scale_format='ue4m3' (or another unsigned minifloat)")
-    if ts and granularity is not ScalingPerOutput.GROUP:
-        raise ConfigError("tensor_scale", f"a per-tensor second scale sits over group scales: it needs "
-                                          f"scaling_per_output=ScalingPerOutput.GROUP, got {granularity.value}")
-    if ts and (source is not ScalingSource.STATS or stat is not ScalingStatsOp.ABS_MAX):
-        raise ConfigError("tensor_scale", "the per-tensor scale comes from each tensor's abs-max: it needs "
-                                          "scaling_source=STATS and scaling_stats_op=ABS_MAX")
+    try:
+        check_scale_setup(sf, rounding.value, restrict=restrict.value, tensor_scale=ts, source=source.value,
+                          statistic=stat.value, granularity=granularity.value, names=QUANTIZER_SETTINGS)
+    except ScaleSetupError as err:
+        raise ConfigError(err.setting, str(err)) from None
     return sf, ts
 
 
@@ -135,7 +120,8 @@ def quant_spec(__self__: type, element_format: ElementFormat, granularity: Scali
     source = coerce("scaling_source", scaling_source, ScalingSource)
     stat = coerce("scaling_stats_op", scaling_stats_op, ScalingStatsOp)
     _check_scaling(granularity, source, stat, restrict)
-    sf, ts = _check_scale_format(scale_format, tensor_scale, restrict, source, stat, granularity)
+    rounding = coerce("scale_rounding", scale_rounding, ScaleRounding)
+    sf, ts = _check_scale_format(scale_format, tensor_scale, restrict, rounding, source, stat, granularity)
     _check_scheme(block_scheme, element_format, sf, granularity, group_size)
     pct = check_number("percentile", percentile, 0.0, 100.0) if stat is ScalingStatsOp.PERCENTILE else 99.999
     momentum = check_number("running_momentum", running_momentum, 0.0, 1.0)
@@ -143,7 +129,7 @@ def quant_spec(__self__: type, element_format: ElementFormat, granularity: Scali
         name=__self__.__name__, fmt=element_format, granularity=granularity.value,
         group_size=group_size, group_dim=check_optional_int("group_dim", group_dim),
         channel_dim=check_optional_int("channel_dim", channel_dim), restrict=restrict.value,
-        scale_rounding=coerce("scale_rounding", scale_rounding, ScaleRounding).value, scale_source=source.value,
+        scale_rounding=rounding.value, scale_source=source.value,
         stats_op=stat.value, percentile=pct, running_momentum=momentum,
         scaling_min_val=check_number("scaling_min_val", scaling_min_val, 0.0, float("inf")),
         mse_window=check_int("mse_window", mse_window, 0, 16),

@@ -1,0 +1,31 @@
+"""Exact exponent arithmetic on float32 tensors: floor(log2|x|) and 2**k, with no float log2/pow.
+
+A float log2 rounds up just below a power of two (log2(nextafter(2.0, 0)) == 1.0 in float32),
+so the MX shared exponent is always taken from the exponent bits (frexp) instead.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["floor_log2", "exp2i", "significand"]
+
+
+def floor_log2(x: torch.Tensor) -> torch.Tensor:
+    """floor(log2(|x|)) as int32, exact for every finite non-zero float32 (subnormals included).
+
+    Zero gives -1 (frexp's exponent 0 minus one); callers mask zeros themselves.
+    """
+    return torch.frexp(x.float())[1] - 1
+
+
+def significand(x: torch.Tensor) -> torch.Tensor:
+    """|x| / 2**floor_log2(x): the significand in [1, 2) as float32 (0 for zero), exact."""
+    return torch.frexp(x.float().abs())[0] * 2.0
+
+
+def exp2i(k: torch.Tensor) -> torch.Tensor:
+    """2**k as float32 for integer k in [-149, 127], built from the bits (exact, subnormals too)."""
+    k = k.to(torch.int32)
+    normal = ((k + 127).clamp(min=1) << 23).view(torch.float32)
+    sub = (torch.ones_like(k) << (k + 149).clamp(0, 22)).view(torch.float32)
+    return torch.where(k >= -126, normal, sub)
