@@ -18,6 +18,12 @@ from .lean_gemm import GemmOp, lean_applies, lean_quant_gemm
 
 __all__ = ["QuantLayerMixin"]
 
+
+def _autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (False for device types without autocast, such
+    as ``meta``, where torch's own query raises)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
 _OWN = object()  # "the layer's own bias" (None is a real value: no bias)
 
 #: (group dim, channel dim) of each backward operand. The same for a linear layer's 2-D views
@@ -128,9 +134,9 @@ class QuantLayerMixin:
     def _lean(self, qx: torch.Tensor, op: GemmOp, weight: torch.Tensor) -> bool:
         """Whether this call takes the memory-lean path: a training step (grad recorded, not
         traced for export, no autocast) whose weight quantizer lets it (see :func:`lean_applies`)."""
-        if not (self.memory_lean_backward and torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
+        if not self.memory_lean_backward or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
             return False
-        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.is_autocast_enabled(qx.device.type):
+        if _autocast_enabled(qx.device.type):
             return False
         return lean_applies(self.weight_quant) and op.lean_supported(qx, weight)
 
@@ -139,20 +145,43 @@ class QuantLayerMixin:
         """``output_quant(op(input_quant(x), weight_quant(W), bias_quant(b)))``: one route for
         every weight layer; the lean path differs only in what backward keeps alive, the
         quantized-backward path in what the backward GEMMs compute. ``weight`` / ``bias``: the
-        layer's own unless given (a functional ``F.linear`` borrows a layer's quantizers)."""
+        layer's own unless given (a functional ``F.linear`` borrows a layer's quantizers).
+        The computation is marked (:func:`in_quant_layer`) only while a torch function mode is
+        active (a functional-quantization mode is one; with none there is nobody to tell)."""
+        if weight is None:
+            weight = self._own("weight")
+        if bias is _OWN:
+            bias = self._own("bias")
+        if torch._C._len_torch_function_stack() == 0:
+            return self._compute(x, op, weight, bias)
         with in_quant_layer():
-            weight = self.weight if weight is None else weight  # type: ignore[attr-defined]
-            bias = self.bias if bias is _OWN else bias  # type: ignore[attr-defined]
-            qx = self.input_quant.quant_value(x)
-            qb = None if bias is None else self.bias_quant.quant_value(bias)
-            if self.quantize_backprop and torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad):
-                ops = backward_operands({name: getattr(self, name) for name in GRAD_SLOTS})
-                y = quantized_backward_gemm(qx, plain(self.weight_quant(weight)), qb, plain(x), weight, ops, op)
-            elif self._lean(qx, op, weight):
-                y = lean_quant_gemm(qx, weight, qb, self.weight_quant, op)
-            else:
-                y = op.forward(qx, plain(self.weight_quant(weight)), qb)
-            return self._finish(y)
+            return self._compute(x, op, weight, bias)
+
+    def _own(self, name: str) -> Optional[torch.Tensor]:
+        """The layer's parameter ``name`` (``weight`` / ``bias``) as ``getattr`` gives it, read
+        from ``_parameters`` where it is registered there (a parametrized weight is not: then
+        through ``getattr``)."""
+        found = self._parameters.get(name, _OWN)  # type: ignore[attr-defined]
+        return getattr(self, name) if found is _OWN else found
+
+    def _compute(self, x: Union[torch.Tensor, QuantTensor], op: GemmOp, weight: torch.Tensor,
+                 bias: Optional[torch.Tensor]) -> Union[torch.Tensor, QuantTensor]:
+        """:meth:`_quant_gemm`'s work. Without a gradient to record (eval, ``no_grad``) it is the
+        proxies' ``quant_value`` (the weight's from the eval cache) and the op."""
+        proxies = self._modules  # type: ignore[attr-defined]  # (the proxies, without nn.Module.__getattr__)
+        qx = proxies["input_quant"].quant_value(x)
+        qb = None if bias is None else proxies["bias_quant"].quant_value(bias)
+        weight_quant = proxies["weight_quant"]
+        if not (torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
+            y = op.forward(qx, weight_quant.quant_value(weight), qb)
+        elif self.quantize_backprop:
+            ops = backward_operands({name: getattr(self, name) for name in GRAD_SLOTS})
+            y = quantized_backward_gemm(qx, weight_quant.quant_value(weight), qb, plain(x), weight, ops, op)
+        elif self._lean(qx, op, weight):
+            y = lean_quant_gemm(qx, weight, qb, weight_quant, op)
+        else:
+            y = op.forward(qx, weight_quant.quant_value(weight), qb)
+        return y if proxies["output_quant"].tensor_quant is None else self._finish(y)
 
     def _finish(self, y: torch.Tensor) -> Union[torch.Tensor, QuantTensor]:
         """Apply ``output_quant`` and unwrap unless ``return_quant_tensor``."""
