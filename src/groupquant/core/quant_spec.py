@@ -100,7 +100,10 @@ class QuantSpec:
             raise ValueError(f"QuantSpec group_size must be a positive int (or None: the whole dim), got {size!r}")
         if self.scale_source == "running_stats" and self.granularity != "tensor":
             raise ValueError(f"QuantSpec running_stats scales are per tensor, got per {self.granularity}")
-        object.__setattr__(self, "_scale_granularity", self._granularity_record())
+        try:  # (group_size None is resolved by the caller before use: then the property raises)
+            object.__setattr__(self, "_scale_granularity", self._granularity_record())
+        except ValueError:
+            object.__setattr__(self, "_scale_granularity", None)
 
     @property
     def scale_mode(self) -> str:
@@ -133,7 +136,7 @@ class QuantSpec:
         or the hash). Not a ``functools.cached_property``: its lock (Python < 3.12) stops
         ``torch.compile(fullgraph=True)`` on a freshly built layer."""
         record = self.__dict__.get("_scale_granularity")
-        if record is None:  # a spec unpickled from before the record was kept
+        if record is None:  # not computable at construction, or unpickled from before the record was kept
             record = self._granularity_record()
             object.__setattr__(self, "_scale_granularity", record)
         return record

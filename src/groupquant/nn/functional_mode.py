@@ -33,9 +33,9 @@ from torch.overrides import TorchFunctionMode
 from .. import elementwise as ew
 from ..ops.precision import resolve_precision
 from .elementwise_calls import elementwise_handler
-from .grad_slots import SAME
+from .grad_slots import GRAD_SLOTS, matmul_slots
 from .inside import inside_quant_layer
-from .lean_gemm import LINEAR
+from .gemm_op import LINEAR
 from .linear import QuantLinear
 from .matmul import QuantMatMul
 from .recipes import Recipe
@@ -47,12 +47,7 @@ _MATMULS = (torch.matmul, torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul_
 
 def _matmul_module(r: Recipe) -> QuantMatMul:
     """Activation x activation products: the recipe's input quantizer on both operands."""
-    slots: Dict[str, Any] = {"grad_output_quant": r.grad_output_quant}
-    if r.grad_output_quant_for_grad_weight is not SAME:
-        slots["grad_output_quant_for_grad_b"] = r.grad_output_quant_for_grad_weight
-    if r.input_quant_for_grad_weight is not SAME:
-        slots["a_quant_for_grad_b"] = r.input_quant_for_grad_weight
-        slots["b_quant_for_grad_a"] = r.input_quant_for_grad_weight
+    slots: Dict[str, Any] = matmul_slots({name: getattr(r, name) for name in GRAD_SLOTS})
     return QuantMatMul(a_quant=r.input_quant, b_quant=r.input_quant, quantize_backprop=r.quantize_backprop, **slots)
 
 

@@ -5,6 +5,7 @@ import difflib
 from typing import Any, Dict, Mapping, Optional
 
 from ..inject import UnknownSettingError, known_settings
+from .grad_slots import GEMM_ONLY_KEYWORDS
 
 __all__ = ["route_keywords", "route_act_keywords", "resolve_act_quant", "UNSET"]
 
@@ -67,9 +68,7 @@ def _act_setting(key: str) -> Optional[str]:
 
 
 #: Keywords of layers that run a GEMM (the backward slots); elsewhere they get their own message.
-_GEMM_ONLY = ("grad_output_", "weight_for_grad_input_", "grad_output_for_grad_weight_", "input_for_grad_weight_",
-              "weight_quant_for_grad_input", "grad_output_quant_for_grad_weight", "input_quant_for_grad_weight",
-              "quantize_backprop")
+_GEMM_ONLY = GEMM_ONLY_KEYWORDS
 
 
 def gemm_only_error(key: str, context: str) -> Optional[UnknownSettingError]:

@@ -10,11 +10,12 @@ import torch
 from ..inject import ConfigError
 from ..proxy import ActQuantProxy, BiasQuantProxy, WeightQuantProxy
 from ..quant_tensor import QuantTensor, plain
-from .backward_gemm import quantized_backward_gemm
+from .backward_gemm import GemmBackward, quant_gemm
+from .gemm_op import GemmOp
 from .grad_slots import GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands, grad_slot_prefixes
 from .keywords import route_keywords
 from .inside import in_quant_layer
-from .lean_gemm import GemmOp, lean_applies, lean_quant_gemm
+from .lean_gemm import lean_applies, lean_quant_gemm
 
 __all__ = ["QuantLayerMixin"]
 
@@ -26,12 +27,6 @@ def _autocast_enabled(device_type: str) -> bool:
 
 _OWN = object()  # "the layer's own bias" (None is a real value: no bias)
 
-#: (group dim, channel dim) of each backward operand. The same for a linear layer's 2-D views
-#: (tokens x features: dY and x grouped along tokens for dW, dY along features for dX) and a
-#: convolution's (batch, channels, ...) tensors (batch for dW, channels for dX); W along its dim 0.
-_BACKWARD_DIMS = {"grad_output_quant": (1, 0), "weight_quant_for_grad_input": (0, 1),
-                  "grad_output_quant_for_grad_weight": (0, 1), "input_quant_for_grad_weight": (0, 1)}
-
 
 class QuantLayerMixin:
     """Mixed into a torch layer (first base). Sets ``weight_quant``, ``bias_quant``,
@@ -41,7 +36,8 @@ class QuantLayerMixin:
     instead of a plain tensor.
 
     Memory in training: with a dynamic (abs-max, MX) weight quantizer and the identity STE, a
-    weight layer runs :func:`groupquant.nn.lean_gemm.lean_quant_gemm`, whose backward frees the
+    weight layer runs the memory-lean configuration of :mod:`groupquant.nn.backward_gemm`
+    (:mod:`groupquant.nn.lean_gemm`), whose backward frees the
     fake-quantized weight before the weight gradient is allocated (peak memory near a float
     layer's, same results bit for bit). Set ``memory_lean_backward = False`` on the layer (or the
     class) for the plain autograd path.
@@ -111,7 +107,7 @@ class QuantLayerMixin:
             self.quantize_backprop = False
             return
         forward = {"weight_quant": self.weight_quant.quantizer, "input_quant": self.input_quant.quantizer}
-        proxies = build_backward_operands(slots, forward, routed, _BACKWARD_DIMS, context)
+        proxies = build_backward_operands(slots, forward, routed, context)
         for name, proxy in proxies.items():
             setattr(self, name, proxy)
         self.quantize_backprop = True
@@ -175,8 +171,8 @@ class QuantLayerMixin:
         if not (torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
             y = op.forward(qx, weight_quant.quant_value(weight), qb)
         elif self.quantize_backprop:
-            ops = backward_operands({name: getattr(self, name) for name in GRAD_SLOTS})
-            y = quantized_backward_gemm(qx, weight_quant.quant_value(weight), qb, plain(x), weight, ops, op)
+            plan = GemmBackward(op, backward_operands({name: getattr(self, name) for name in GRAD_SLOTS}))
+            y = quant_gemm(qx, weight_quant.quant_value(weight), qb, plain(x), weight, plan)
         elif self._lean(qx, op, weight):
             y = lean_quant_gemm(qx, weight, qb, weight_quant, op)
         else:
