@@ -166,7 +166,8 @@ class QuantLayerMixin:
         proxies' ``quant_value`` (the weight's from the eval cache) and the op."""
         proxies = self._modules  # type: ignore[attr-defined]  # (the proxies, without nn.Module.__getattr__)
         qx = proxies["input_quant"].quant_value(x)
-        qb = None if bias is None else proxies["bias_quant"].quant_value(bias)
+        bias_quant = proxies["bias_quant"]
+        qb = bias if bias is None or bias_quant.tensor_quant is None else bias_quant.quant_value(bias)
         weight_quant = proxies["weight_quant"]
         if not (torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
             y = op.forward(qx, weight_quant.quant_value(weight), qb)

@@ -76,7 +76,7 @@ _SERVED: dict = {}  # device type -> whether the native op serves it, once known
 
 def _use_native(x: torch.Tensor) -> bool:
     """Whether the native op runs for ``x``'s device (the first call per device may build it)."""
-    kind = x.device.type
+    kind = "cpu" if x.is_cpu else x.device.type  # (is_cpu: a fifth of the time of building x.device)
     if not torch.compiler.is_compiling():
         served = _SERVED.get(kind)
         if served is not None:

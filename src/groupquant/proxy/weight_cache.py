@@ -54,13 +54,15 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class CachedWeight:
-    """One cached result: ``source`` (a contiguous copy of the weight it was computed from, whose
-    dtype and shape it keeps), ``inference`` (whether it was computed in inference mode), ``own``
+    """One cached result: ``source`` (a contiguous copy of the weight it was computed from) with
+    its ``dtype`` and ``shape``, ``inference`` (whether it was computed in inference mode), ``own``
     (the quantizer's own tensors) and their ``versions`` then, ``out`` (what the proxy returns: a
     quant tensor) and ``value`` (its dequantized values, in the weight's shape, what a layer's GEMM
     takes)."""
 
     source: torch.Tensor
+    dtype: torch.dtype
+    shape: torch.Size
     inference: bool
     own: Tuple[torch.Tensor, ...]
     versions: Tuple[int, ...]
@@ -70,17 +72,17 @@ class CachedWeight:
     @staticmethod
     def of(w: torch.Tensor, own: Tuple[torch.Tensor, ...], out: Any, value: torch.Tensor) -> "CachedWeight":
         """The entry for ``out`` / ``value`` computed from ``w`` now (a copy of ``w`` is taken)."""
-        return CachedWeight(w.detach().clone(memory_format=torch.contiguous_format),
-                            torch.is_inference_mode_enabled(), own, tuple(t._version for t in own), out, value)
+        source = w.detach().clone(memory_format=torch.contiguous_format)
+        return CachedWeight(source, source.dtype, source.shape, torch.is_inference_mode_enabled(), own,
+                            tuple(t._version for t in own), out, value)
 
     def holds_for(self, w: torch.Tensor) -> bool:
         """Whether this result is the quantization of ``w`` as it is now (``w`` a CPU tensor, or
         any tensor: other devices never match, their results are not cached)."""
-        source = self.source
-        if not w.is_cpu or w.dtype != source.dtype or w.shape != source.shape or not w.is_contiguous():
+        if not w.is_cpu or w.dtype != self.dtype or w.shape != self.shape or not w.is_contiguous():
             return False
         if torch.is_inference_mode_enabled() != self.inference:
             return False
         if self.own and tuple(t._version for t in self.own) != self.versions:
             return False
-        return same_bytes(w, source)
+        return same_bytes(w, self.source)
