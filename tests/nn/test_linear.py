@@ -145,3 +145,25 @@ def test_meta_device_with_grad_enabled_runs_forward_and_backward(kwargs):
     assert layer.weight.grad.shape == (32, 64) and x.grad.shape == (5, 64)
     reference = nn.Linear(64, 32, device="meta")(x)
     assert reference.shape == y.shape and reference.dtype == y.dtype
+
+
+def test_compile_fullgraph_in_eval_after_an_eager_call_fills_the_weight_cache():
+    layer = QuantLinear(64, 32, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act).eval()
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        eager = layer(x)  # the eval cache now holds the quantized weight
+        compiled = torch.compile(layer, fullgraph=True, backend="eager")(x)
+    assert torch.equal(compiled, eager)
+
+
+def test_parametrized_weight_is_read_through_the_parametrization():
+    layer = QuantLinear(64, 32, weight_quant=MXFloat8e4m3Weight)
+
+    class Double(nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    torch.nn.utils.parametrize.register_parametrization(layer, "weight", Double())
+    x = torch.randn(4, 64)
+    expected = F.linear(x, gq.fake_quant(layer.weight.detach(), "fp8_e4m3"), layer.bias)
+    assert torch.equal(layer(x).detach(), expected)

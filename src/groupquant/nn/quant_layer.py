@@ -144,21 +144,17 @@ class QuantLayerMixin:
         layer's own unless given (a functional ``F.linear`` borrows a layer's quantizers).
         The computation is marked (:func:`in_quant_layer`) only while a torch function mode is
         active (a functional-quantization mode is one; with none there is nobody to tell)."""
+        params = self._parameters  # type: ignore[attr-defined]  # (without nn.Module.__getattr__)
         if weight is None:
-            weight = self._own("weight")
+            weight = params.get("weight", _OWN)
+            weight = self.weight if weight is _OWN else weight  # type: ignore[attr-defined]  # (parametrized)
         if bias is _OWN:
-            bias = self._own("bias")
+            bias = params.get("bias", _OWN)
+            bias = self.bias if bias is _OWN else bias  # type: ignore[attr-defined]
         if torch._C._len_torch_function_stack() == 0:
             return self._compute(x, op, weight, bias)
         with in_quant_layer():
             return self._compute(x, op, weight, bias)
-
-    def _own(self, name: str) -> Optional[torch.Tensor]:
-        """The layer's parameter ``name`` (``weight`` / ``bias``) as ``getattr`` gives it, read
-        from ``_parameters`` where it is registered there (a parametrized weight is not: then
-        through ``getattr``)."""
-        found = self._parameters.get(name, _OWN)  # type: ignore[attr-defined]
-        return getattr(self, name) if found is _OWN else found
 
     def _compute(self, x: Union[torch.Tensor, QuantTensor], op: GemmOp, weight: torch.Tensor,
                  bias: Optional[torch.Tensor]) -> Union[torch.Tensor, QuantTensor]:

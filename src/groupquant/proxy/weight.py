@@ -53,11 +53,13 @@ class WeightQuantProxy(QuantProxy):
         gradient, a tensor the cache does not serve (:func:`cache_supported`), compiling."""
         if self.training or not isinstance(w, torch.Tensor) or (w.requires_grad and torch.is_grad_enabled()):
             return None
+        if torch.compiler.is_compiling():
+            return None
         cache = self._cache
         if cache is not None and cache.holds_for(w):
             return cache
         tensor_quant = self._modules.get("tensor_quant")
-        if tensor_quant is None or torch.compiler.is_compiling() or not cache_supported(w):
+        if tensor_quant is None or not cache_supported(w):
             return None
         out = super().forward(w)
         own = tuple(tensor_quant.parameters()) + tuple(tensor_quant.buffers())  # after a first-call init
