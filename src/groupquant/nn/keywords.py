@@ -67,13 +67,9 @@ def _act_setting(key: str) -> Optional[str]:
     return key[len("act_"):] if key.startswith("act_") else key
 
 
-#: Keywords of layers that run a GEMM (the backward slots); elsewhere they get their own message.
-_GEMM_ONLY = GEMM_ONLY_KEYWORDS
-
-
 def gemm_only_error(key: str, context: str) -> Optional[UnknownSettingError]:
     """The error for a backward-GEMM keyword given to a layer without a GEMM (or None)."""
-    if not key.startswith(_GEMM_ONLY):
+    if not key.startswith(GEMM_ONLY_KEYWORDS):  # (the backward slots: elsewhere, their own message)
         return None
     return UnknownSettingError(key, f"{context} runs no GEMM, so it has no gradient quantizers: {key!r} belongs to "
                                     "QuantLinear, QuantConv1d / QuantConv2d (grad_output_quant, ...) or QuantMatMul")

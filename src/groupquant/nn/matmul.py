@@ -26,6 +26,7 @@ from .keywords import route_keywords
 
 __all__ = ["QuantMatMul", "quant_matmul"]
 
+
 class QuantMatMul(nn.Module):
     """``torch.matmul(a_quant(a), b_quant(b))`` with optional backward quantization.
 
