@@ -67,3 +67,12 @@ def test_same_bytes_tells_signed_zeros_and_nan_payloads_apart():
     nan = torch.tensor([float("nan")])
     other = nan.view(torch.int32).add(1).view(torch.float32)
     assert torch.isnan(other).all() and same_bytes(nan, nan.clone()) and not same_bytes(nan, other)
+
+
+def test_a_non_contiguous_weight_is_quantized_on_each_call_without_a_cache():
+    layer = QuantLinear(64, 16, weight_quant=MXFloat8e4m3Weight).eval()
+    layer.weight = torch.nn.Parameter(torch.randn(64, 16).t())  # a transposed view: not contiguous
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        assert torch.equal(layer(x), _expected(layer, x))
+    assert layer.weight_quant._cache is None

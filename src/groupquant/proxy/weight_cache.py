@@ -39,8 +39,9 @@ _MEMCMP = _load_memcmp()
 
 
 def cache_supported(w: torch.Tensor) -> bool:
-    """Whether ``w``'s quantized form may be cached: a dense CPU tensor (see module doc)."""
-    return w.is_cpu and w.layout == torch.strided and not w.is_quantized
+    """Whether ``w``'s quantized form may be cached: a dense, contiguous CPU tensor (see module
+    doc; a non-contiguous weight would never match its contiguous copy)."""
+    return w.is_cpu and w.layout == torch.strided and not w.is_quantized and w.is_contiguous()
 
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
