@@ -5,7 +5,7 @@ against nn.Linear(64, 64), timed in the same run (ratios are what to compare acr
 
 Rows: construction; eval forward under torch.no_grad() (the quantized weight is cached until the
 weight changes); training forward + backward. Each figure is the median over ``--repeat`` rounds of
-a timed loop. Denormals are flushed (torch.set_flush_denormal(True)) for the run, as in the other
+a timed loop, the two layers' rounds taken in turn. Denormals are flushed (torch.set_flush_denormal(True)) for the run, as in the other
 benchmarks; the inputs here hold none.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable
+from typing import Callable, List
 
 import torch
 from torch import nn
@@ -22,17 +22,21 @@ from groupquant.nn import QuantLinear
 from groupquant.quantizers import MXFloat8e4m3Act, MXFloat8e4m3Weight
 
 
-def _per_call_us(fn: Callable[[], object], loops: int, repeat: int) -> float:
-    """Median over ``repeat`` rounds of the mean time per call, in microseconds."""
-    for _ in range(max(loops // 10, 3)):
-        fn()
-    rounds = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(loops):
+def _interleaved_us(fns: List[Callable[[], object]], loops: int, repeat: int) -> List[float]:
+    """Median over ``repeat`` rounds of the mean time per call (microseconds) of each of ``fns``,
+    their rounds taken in turn (round-robin), so that load from other processes falls on all of
+    them alike and their ratio holds."""
+    for fn in fns:
+        for _ in range(max(loops // 10, 3)):
             fn()
-        rounds.append((time.perf_counter() - start) / loops * 1e6)
-    return statistics.median(rounds)
+    rounds: List[List[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, times in zip(fns, rounds):
+            start = time.perf_counter()
+            for _ in range(loops):
+                fn()
+            times.append((time.perf_counter() - start) / loops * 1e6)
+    return [statistics.median(times) for times in rounds]
 
 
 def main() -> None:
@@ -47,13 +51,13 @@ def main() -> None:
     x = torch.randn(8, 64)
     rows = []
 
-    rows.append(("construction", _per_call_us(lambda: nn.Linear(64, 64), 200, args.repeat),
-                 _per_call_us(lambda: QuantLinear(64, 64, **quant), 200, args.repeat), 5.0))
+    rows.append(("construction", *_interleaved_us([lambda: nn.Linear(64, 64), lambda: QuantLinear(64, 64, **quant)],
+                                                  200, args.repeat), 5.0))
 
     ref, layer = nn.Linear(64, 64).eval(), QuantLinear(64, 64, **quant).eval()
     with torch.no_grad():
-        rows.append(("eval forward (no_grad)", _per_call_us(lambda: ref(x), 3000, args.repeat),
-                     _per_call_us(lambda: layer(x), 3000, args.repeat), 3.0))
+        rows.append(("eval forward (no_grad)", *_interleaved_us([lambda: ref(x), lambda: layer(x)], 3000, args.repeat),
+                     3.0))
 
     ref.train()
     layer.train()
@@ -65,8 +69,7 @@ def main() -> None:
             module(xg).sum().backward()
         return run
 
-    rows.append(("train forward + backward", _per_call_us(step(ref), 1000, args.repeat),
-                 _per_call_us(step(layer), 1000, args.repeat), 4.0))
+    rows.append(("train forward + backward", *_interleaved_us([step(ref), step(layer)], 1000, args.repeat), 4.0))
 
     print(f"QuantLinear(64, 64), MXFP8 weight + input, batch 8; torch {torch.__version__}, "
           f"{args.threads} thread(s), flush denormal on")

@@ -6,9 +6,10 @@ Run by hand (from the repository root):
 
 Compares, in one run, plain nn.Linear with groupquant.nn.QuantLinear (MX weight quant, groups of
 32 along in-features, with and without MX input quant, groups of 32 along the last dim): median
-time of forward + backward (timed round-robin), and peak memory of one step (every tensor alive
-during it: parameters, input, activations, gradients, temporaries) from torch.profiler's memory
-timeline. QuantLinear takes its memory-lean backward (groupquant.nn.lean_gemm: the quantized
+time of forward + backward (timed round-robin), and peak memory of one step from torch.profiler's memory timeline, two
+ways: ``peak MiB`` counts every tensor alive during it (parameters, input, activations, gradients,
+temporaries), ``step MiB`` only the tensors the step allocates (what a step adds on top of the
+model: the measure of issue 17's target, at most 1.3x float with every GEMM operand quantized). QuantLinear takes its memory-lean backward (groupquant.nn.lean_gemm: the quantized
 weight is used for the input gradient, then overwritten by the weight gradient); one row shows
 the same layer on plain autograd (memory_lean_backward = False). Two more rows are not library
 layers: the bare F.linear(fake_quant(x), fake_quant(W)) (the kernels' own share), and an
@@ -21,7 +22,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -117,25 +118,48 @@ def median_ms_interleaved(fns: Dict[str, Callable[[], None]], reps: int) -> Dict
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
-def peak_mib(fn: Callable[[], None], cuda: bool = False) -> float:
-    """Peak bytes (MiB) of live tensors during fn(), those alive before it included."""
-    from torch.profiler._memory_profiler import Action
-
+def _timeline(fn: Callable[[], None]) -> list:
+    """torch.profiler's memory timeline of one call of fn() (after a warm-up call)."""
     fn()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        return torch.cuda.max_memory_allocated() / 2 ** 20
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         fn()
+    return prof._memory_profile().timeline
+
+
+def peak_mib(fn: Callable[[], None], cuda: bool = False) -> Tuple[float, float]:
+    """Peak MiB of one call of fn(), two ways: (every tensor alive during it, those alive before
+    it included; only the tensors allocated during it, at the moment their sum is largest).
+
+    The second is what a step adds on top of the model and its data: parameters, the input and
+    tensors kept from before (last step's gradients, freed by zero_grad inside the step, do not
+    count as room gained). On CUDA: (max_memory_allocated, max_memory_allocated minus what was
+    allocated when the step began).
+    """
+    from torch.profiler._memory_profiler import Action
+
+    if cuda:
+        fn()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        peak = torch.cuda.max_memory_allocated()
+        return peak / 2 ** 20, (peak - before) / 2 ** 20
     current = peak = 0
-    for _, action, _, size in prof._memory_profile().timeline:
+    created: Dict[object, int] = {}  # tensors allocated during the step -> bytes
+    step = step_peak = 0
+    for _, action, (key, _version), size in _timeline(fn):
         if action in (Action.PREEXISTING, Action.CREATE):
             current += size
         elif action == Action.DESTROY:
             current -= size
-        peak = max(peak, current)
-    return peak / 2 ** 20
+        if action == Action.CREATE:
+            created[key] = size
+            step += size
+        elif action == Action.DESTROY and key in created:
+            step -= created.pop(key)
+        peak, step_peak = max(peak, current), max(step_peak, step)
+    return peak / 2 ** 20, step_peak / 2 ** 20
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -163,6 +187,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     layers = {
         "nn.Linear (float)": torch.nn.Linear(n, n),
         f"QuantLinear MX {fmt} weight + input": QuantLinear(n, n, weight_quant=wq, input_quant=aq),
+        f"QuantLinear MX {fmt} W + A + dY (every operand)":
+            QuantLinear(n, n, weight_quant=wq, input_quant=aq, grad_output_quant=aq),
         f"QuantLinear MX {fmt} weight only": QuantLinear(n, n, weight_quant=wq),
         f"QuantLinear MX {fmt} W + A, plain autograd":
             plain_autograd(QuantLinear(n, n, weight_quant=wq, input_quant=aq)),
@@ -173,13 +199,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     layers = {name: layer.to(device) for name, layer in layers.items()}
     steps = {name: step_fn(layer, x) for name, layer in layers.items()}
     times = median_ms_interleaved(steps, args.reps)
-    base_ms = base_mem = None
-    print(f"{'layer':46} {'ms':>8} {'x float':>8} {'peak MiB':>9} {'x float':>8}")
+    base = None
+    print(f"{'layer':50} {'ms':>8} {'x float':>8} {'peak MiB':>9} {'x float':>8} {'step MiB':>9} {'x float':>8}")
     for name, step in steps.items():
-        ms, mem = times[name], peak_mib(step, device.type == "cuda")
-        base_ms, base_mem = base_ms or ms, base_mem or mem
-        print(f"{name:46} {ms:8.1f} {ms / base_ms:8.2f} {mem:9.1f} {mem / base_mem:8.2f}", flush=True)
-
+        ms, (mem, step_mem) = times[name], peak_mib(step, device.type == "cuda")
+        base = base or (ms, mem, step_mem)
+        print(f"{name:50} {ms:8.1f} {ms / base[0]:8.2f} {mem:9.1f} {mem / base[1]:8.2f} {step_mem:9.1f} "
+              f"{step_mem / base[2]:8.2f}", flush=True)
+    print("peak MiB: every tensor alive during the step (parameters and input included); step MiB: only what the "
+          "step allocates (targets for every operand quantized: step memory <= 1.3x, time <= 1.5x float)")
 
 if __name__ == "__main__":
     main()

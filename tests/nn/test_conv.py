@@ -5,7 +5,8 @@ from torch import nn
 
 import groupquant as gq
 from groupquant.nn import QuantConv1d, QuantConv2d
-from groupquant.quantizers import Int8WeightPerChannel, MXFloat4e2m1Weight, MXFloat8e4m3Act, MXInt8Act, MXInt8Weight
+from groupquant.quantizers import (Int8WeightPerChannel, MXFloat4e2m1Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXInt8Act,
+                                   MXInt8Weight)
 
 
 @pytest.mark.parametrize("weight_q, act_q, wname, aname", [
@@ -63,3 +64,14 @@ def test_unbatched_input_with_return_quant_tensor_asks_for_the_batch_dim():
     with pytest.raises(ValueError, match=r"needs batched input with 3 dims; got unbatched input of shape \(4, 5\)"):
         layer(torch.randn(4, 5))
     assert layer(torch.randn(2, 4, 5)).value.shape == (2, 4, 5)
+
+
+@pytest.mark.parametrize("backward", [{}, {"grad_output_quant": MXFloat8e4m3Act}], ids=["lean", "quantized"])
+def test_meta_device_with_grad_enabled_runs_forward_and_backward(backward):
+    layer = QuantConv2d(32, 8, 3, device="meta", weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act,
+                        **backward)
+    x = torch.randn(2, 32, 6, 6, device="meta", requires_grad=True)
+    y = layer(x)
+    assert y.shape == torch.nn.Conv2d(32, 8, 3, device="meta")(x).shape
+    y.sum().backward()
+    assert layer.weight.grad.shape == layer.weight.shape and x.grad.shape == x.shape

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 import groupquant as gq
 from groupquant.nn import QuantLinear
-from groupquant.nn.lean_gemm import _LeanQuantGemm, lean_applies
+from groupquant.nn.backward_gemm import _QuantGemm
+from groupquant.nn.lean_gemm import lean_applies
 from groupquant.quantizers import (Int16BiasPerTensor, LearnedScaling, MXFloat4e2m1Weight, MXFloat8e4m3Act,
                                    MXFloat8e4m3Weight, MXInt8Weight)
 
@@ -69,14 +70,14 @@ def test_no_grad_and_the_opt_out_take_the_plain_path():
     with torch.no_grad():
         y = layer(x)
     assert y.grad_fn is None
-    assert "Lean" in type(layer(x).grad_fn).__name__  # training: the weight wants a gradient
+    assert "QuantGemm" in type(layer(x).grad_fn).__name__  # training: the weight wants a gradient
     layer.memory_lean_backward = False
-    assert "Lean" not in type(layer(x).grad_fn).__name__
+    assert "QuantGemm" not in type(layer(x).grad_fn).__name__
 
 
 def test_weight_gradient_is_written_over_the_quantized_weight(monkeypatch):
     seen = {}
-    original = _LeanQuantGemm.backward
+    original = _QuantGemm.backward
 
     def spy(ctx, grad):
         seen["wq_ptr"] = ctx.wq.data_ptr()
@@ -84,11 +85,11 @@ def test_weight_gradient_is_written_over_the_quantized_weight(monkeypatch):
         seen["dropped"] = ctx.wq is None
         return grads
 
-    monkeypatch.setattr(_LeanQuantGemm, "backward", staticmethod(spy))
+    monkeypatch.setattr(_QuantGemm, "backward", staticmethod(spy))
     layer = QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight)
     x = torch.randn(3, 64, requires_grad=True)
     y = layer(x)
-    assert "Lean" in type(y.grad_fn).__name__
+    assert "QuantGemm" in type(y.grad_fn).__name__
     y.sum().backward()
     assert seen["dropped"] and layer.weight.grad.data_ptr() == seen["wq_ptr"]
     assert torch.allclose(layer.weight.grad, torch.ones(8, 3) @ x.detach())  # no input quant: dW = g^T x
@@ -107,7 +108,7 @@ def test_autocast_takes_the_plain_path():
     x = torch.randn(3, 64, requires_grad=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = layer(x)
-    assert "Lean" not in type(y.grad_fn).__name__
+    assert "QuantGemm" not in type(y.grad_fn).__name__
     y.float().sum().backward()
     assert layer.weight.grad.dtype == torch.float32 and x.grad is not None
 
@@ -130,13 +131,13 @@ def test_conv_lean_path_equals_plain_autograd_and_the_composition(conv, shape, k
     expected = layer._conv_forward(xq, wq, layer.bias.detach())
     assert torch.equal(lean[0], expected)
     y = copy.deepcopy(layer)(x)
-    assert "Lean" in type(y.grad_fn).__name__
+    assert "QuantGemm" in type(y.grad_fn).__name__
 
 
 def test_conv_with_other_padding_modes_takes_the_plain_path():
     layer = gq.nn.QuantConv2d(8, 4, 3, padding=1, padding_mode="reflect", weight_quant=MXFloat8e4m3Weight)
     x = torch.randn(1, 8, 5, 5, requires_grad=True)
     y = layer(x)
-    assert "Lean" not in type(y.grad_fn).__name__
+    assert "QuantGemm" not in type(y.grad_fn).__name__
     expected = layer._conv_forward(x.detach(), gq.fake_quant(layer.weight.detach(), "fp8_e4m3", 32, dim=1), layer.bias)
     assert torch.equal(y.detach(), expected.detach())

@@ -121,3 +121,49 @@ def test_gradients_reach_weight_bias_and_learned_scale():
     scale = layer.weight_quant.tensor_quant.scale_impl.learned_scale
     for p in (layer.weight, layer.bias, scale):
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
+
+
+def test_compile_fullgraph_on_a_fresh_layer_equals_eager():
+    """A layer built just now (no eager call before) compiles with fullgraph=True."""
+    torch.manual_seed(0)
+    layer = QuantLinear(64, 32, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act)
+    x = torch.randn(4, 64)
+    compiled = torch.compile(layer, fullgraph=True, backend="eager")
+    y = compiled(x)
+    expected = F.linear(gq.fake_quant(x, "fp8_e4m3"), gq.fake_quant(layer.weight.detach(), "fp8_e4m3"), layer.bias)
+    assert torch.equal(y.detach(), expected)
+
+
+@pytest.mark.parametrize("kwargs", [dict(weight_quant=MXFloat8e4m3Weight),
+                                    dict(weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act)])
+def test_meta_device_with_grad_enabled_runs_forward_and_backward(kwargs):
+    layer = QuantLinear(64, 32, device="meta", **kwargs)
+    x = torch.randn(5, 64, device="meta", requires_grad=True)
+    y = layer(x)
+    assert y.device.type == "meta" and y.shape == (5, 32)
+    y.sum().backward()
+    assert layer.weight.grad.shape == (32, 64) and x.grad.shape == (5, 64)
+    reference = nn.Linear(64, 32, device="meta")(x)
+    assert reference.shape == y.shape and reference.dtype == y.dtype
+
+
+def test_compile_fullgraph_in_eval_after_an_eager_call_fills_the_weight_cache():
+    layer = QuantLinear(64, 32, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act).eval()
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        eager = layer(x)  # the eval cache now holds the quantized weight
+        compiled = torch.compile(layer, fullgraph=True, backend="eager")(x)
+    assert torch.equal(compiled, eager)
+
+
+def test_parametrized_weight_is_read_through_the_parametrization():
+    layer = QuantLinear(64, 32, weight_quant=MXFloat8e4m3Weight)
+
+    class Double(nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    torch.nn.utils.parametrize.register_parametrization(layer, "weight", Double())
+    x = torch.randn(4, 64)
+    expected = F.linear(x, gq.fake_quant(layer.weight.detach(), "fp8_e4m3"), layer.bias)
+    assert torch.equal(layer(x).detach(), expected)

@@ -71,3 +71,4 @@ def test_conv_activation_groups_along_channels_with_any_quantizer_role():
     layer = QuantConv2d(40, 8, 3, input_quant=MXFloat8e4m3Weight, bias=False)
     expected = layer._conv_forward(gq.fake_quant(x, "fp8_e4m3", 32, 1), layer.weight, None)
     assert torch.equal(layer(x), expected)
+

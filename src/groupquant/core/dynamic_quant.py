@@ -75,8 +75,13 @@ def dynamic_fake_quant(x: torch.Tensor, spec: QuantSpec, contract: bool = True,
 
     Returns values (with the STE gradient) and float32 scales in the granularity's scale shape;
     group values are contracted (``result.layout``) when ``contract``, else in ``x``'s shape.
-    ``remembered``: a dict in which the op specs of the shapes seen are kept (a module's).
+    ``remembered``: a dict in which the op specs of the shapes seen are kept (a module's); a
+    group-granularity tensor of a shape seen before goes from there straight to the op.
     """
+    if not contract and remembered and spec.granularity == "group" and not torch.compiler.is_compiling():
+        op_spec = remembered.get((x.shape, x.dtype))
+        if op_spec is not None:  # group granularity: the grouped tensor is x, values in its shape
+            return fake_quant_spec_with_scale(x, op_spec, spec.ste)
     g = spec.scale_granularity
     grouped, block, dim = _as_groups(x, g)
     result = fake_quant_spec_with_scale(grouped, _op_spec(grouped, spec, block, dim, remembered), spec.ste)
@@ -85,7 +90,7 @@ def dynamic_fake_quant(x: torch.Tensor, spec: QuantSpec, contract: bool = True,
         return FakeQuantResult(_from_groups(result.value, x, g), result.scale.reshape(g.scale_shape(x.shape)),
                                tensor_scale=ts)
     if not contract:
-        return FakeQuantResult(result.value, result.scale, tensor_scale=ts)
+        return result
     layout = g.layout(x.shape)
     return FakeQuantResult(layout.contract(result.value), result.scale, layout, tensor_scale=ts)
 

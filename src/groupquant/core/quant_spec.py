@@ -99,6 +99,10 @@ class QuantSpec:
             raise ValueError(f"QuantSpec group_size must be a positive int (or None: the whole dim), got {size!r}")
         if self.scale_source == "running_stats" and self.granularity != "tensor":
             raise ValueError(f"QuantSpec running_stats scales are per tensor, got per {self.granularity}")
+        try:  # (group_size None is resolved by the caller before use: then the property raises)
+            object.__setattr__(self, "_scale_granularity", self._granularity_record())
+        except ValueError:
+            object.__setattr__(self, "_scale_granularity", None)
 
     @property
     def scale_mode(self) -> str:
@@ -124,10 +128,20 @@ class QuantSpec:
             return self
         return _with_dims(self, g, c)
 
-    @functools.cached_property
+    @property
     def scale_granularity(self) -> ScaleGranularity:
         """The granularity record the layout helpers use (standalone dims where still None).
-        Computed once per spec (kept beside the fields; not part of equality or the hash)."""
+        Computed once per spec, in ``__post_init__`` (kept beside the fields; not part of equality
+        or the hash). Not a ``functools.cached_property``: its lock (Python < 3.12) stops
+        ``torch.compile(fullgraph=True)`` on a freshly built layer."""
+        record = self.__dict__.get("_scale_granularity")
+        if record is None:  # not computable at construction, or unpickled from before the record was kept
+            record = self._granularity_record()
+            object.__setattr__(self, "_scale_granularity", record)
+        return record
+
+    def _granularity_record(self) -> ScaleGranularity:
+        """:attr:`scale_granularity`, computed."""
         if self.granularity == "group":
             dim = STANDALONE_GROUP_DIM if self.group_dim is None else self.group_dim
             return ScaleGranularity("group", dim, self.group_size)

@@ -1,33 +1,42 @@
-"""Quantized backward GEMMs: each operand of each backward GEMM quantized from its high-precision
-tensor, grouped along that GEMM's reduction dim (never quantize-dequantize-quantize).
+"""The one autograd function of a quant layer's GEMM with a backward of its own (linear and
+convolution): which operands the backward GEMMs take is its configuration.
 
-For ``C = A @ B`` (a linear layer is ``A = x``, ``B = W^T``; a convolution its im2col view):
+For ``C = A @ B`` (a linear layer is ``A = x``, ``B = W^T``; a convolution its im2col view), the
+backward runs ``dA = G_a(dC) @ B_a^T`` and ``dB = A_b^T @ G_b(dC)``. Two configurations
+(:class:`GemmBackward`):
 
-- forward:  ``C = Q(A | K) @ Q(B | K)`` (the layer's forward proxies; their own STE gives the
-  gradient to the forward operands, learned scales included);
-- ``dA = Q(dC | N) @ Q(B | N)^T`` (``grad_output_quant`` and the B-for-grad-A quantizer);
-- ``dB = Q(A | M)^T @ Q(dC | M)`` (the A-for-grad-B and grad-output-for-grad-B quantizers).
+- **quantized backward** (the layer's backward slots, :mod:`.grad_slots`): each operand of each
+  backward GEMM quantized from its high-precision tensor, grouped along that GEMM's reduction dim
+  (never quantize-dequantize-quantize): ``dA = Q(dC | N) @ Q(B | N)^T``, ``dB = Q(A | M)^T @
+  Q(dC | M)``; a proxy of None keeps that operand in high precision. The forward takes the
+  forward-quantized weight with its own autograd history (its STE gives the gradient to the
+  weight, learned scales included). A linear layer with ``x`` ``[..., I]`` and ``W`` ``[O, I]``:
+  ``dX = Q(dY | O) Q(W | O)``, ``dW = Q(dY | tokens)^T Q(x | tokens)``; a convolution reduces
+  ``dX`` over the output channels and ``dW`` over batch and positions (``dY`` and ``x`` grouped
+  along the batch dim 0, as microxcaling's convolution does). It saves the high-precision ``x``
+  and ``W`` (what a float layer saves), never quantized copies.
+- **memory-lean straight-through** (:mod:`.lean_gemm`): the backward of ``op(xq, Wq, b)`` through
+  plain autograd (``dX = dY Wq``, ``dW = dY^T xq``), with ``Wq`` computed inside from the weight
+  by the layer's own weight proxy, used for ``dX`` first and then freed before ``dW``, which a
+  linear layer writes into ``Wq``'s buffer: peak memory ``W + dW`` as a float layer's, against
+  ``W + Wq + dW`` through plain autograd, the same results bit for bit.
 
-A linear layer with ``x`` ``[..., I]`` and ``W`` ``[O, I]``: ``dX = Q(dY | O) Q(W | O)``, ``dW =
-Q(dY | tokens)^T Q(x | tokens)`` (tokens: every leading dim, flattened). A convolution (im2col):
-``dX`` reduces over the output channels (``dY`` and ``W`` grouped along their dim 0 / 1 channel
-dims: ``Q(dY | C_out)``, ``Q(W | C_out)``), ``dW`` over batch and positions (``dY`` and ``x``
-grouped along the batch dim 0, as microxcaling's convolution does: a block lies inside the
-reduction). A proxy of None keeps that operand in high precision. The autograd functions here
-save the high-precision ``x`` and ``W`` (what a float layer saves), never the quantized copies.
+In both, a linear layer's weight gradient goes into the buffer of a weight-sized temporary the
+backward no longer needs (no fresh allocation). The backward runs once (no ``retain_graph`` in the
+lean configuration) and is not itself differentiable.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import torch
 from torch.autograd.function import once_differentiable
 
 from ..proxy import QuantProxy
-from .lean_gemm import GemmOp
+from .gemm_op import GemmOp
 
-__all__ = ["BackwardOperands", "quantized_backward_gemm", "quantized_backward_matmul"]
+__all__ = ["BackwardOperands", "GemmBackward", "quant_gemm", "quantized_backward_gemm", "quantized_backward_matmul"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,71 +55,124 @@ class BackwardOperands:
     a_for_grad_b: Optional[QuantProxy] = None
 
 
+#: The straight-through operands: every backward operand as the forward left it.
+STRAIGHT_THROUGH = BackwardOperands()
+
+
+@dataclass(frozen=True, eq=False)
+class GemmBackward:
+    """The configuration of one call of :func:`quant_gemm`.
+
+    op: the GEMM (linear or a zero-padded convolution).
+    operands: the backward operand quantizers (quantized backward), or None: every operand as
+        the forward left it (:data:`STRAIGHT_THROUGH`).
+    weight_quant: the layer's weight proxy for the memory-lean configuration (the forward
+        quantizes the weight inside, the backward takes the forward-quantized input and weight as
+        ``A`` and ``B``), or None for the quantized backward (forward-quantized weight given, the
+        backward re-quantizes the saved high-precision ``x`` and ``W``).
+    """
+
+    op: GemmOp
+    operands: Optional[BackwardOperands] = None
+    weight_quant: Optional[Any] = None
+
+    @property
+    def lean(self) -> bool:
+        return self.weight_quant is not None
+
+
 def _q(proxy: Optional[QuantProxy], t: torch.Tensor) -> torch.Tensor:
     """``t`` quantized by ``proxy`` (its dims are the GEMM's), or ``t`` itself."""
     return t if proxy is None else proxy.quant_value(t)
 
 
-class _QuantizedBackwardGemm(torch.autograd.Function):
-    """``op(xq, wq, b)`` whose backward GEMMs re-quantize ``x`` / ``W`` / ``dY`` per :class:`BackwardOperands`."""
+class _QuantGemm(torch.autograd.Function):
+    """``op(xq, Wq, b)`` with the backward :class:`GemmBackward` configures (see module doc)."""
 
     @staticmethod
-    def forward(ctx, xq: torch.Tensor, wq: torch.Tensor, bias: Optional[torch.Tensor], x: torch.Tensor,  # type: ignore[override]
-                w: torch.Tensor, ops: BackwardOperands, op: GemmOp) -> torch.Tensor:
-        ctx.save_for_backward(x, w)
-        ctx.ops, ctx.op, ctx.has_bias = ops, op, bias is not None
-        ctx.x_shape = xq.shape
-        return op.forward(xq, wq, bias)
+    def forward(ctx, xq: torch.Tensor, w_in: torch.Tensor, bias: Optional[torch.Tensor],  # type: ignore[override]
+                x: torch.Tensor, w: torch.Tensor, plan: GemmBackward) -> torch.Tensor:
+        if plan.lean:  # w_in is the float weight: Wq kept without grad history, freed in backward
+            wq = ctx.wq = plan.weight_quant.quant_value(w_in)
+            ctx.save_for_backward(xq, w_in)
+        else:  # w_in is the forward-quantized weight; x and W (high precision) saved
+            wq = w_in
+            ctx.save_for_backward(x, w)
+        ctx.plan, ctx.has_bias = plan, bias is not None
+        return plan.op.forward(xq, wq, bias)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
-        x, w = ctx.saved_tensors
-        ops, op = ctx.ops, ctx.op
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        need_b = ctx.has_bias and ctx.needs_input_grad[2]
-        if op.kind == "linear":
-            return _linear_backward(grad, x, w, ops, need_x, need_w, need_b) + (None, None, None, None)
-        return _conv_backward(grad, x, w, ops, op, need_x, need_w, need_b) + (None, None, None, None)
+        a, w = ctx.saved_tensors
+        plan = ctx.plan
+        spare = None  # a weight-sized temporary the backward no longer needs after dA
+        if plan.lean:
+            spare = ctx.wq
+            if spare is None:
+                raise RuntimeError("the memory-lean backward of a quant layer frees the quantized weight and cannot "
+                                   "run twice (retain_graph=True); set layer.memory_lean_backward = False for that")
+            ctx.wq = None
+        need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2])
+        if plan.op.kind == "linear":
+            grads = _linear_backward(grad, a, w, spare, plan.operands or STRAIGHT_THROUGH, need)
+        else:
+            grads = _conv_backward(grad, a, w, spare, plan, need)
+        return grads + (None, None, None)
 
 
-def _linear_backward(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, ops: BackwardOperands, need_x: bool,
-                     need_w: bool, need_b: bool) -> Tuple[Optional[torch.Tensor], ...]:
-    """dX = Q(dY | out) Q(W | out); dW = Q(dY | tokens)^T Q(x | tokens); db = sum of dY."""
+def _linear_backward(grad: torch.Tensor, a: torch.Tensor, w: torch.Tensor, wq: Optional[torch.Tensor],
+                     ops: BackwardOperands, need: Tuple[bool, bool, bool]) -> Tuple[Optional[torch.Tensor], ...]:
+    """dX = G(dY) B, dW = G'(dY)^T A (A: ``a`` 2-D over tokens; B: ``wq`` when given, else
+    ``w`` through its quantizer); db = the sum of dY over tokens."""
     g2 = grad.reshape(-1, grad.shape[-1])
     grad_x = grad_w = None
-    w_for_x = None
-    if need_x:
-        w_for_x = _q(ops.b_for_grad_a, w)
-        grad_x = _q(ops.grad_output, g2).mm(w_for_x).reshape(x.shape)
-    if need_w:
-        x2 = x.reshape(-1, x.shape[-1])
-        reuse = (w_for_x is not None and w_for_x is not w and w_for_x.dtype == grad.dtype and w_for_x.is_contiguous()
+    b = wq
+    if need[0]:
+        b = _q(ops.b_for_grad_a, w) if b is None else b
+        grad_x = _q(ops.grad_output, g2).mm(b).reshape(a.shape)
+    if need[1]:
+        spare = b if b is not None and b is not w else None
+        reuse = (spare is not None and spare.dtype == grad.dtype and spare.is_contiguous()
                  and not torch.compiler.is_compiling())
-        grad_w = torch.mm(_q(ops.grad_output_for_grad_b, g2).t(), _q(ops.a_for_grad_b, x2),
-                          out=w_for_x if reuse else None)  # over the no longer needed Q(W | out)
-    return grad_x, grad_w, g2.sum(0) if need_b else None
+        grad_w = torch.mm(_q(ops.grad_output_for_grad_b, g2).t(), _q(ops.a_for_grad_b, a.reshape(-1, a.shape[-1])),
+                          out=spare if reuse else None)  # over the no longer needed B
+    del b, wq
+    return grad_x, grad_w, g2.sum(0) if need[2] else None
 
 
-def _conv_backward(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, ops: BackwardOperands, op: GemmOp,
-                   need_x: bool, need_w: bool, need_b: bool) -> Tuple[Optional[torch.Tensor], ...]:
-    """dX from Q(dY | C_out) and Q(W | C_out); dW, db from Q(dY | batch) and Q(x | batch)."""
+def _conv_backward(grad: torch.Tensor, a: torch.Tensor, w: torch.Tensor, wq: Optional[torch.Tensor],
+                   plan: GemmBackward, need: Tuple[bool, bool, bool]) -> Tuple[Optional[torch.Tensor], ...]:
+    """dX from G(dY) and B (``wq`` when given, else ``w`` through its quantizer); dW from G'(dY)
+    and A; db = the sum of dY over all dims but the channels."""
+    ops, op = plan.operands or STRAIGHT_THROUGH, plan.op
     grad_x = grad_w = grad_b = None
-    if need_x:
-        grad_x = op.conv_backward(_q(ops.grad_output, grad), x, _q(ops.b_for_grad_a, w), (True, False, False), None)[0]
-    if need_w:
-        grad_w = op.conv_backward(_q(ops.grad_output_for_grad_b, grad), _q(ops.a_for_grad_b, x), w,
+    if need[0]:
+        b = _q(ops.b_for_grad_a, w) if wq is None else wq
+        grad_x = op.conv_backward(_q(ops.grad_output, grad), a, b, (True, False, False), None)[0]
+        del b
+    del wq
+    if need[1]:
+        grad_w = op.conv_backward(_q(ops.grad_output_for_grad_b, grad), _q(ops.a_for_grad_b, a), w,
                                   (False, True, False), None)[1]
-    if need_b:
-        grad_b = grad.sum(dim=[d for d in range(grad.dim()) if d != 1])
+    if need[2]:
+        grad_b = op.bias_grad(grad, a, w, as_autograd=plan.lean)  # the lean one equals plain autograd
     return grad_x, grad_w, grad_b
+
+
+def quant_gemm(xq: torch.Tensor, w_in: torch.Tensor, bias: Optional[torch.Tensor], x: torch.Tensor,
+               w: torch.Tensor, plan: GemmBackward) -> torch.Tensor:
+    """``plan.op(xq, Wq, bias)`` with the backward ``plan`` configures. ``xq``: the forward-quantized
+    input (with its own gradient); ``w_in``: the float weight (lean) or the forward-quantized one;
+    ``x`` / ``w``: the high-precision input and weight (the quantized backward requantizes them)."""
+    return _QuantGemm.apply(xq, w_in, bias, x.detach(), w.detach(), plan)
 
 
 def quantized_backward_gemm(xq: torch.Tensor, wq: torch.Tensor, bias: Optional[torch.Tensor], x: torch.Tensor,
                             w: torch.Tensor, ops: BackwardOperands, op: GemmOp) -> torch.Tensor:
     """``op(xq, wq, bias)`` (xq, wq: the forward-quantized operands, with their own gradients)
     whose backward quantizes each backward GEMM's operands from ``x`` and ``w`` (high precision)."""
-    return _QuantizedBackwardGemm.apply(xq, wq, bias, x.detach(), w.detach(), ops, op)
+    return quant_gemm(xq, wq, bias, x, w, GemmBackward(op, ops))
 
 
 class _QuantizedBackwardMatMul(torch.autograd.Function):

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..quant_tensor import QuantTensor, plain
-from .lean_gemm import GemmOp
+from .gemm_op import GemmOp
 from .quant_layer import QuantLayerMixin
 
 __all__ = ["QuantConv1d", "QuantConv2d"]

@@ -20,8 +20,8 @@ from typing import Any, Dict, Optional
 import torch
 from torch import nn
 
-from .grad_slots import SAME
-from .lean_gemm import LINEAR
+from .gemm_op import LINEAR
+from .grad_slots import GRAD_SLOTS, matmul_slots
 from .matmul import QuantMatMul
 from .quant_layer import QuantLayerMixin
 from .recipes import Recipe
@@ -33,12 +33,7 @@ _FORWARD = ("weight_quant", "input_quant", "output_quant", "bias_quant")
 
 def _matmul_module(r: Recipe) -> QuantMatMul:
     """Activation x activation products: the recipe's input quantizer on both operands."""
-    slots: Dict[str, Any] = {"grad_output_quant": r.grad_output_quant}
-    if r.grad_output_quant_for_grad_weight is not SAME:
-        slots["grad_output_quant_for_grad_b"] = r.grad_output_quant_for_grad_weight
-    if r.input_quant_for_grad_weight is not SAME:
-        slots["a_quant_for_grad_b"] = r.input_quant_for_grad_weight
-        slots["b_quant_for_grad_a"] = r.input_quant_for_grad_weight
+    slots: Dict[str, Any] = matmul_slots({name: getattr(r, name) for name in GRAD_SLOTS})
     return QuantMatMul(a_quant=r.input_quant, b_quant=r.input_quant, quantize_backprop=r.quantize_backprop, **slots)
 
 

@@ -1,18 +1,23 @@
-"""The backward quantizer slots of a GEMM layer, their keyword prefixes, defaults and dims.
+"""The backward quantizer slots of a GEMM, in one table: names, keyword prefixes, defaults, dims.
 
-A layer with a weight runs three GEMMs; next to ``input_quant`` / ``weight_quant`` it takes
+A GEMM ``C = A @ B`` runs two more in backward; beside the forward quantizers of A and B it takes
 
-==================================== ====================== =========================== ==============
-slot                                 keyword prefix         operand (grouped along)     default
-==================================== ====================== =========================== ==============
-``grad_output_quant``                ``grad_output_``       dY in dX = dY W (out)       None (float)
-``weight_quant_for_grad_input``      ``weight_for_grad_``   W in dX = dY W (out)        ``weight_quant``
-                                     ``input_``
-``grad_output_quant_for_grad_weight`` ``grad_output_for_``  dY in dW = dY^T x (tokens)  ``grad_output_quant``
-                                     ``grad_weight_``
-``input_quant_for_grad_weight``      ``input_for_grad_``    x in dW = dY^T x (tokens)   ``input_quant``
-                                     ``weight_``
-==================================== ====================== =========================== ==============
+=========================  ================================  ==================================  =============
+role (BackwardOperands)    slot (A = input, B = weight)       operand (grouped along)            default
+=========================  ================================  ==================================  =============
+``grad_output``            ``grad_output_quant``              dC in dA = dC B^T (N)              None (float)
+``b_for_grad_a``           ``weight_quant_for_grad_input``    B in dA = dC B^T (N)               B's quantizer
+``grad_output_for_grad_b`` ``grad_output_quant_for_grad_weight`` dC in dB = A^T dC (M: tokens)    ``grad_output_quant``
+``a_for_grad_b``           ``input_quant_for_grad_weight``    A in dB = A^T dC (M: tokens)       A's quantizer
+=========================  ================================  ==================================  =============
+
+Everything else is derived from :data:`GRAD_ROLES`: the slot names and keyword prefixes of a
+layer with a weight (A = ``input``, B = ``weight``: ``weight_quant_for_grad_input``,
+``weight_for_grad_input_...``) and of :class:`~groupquant.nn.QuantMatMul` (A = ``a``, B = ``b``:
+``b_quant_for_grad_a``), the (group, channel) dims of each operand for a layer's 2-D / conv
+tensors and for matmul's ``[..., M, K]`` operands, the recipe fields (:mod:`.recipes`), the keywords
+only GEMM layers take (:mod:`.keywords`) and the matmul slots a recipe fills in functional mode
+(:func:`matmul_slots`).
 
 A default (:data:`SAME`) is the other slot's quantizer with that slot's keywords applied;
 :data:`DISABLED` keeps the operand of that GEMM in high precision (torchao's DISABLED). Backward
@@ -31,8 +36,9 @@ from ..proxy import QuantProxy, resolve_quantizer
 from ..quantizers import quantizer_spec
 from .backward_gemm import BackwardOperands
 
-__all__ = ["SAME", "DISABLED", "GradSlot", "LINEAR_GRAD_SLOTS", "MATMUL_GRAD_SLOTS", "GRAD_SLOTS", "GRAD_PREFIXES",
-           "grad_slot_prefixes", "build_backward_operands", "backward_operands", "backprop_enabled", "check_grad_slot"]
+__all__ = ["SAME", "DISABLED", "GradRole", "GRAD_ROLES", "GradSlot", "LINEAR_GRAD_SLOTS", "MATMUL_GRAD_SLOTS",
+           "GRAD_SLOTS", "GRAD_PREFIXES", "GEMM_ONLY_KEYWORDS", "grad_slot_prefixes", "build_backward_operands",
+           "backward_operands", "backprop_enabled", "check_grad_slot", "matmul_slots"]
 
 
 class _Marker:
@@ -51,36 +57,79 @@ SAME: Any = _Marker("SAME", "the slot takes the quantizer of the slot it default
 #: Keep this operand of this GEMM in high precision.
 DISABLED: Any = _Marker("DISABLED", "this operand of this GEMM stays in high precision")
 
+
+@dataclass(frozen=True)
+class GradRole:
+    """One backward operand, for every GEMM. ``slot`` / ``prefix`` / ``default_of``: templates of
+    the slot name, its keyword prefix and the slot it defaults to, in the operand names ``{a}`` /
+    ``{b}``; ``layer_dims`` / ``matmul_dims``: (group dim, channel dim) of the operand in a
+    layer's backward (2-D ``tokens x features`` views, conv ``(batch, channels, ...)`` tensors,
+    ``W`` along its dim 0) and in matmul's; ``from_layer_slot``: the layer slot whose quantizer
+    fills this role of an activation x activation matmul in functional mode (its operands are
+    activations, so the input's backward quantizer, never the weight's)."""
+
+    role: str
+    slot: str
+    prefix: str
+    default_of: Optional[str]
+    layer_dims: Tuple[int, int]
+    matmul_dims: Tuple[int, int]
+    from_layer_slot: str
+
+
+#: The one table of backward operands.
+GRAD_ROLES = (
+    GradRole("grad_output", "grad_output_quant", "grad_output_", None, (1, 0), (-1, -2), "grad_output_quant"),
+    GradRole("b_for_grad_a", "{b}_quant_for_grad_{a}", "{b}_for_grad_{a}_", "{b}_quant", (0, 1), (-1, -2),
+             "input_quant_for_grad_weight"),
+    GradRole("grad_output_for_grad_b", "grad_output_quant_for_grad_{b}", "grad_output_for_grad_{b}_",
+             "grad_output_quant", (0, 1), (-2, -1), "grad_output_quant_for_grad_weight"),
+    GradRole("a_for_grad_b", "{a}_quant_for_grad_{b}", "{a}_for_grad_{b}_", "{a}_quant", (0, 1), (-2, -1),
+             "input_quant_for_grad_weight"),
+)
+
+
 @dataclass(frozen=True)
 class GradSlot:
-    """One backward slot: its keyword, keyword prefix, the slot it defaults to, and its role in
-    :class:`BackwardOperands` (``grad_output``, ``b_for_grad_a``, ``grad_output_for_grad_b``,
-    ``a_for_grad_b``)."""
+    """One backward slot of one kind of GEMM: its keyword, keyword prefix, the slot it defaults
+    to, its role in :class:`BackwardOperands` and the (group, channel) dims of its operand."""
 
     name: str
     prefix: str
     default_of: Optional[str]
     role: str
+    dims: Tuple[int, int]
+
+
+def _slots(a: str, b: str, matmul: bool) -> Tuple[GradSlot, ...]:
+    """The slots of a GEMM whose operands are named ``a`` and ``b``, from :data:`GRAD_ROLES`."""
+    def fill(template: Optional[str]) -> Optional[str]:
+        return None if template is None else template.format(a=a, b=b)
+    return tuple(GradSlot(fill(r.slot), fill(r.prefix), fill(r.default_of), r.role,  # type: ignore[arg-type]
+                          r.matmul_dims if matmul else r.layer_dims) for r in GRAD_ROLES)
 
 
 #: The backward slots of layers with a weight (A = the input, B = the weight).
-LINEAR_GRAD_SLOTS = (
-    GradSlot("grad_output_quant", "grad_output_", None, "grad_output"),
-    GradSlot("weight_quant_for_grad_input", "weight_for_grad_input_", "weight_quant", "b_for_grad_a"),
-    GradSlot("grad_output_quant_for_grad_weight", "grad_output_for_grad_weight_", "grad_output_quant",
-             "grad_output_for_grad_b"),
-    GradSlot("input_quant_for_grad_weight", "input_for_grad_weight_", "input_quant", "a_for_grad_b"),
-)
+LINEAR_GRAD_SLOTS = _slots("input", "weight", matmul=False)
 #: The backward slots of QuantMatMul (``a @ b``).
-MATMUL_GRAD_SLOTS = (
-    GradSlot("grad_output_quant", "grad_output_", None, "grad_output"),
-    GradSlot("b_quant_for_grad_a", "b_for_grad_a_", "b_quant", "b_for_grad_a"),
-    GradSlot("grad_output_quant_for_grad_b", "grad_output_for_grad_b_", "grad_output_quant", "grad_output_for_grad_b"),
-    GradSlot("a_quant_for_grad_b", "a_for_grad_b_", "a_quant", "a_for_grad_b"),
-)
+MATMUL_GRAD_SLOTS = _slots("a", "b", matmul=True)
 #: Backward slot of a weight layer -> (keyword prefix, the slot it defaults to or None).
 GRAD_SLOTS: Dict[str, Tuple[str, Optional[str]]] = {s.name: (s.prefix, s.default_of) for s in LINEAR_GRAD_SLOTS}
 GRAD_PREFIXES = tuple(prefix for prefix, _ in GRAD_SLOTS.values())
+#: Keywords (and keyword prefixes) of a weight layer's backward slots, which layers without a GEMM refuse.
+GEMM_ONLY_KEYWORDS = GRAD_PREFIXES + tuple(GRAD_SLOTS) + ("quantize_backprop",)
+
+
+def matmul_slots(layer_slots: Mapping[str, Any]) -> Dict[str, Any]:
+    """The backward slots of an activation x activation matmul, from a layer's (a recipe's):
+    ``grad_output_quant`` always, each other role from its :attr:`GradRole.from_layer_slot`
+    where that is not :data:`SAME`."""
+    out: Dict[str, Any] = {}
+    for role, slot in zip(GRAD_ROLES, MATMUL_GRAD_SLOTS):
+        given = layer_slots.get(role.from_layer_slot, SAME if slot.default_of else None)
+        if slot.default_of is None or given is not SAME:
+            out[slot.name] = given
+    return out
 
 
 def grad_slot_prefixes(slots: Mapping[str, Any], table: Tuple[GradSlot, ...] = LINEAR_GRAD_SLOTS) -> Dict[str, Any]:
@@ -127,16 +176,15 @@ def _slot_proxy(quant: Optional[type], name: str, prefix: str, dims: Tuple[int, 
 
 
 def build_backward_operands(slots: Mapping[str, Any], forward: Mapping[str, Optional[type]],
-                            routed: Mapping[str, Mapping[str, Any]], dims: Mapping[str, Tuple[int, int]],
-                            context: str, table: Tuple[GradSlot, ...] = LINEAR_GRAD_SLOTS
-                            ) -> Dict[str, Optional[QuantProxy]]:
+                            routed: Mapping[str, Mapping[str, Any]], context: str,
+                            table: Tuple[GradSlot, ...] = LINEAR_GRAD_SLOTS) -> Dict[str, Optional[QuantProxy]]:
     """The four backward proxies of a layer, by slot name.
 
     ``slots``: slot name -> what the caller gave; ``forward``: the forward quantizers with their
     keywords applied (``weight_quant`` / ``input_quant``, or ``a_quant`` / ``b_quant``); ``routed``:
-    keywords by prefix; ``dims``: slot name -> (group dim, channel dim) of its operand. A
-    :data:`SAME` slot takes the quantizer of the slot it defaults to, keywords included, and applies
-    its own keywords on top."""
+    keywords by prefix. A :data:`SAME` slot takes the quantizer of the slot it defaults to,
+    keywords included, and applies its own keywords on top; each operand groups along its
+    slot's dims."""
     resolved: Dict[str, Optional[type]] = dict(forward)
     proxies: Dict[str, Optional[QuantProxy]] = {}
     for slot in table:
@@ -145,7 +193,7 @@ def build_backward_operands(slots: Mapping[str, Any], forward: Mapping[str, Opti
         if given is SAME:
             given = resolved.get(slot.default_of) if slot.default_of else None
         quant = None if given is DISABLED else given
-        proxies[slot.name] = _slot_proxy(quant, slot.name, slot.prefix, dims[slot.name], routed.get(slot.prefix, {}),
+        proxies[slot.name] = _slot_proxy(quant, slot.name, slot.prefix, slot.dims, routed.get(slot.prefix, {}),
                                          context)
         resolved[slot.name] = None if proxies[slot.name] is None else proxies[slot.name].quantizer
     return proxies

@@ -5,6 +5,7 @@ import difflib
 from typing import Any, Dict, Mapping, Optional
 
 from ..inject import UnknownSettingError, known_settings
+from .grad_slots import GEMM_ONLY_KEYWORDS
 
 __all__ = ["route_keywords", "route_act_keywords", "resolve_act_quant", "UNSET"]
 
@@ -66,15 +67,9 @@ def _act_setting(key: str) -> Optional[str]:
     return key[len("act_"):] if key.startswith("act_") else key
 
 
-#: Keywords of layers that run a GEMM (the backward slots); elsewhere they get their own message.
-_GEMM_ONLY = ("grad_output_", "weight_for_grad_input_", "grad_output_for_grad_weight_", "input_for_grad_weight_",
-              "weight_quant_for_grad_input", "grad_output_quant_for_grad_weight", "input_quant_for_grad_weight",
-              "quantize_backprop")
-
-
 def gemm_only_error(key: str, context: str) -> Optional[UnknownSettingError]:
     """The error for a backward-GEMM keyword given to a layer without a GEMM (or None)."""
-    if not key.startswith(_GEMM_ONLY):
+    if not key.startswith(GEMM_ONLY_KEYWORDS):  # (the backward slots: elsewhere, their own message)
         return None
     return UnknownSettingError(key, f"{context} runs no GEMM, so it has no gradient quantizers: {key!r} belongs to "
                                     "QuantLinear, QuantConv1d / QuantConv2d (grad_output_quant, ...) or QuantMatMul")

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..quant_tensor import QuantTensor
-from .lean_gemm import LINEAR
+from .gemm_op import LINEAR
 from .quant_layer import QuantLayerMixin
 
 __all__ = ["QuantLinear"]

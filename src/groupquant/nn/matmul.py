@@ -26,9 +26,6 @@ from .keywords import route_keywords
 
 __all__ = ["QuantMatMul", "quant_matmul"]
 
-_DIMS = {"grad_output_quant": (-1, -2), "b_quant_for_grad_a": (-1, -2), "grad_output_quant_for_grad_b": (-2, -1),
-         "a_quant_for_grad_b": (-2, -1)}
-
 
 class QuantMatMul(nn.Module):
     """``torch.matmul(a_quant(a), b_quant(b))`` with optional backward quantization.
@@ -51,7 +48,7 @@ class QuantMatMul(nn.Module):
         self.quantize_backprop = backprop_enabled(slots, quantize_backprop, context)
         if self.quantize_backprop:
             forward = {"a_quant": self.a_quant.quantizer, "b_quant": self.b_quant.quantizer}
-            proxies = build_backward_operands(slots, forward, routed, _DIMS, context, MATMUL_GRAD_SLOTS)
+            proxies = build_backward_operands(slots, forward, routed, context, MATMUL_GRAD_SLOTS)
             for name, proxy in proxies.items():
                 setattr(self, name, proxy)
 

@@ -11,22 +11,23 @@ from ..inject import ConfigError
 from ..ops import GroupQuantized
 from ..proxy import ActQuantProxy, BiasQuantProxy, WeightQuantProxy
 from ..quant_tensor import QuantTensor, plain
-from .backward_gemm import quantized_backward_gemm
+from .backward_gemm import GemmBackward, quant_gemm
+from .gemm_op import GemmOp
 from .group_quantized_weight import group_quantized_weight
 from .grad_slots import GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands, grad_slot_prefixes
 from .keywords import route_keywords
 from .inside import in_quant_layer
-from .lean_gemm import GemmOp, lean_applies, lean_quant_gemm
+from .lean_gemm import lean_applies, lean_quant_gemm
 
 __all__ = ["QuantLayerMixin"]
 
-_OWN = object()  # "the layer's own bias" (None is a real value: no bias)
 
-#: (group dim, channel dim) of each backward operand. The same for a linear layer's 2-D views
-#: (tokens x features: dY and x grouped along tokens for dW, dY along features for dX) and a
-#: convolution's (batch, channels, ...) tensors (batch for dW, channels for dX); W along its dim 0.
-_BACKWARD_DIMS = {"grad_output_quant": (1, 0), "weight_quant_for_grad_input": (0, 1),
-                  "grad_output_quant_for_grad_weight": (0, 1), "input_quant_for_grad_weight": (0, 1)}
+def _autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (False for device types without autocast, such
+    as ``meta``, where torch's own query raises)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+_OWN = object()  # "the layer's own bias" (None is a real value: no bias)
 
 
 class QuantLayerMixin:
@@ -37,7 +38,8 @@ class QuantLayerMixin:
     instead of a plain tensor.
 
     Memory in training: with a dynamic (abs-max, MX) weight quantizer and the identity STE, a
-    weight layer runs :func:`groupquant.nn.lean_gemm.lean_quant_gemm`, whose backward frees the
+    weight layer runs the memory-lean configuration of :mod:`groupquant.nn.backward_gemm`
+    (:mod:`groupquant.nn.lean_gemm`), whose backward frees the
     fake-quantized weight before the weight gradient is allocated (peak memory near a float
     layer's, same results bit for bit). Set ``memory_lean_backward = False`` on the layer (or the
     class) for the plain autograd path.
@@ -107,7 +109,7 @@ class QuantLayerMixin:
             self.quantize_backprop = False
             return
         forward = {"weight_quant": self.weight_quant.quantizer, "input_quant": self.input_quant.quantizer}
-        proxies = build_backward_operands(slots, forward, routed, _BACKWARD_DIMS, context)
+        proxies = build_backward_operands(slots, forward, routed, context)
         for name, proxy in proxies.items():
             setattr(self, name, proxy)
         self.quantize_backprop = True
@@ -136,9 +138,9 @@ class QuantLayerMixin:
     def _lean(self, qx: torch.Tensor, op: GemmOp, weight: torch.Tensor) -> bool:
         """Whether this call takes the memory-lean path: a training step (grad recorded, not
         traced for export, no autocast) whose weight quantizer lets it (see :func:`lean_applies`)."""
-        if not (self.memory_lean_backward and torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
+        if not self.memory_lean_backward or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
             return False
-        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.is_autocast_enabled(qx.device.type):
+        if _autocast_enabled(qx.device.type):
             return False
         return lean_applies(self.weight_quant) and op.lean_supported(qx, weight)
 
@@ -147,20 +149,40 @@ class QuantLayerMixin:
         """``output_quant(op(input_quant(x), weight_quant(W), bias_quant(b)))``: one route for
         every weight layer; the lean path differs only in what backward keeps alive, the
         quantized-backward path in what the backward GEMMs compute. ``weight`` / ``bias``: the
-        layer's own unless given (a functional ``F.linear`` borrows a layer's quantizers)."""
-        with in_quant_layer():
-            weight = self.weight if weight is None else weight  # type: ignore[attr-defined]
+        layer's own unless given (a functional ``F.linear`` borrows a layer's quantizers).
+        The computation is marked (:func:`in_quant_layer`) only while a torch function mode is
+        active (a functional-quantization mode is one; with none there is nobody to tell)."""
+        params = self._parameters  # type: ignore[attr-defined]  # (without nn.Module.__getattr__)
+        if weight is None:
+            weight = params.get("weight", _OWN)
+            weight = self.weight if weight is _OWN else weight  # type: ignore[attr-defined]  # (parametrized)
+        if bias is _OWN:
+            bias = params.get("bias", _OWN)
             bias = self.bias if bias is _OWN else bias  # type: ignore[attr-defined]
-            qx = self.input_quant.quant_value(x)
-            qb = None if bias is None else self.bias_quant.quant_value(bias)
-            if self.quantize_backprop and torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad):
-                ops = backward_operands({name: getattr(self, name) for name in GRAD_SLOTS})
-                y = quantized_backward_gemm(qx, plain(self.weight_quant(weight)), qb, plain(x), weight, ops, op)
-            elif self._lean(qx, op, weight):
-                y = lean_quant_gemm(qx, weight, qb, self.weight_quant, op)
-            else:
-                y = op.forward(qx, plain(self.weight_quant(weight)), qb)
-            return self._finish(y)
+        if torch._C._len_torch_function_stack() == 0:
+            return self._compute(x, op, weight, bias)
+        with in_quant_layer():
+            return self._compute(x, op, weight, bias)
+
+    def _compute(self, x: Union[torch.Tensor, QuantTensor], op: GemmOp, weight: torch.Tensor,
+                 bias: Optional[torch.Tensor]) -> Union[torch.Tensor, QuantTensor]:
+        """:meth:`_quant_gemm`'s work. Without a gradient to record (eval, ``no_grad``) it is the
+        proxies' ``quant_value`` (the weight's from the eval cache) and the op."""
+        proxies = self._modules  # type: ignore[attr-defined]  # (the proxies, without nn.Module.__getattr__)
+        qx = proxies["input_quant"].quant_value(x)
+        bias_quant = proxies["bias_quant"]
+        qb = bias if bias is None or bias_quant.tensor_quant is None else bias_quant.quant_value(bias)
+        weight_quant = proxies["weight_quant"]
+        if not (torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
+            y = op.forward(qx, weight_quant.quant_value(weight), qb)
+        elif self.quantize_backprop:
+            plan = GemmBackward(op, backward_operands({name: getattr(self, name) for name in GRAD_SLOTS}))
+            y = quant_gemm(qx, weight_quant.quant_value(weight), qb, plain(x), weight, plan)
+        elif self._lean(qx, op, weight):
+            y = lean_quant_gemm(qx, weight, qb, weight_quant, op)
+        else:
+            y = op.forward(qx, weight_quant.quant_value(weight), qb)
+        return y if proxies["output_quant"].tensor_quant is None else self._finish(y)
 
     def _finish(self, y: torch.Tensor) -> Union[torch.Tensor, QuantTensor]:
         """Apply ``output_quant`` and unwrap unless ``return_quant_tensor``."""

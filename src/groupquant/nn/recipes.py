@@ -34,9 +34,13 @@ from ..quantizers import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, 
                           MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Act, MXInt8Act,
                           MXInt8Weight, NVFP4Act, NVFP4Weight)
 from ..ops.precision import resolve_precision
-from .grad_slots import SAME, check_grad_slot
+from .grad_slots import GRAD_SLOTS, SAME, check_grad_slot
 
 __all__ = ["Recipe", "RECIPES", "recipe"]
+
+
+#: The GEMM slots a recipe fills: the forward ones and the backward table's (:mod:`.grad_slots`).
+_SLOTS = ("weight_quant", "input_quant", *GRAD_SLOTS)
 
 
 def _name(given: Any) -> str:
@@ -58,9 +62,8 @@ class Recipe:
     elementwise: Optional[str] = None  # e.g. "bfloat16": element-wise ops of the forward in that precision
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            if f.name.endswith("_quant") or "_quant_for_" in f.name:
-                check_grad_slot(f.name, getattr(self, f.name), f"Recipe {self.name!r}")
+        for slot in _SLOTS:
+            check_grad_slot(slot, getattr(self, slot), f"Recipe {self.name!r}")
         if self.elementwise is not None:
             try:
                 resolve_precision(self.elementwise)

@@ -20,7 +20,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -234,11 +234,11 @@ def _serves_cuda() -> bool:
 _SERVED: dict = {}  # device type -> whether the native ops serve it, once known (eager fast path)
 
 
-def serves(device: torch.device) -> bool:
+def serves(device: Union[torch.device, str]) -> bool:
     """The backend choice of every native op (group ops and packed GEMM) for tensors on ``device``:
     whether the native kernels run (the first call per device may build them). Remembered per
-    device type in eager mode; a constant to torch.compile."""
-    kind = device.type
+    device type in eager mode; a constant to torch.compile. ``device`` may be its type's name."""
+    kind = device if isinstance(device, str) else device.type
     compiling = torch.compiler.is_compiling()
     if not compiling:
         served = _SERVED.get(kind)

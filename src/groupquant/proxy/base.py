@@ -93,11 +93,11 @@ class QuantProxy(nn.Module):
     def quant_value(self, x: Union[torch.Tensor, QuantTensor]) -> torch.Tensor:
         """The dequantized values of ``x`` (x's shape), the same computation as :meth:`forward`
         without the quant tensor around it; ``x`` itself when float."""
-        tensor_quant = self.tensor_quant
+        tensor_quant = self._modules.get("tensor_quant")  # (a float proxy keeps None outside _modules)
         if tensor_quant is None:
             return plain(x)
         try:
-            return tensor_quant(plain(x), False).value
+            return tensor_quant(x.value if isinstance(x, QuantTensor) else x, False).value
         except ConfigError as err:
             raise _in_context(err, self.context, self.prefix) from None
 

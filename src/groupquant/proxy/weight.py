@@ -1,13 +1,13 @@
 """WeightQuantProxy: quantizes a layer's weight (``[O, I, ...]``), caching the result in eval."""
 from __future__ import annotations
 
-import weakref
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 
-from ..quant_tensor import QuantTensor
+from ..quant_tensor import QuantTensor, plain
 from .base import QuantProxy
+from .weight_cache import CachedWeight, cache_supported
 
 __all__ = ["WeightQuantProxy"]
 
@@ -17,10 +17,13 @@ class WeightQuantProxy(QuantProxy):
     scales ([O, 1, ...] / [O, k, 1, ...]); groups run along the input dim 1 and channels along
     dim 0 unless the quantizer sets its own dims.
 
-    Eval cache: in eval mode, when no gradient is wanted for the weight, the quant tensor is kept
-    and returned again while the weight is the same tensor with the same version counter (an
-    optimizer step, ``load_state_dict`` or any in-place change bumps it) and the quantizer's own
-    parameters and buffers are unchanged; ``train()``, a new weight or :meth:`clear_cache` drop it.
+    Eval cache: in eval mode, when no gradient is wanted for the weight and the weight is a CPU
+    tensor, the quant tensor is kept and returned again while the weight holds the same bytes
+    (checked byte for byte on each call, so any change counts: an optimizer step,
+    ``load_state_dict``, in-place ops, writes through ``weight.data``), with the same dtype and
+    shape, and the quantizer's own parameters and buffers are unchanged; ``train()`` or
+    :meth:`clear_cache` drop it. The cache holds a copy of the weight beside its quantized values
+    (see :mod:`groupquant.proxy.weight_cache`); on other devices the weight is quantized on each call.
     """
 
     prefix = "weight_"
@@ -28,7 +31,7 @@ class WeightQuantProxy(QuantProxy):
     def __init__(self, quant: Optional[type], weight_shape: Sequence[int],
                  overrides: Optional[Mapping[str, Any]] = None, context: str = "") -> None:
         super().__init__(quant, overrides, context, (1, 0), weight_shape)
-        self._cache: Optional[tuple] = None
+        self._cache: Optional[CachedWeight] = None
 
     def clear_cache(self) -> None:
         """Forget the cached quantized weight."""
@@ -44,23 +47,30 @@ class WeightQuantProxy(QuantProxy):
         state["_cache"] = None
         return state
 
-    def _cache_key(self, w: torch.Tensor, own: tuple) -> tuple:
-        """What must be unchanged for a cached result to hold: the weight's version, dtype and
-        device, inference mode, and the versions of the quantizer's own tensors ``own``."""
-        return (w._version, w.dtype, w.device, torch.is_inference_mode_enabled(), tuple(t._version for t in own))
-
-    def _cacheable(self, w: torch.Tensor) -> bool:
-        if self.training or self.tensor_quant is None or torch.compiler.is_compiling():
-            return False
-        return not (torch.is_grad_enabled() and w.requires_grad)
+    def _cache_for(self, w: Any) -> Optional[CachedWeight]:
+        """The cache entry for ``w`` in eval (computed when the one kept does not hold for it), or
+        None where the weight is quantized on each call: training, float, a weight that wants a
+        gradient, a tensor the cache does not serve (:func:`cache_supported`), compiling."""
+        if self.training or not isinstance(w, torch.Tensor) or (w.requires_grad and torch.is_grad_enabled()):
+            return None
+        if torch.compiler.is_compiling():
+            return None
+        cache = self._cache
+        if cache is not None and cache.holds_for(w):
+            return cache
+        tensor_quant = self._modules.get("tensor_quant")
+        if tensor_quant is None or not cache_supported(w):
+            return None
+        out = super().forward(w)
+        own = tuple(tensor_quant.parameters()) + tuple(tensor_quant.buffers())  # after a first-call init
+        self._cache = cache = CachedWeight.of(w, own, out, plain(out))
+        return cache
 
     def forward(self, w: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
-        if not (isinstance(w, torch.Tensor) and self._cacheable(w)):
-            return super().forward(w)
-        cache = self._cache
-        if cache is not None and cache[0]() is w and cache[1] == self._cache_key(w, cache[3]):
-            return cache[2]
-        out = super().forward(w)
-        own = tuple(self.tensor_quant.parameters()) + tuple(self.tensor_quant.buffers())  # after a first-call init
-        self._cache = (weakref.ref(w), self._cache_key(w, own), out, own)
-        return out
+        cache = self._cache_for(w)
+        return super().forward(w) if cache is None else cache.out
+
+    def quant_value(self, w: Union[torch.Tensor, QuantTensor]) -> torch.Tensor:
+        """The dequantized weight (its shape): :meth:`forward`'s values, from the cache in eval."""
+        cache = self._cache_for(w)
+        return super().quant_value(w) if cache is None else cache.value

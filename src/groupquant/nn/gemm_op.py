@@ -1,0 +1,55 @@
+"""GemmOp: which op a quant layer's weight enters (linear, or a convolution with its geometry)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["GemmOp", "LINEAR"]
+
+
+@dataclass(frozen=True)
+class GemmOp:
+    """Which op the weight enters: ``linear``; ``conv`` with its geometry (zero padding given as
+    ints); or ``module``: the layer's own ``_conv_forward`` (other padding modes), plain path only."""
+
+    kind: str = "linear"
+    stride: Tuple[int, ...] = ()
+    padding: Tuple[int, ...] = ()
+    dilation: Tuple[int, ...] = ()
+    groups: int = 1
+    module: Any = field(default=None, compare=False, repr=False)
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+        if self.kind == "linear":
+            return F.linear(x, w, b)
+        if self.kind == "module":
+            return self.module._conv_forward(x, w, b)
+        conv = F.conv1d if w.dim() == 3 else F.conv2d
+        return conv(x, w, b, self.stride, self.padding, self.dilation, self.groups)
+
+    def bias_grad(self, grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, as_autograd: bool) -> torch.Tensor:
+        """The bias gradient: ``grad`` summed over every dim but the output features / channels.
+        A convolution's in ``aten.convolution_backward``'s order when ``as_autograd`` (what plain
+        autograd gives, bit for bit), else as ``grad.sum`` over those dims."""
+        if self.kind == "linear":
+            return grad.reshape(-1, grad.shape[-1]).sum(0)
+        if as_autograd:
+            return self.conv_backward(grad, x, w, (False, False, True), [w.shape[0]])[2]
+        return grad.sum(dim=[d for d in range(grad.dim()) if d != 1])
+
+    def lean_supported(self, x: torch.Tensor, w: torch.Tensor) -> bool:
+        """Whether the lean backward implements this call (linear; batched zero-padded conv)."""
+        return self.kind == "linear" or (self.kind == "conv" and x.dim() == w.dim())
+
+    def conv_backward(self, grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, mask: Tuple[bool, bool, bool],
+                      bias_sizes: Optional[list]) -> Tuple[Optional[torch.Tensor], ...]:
+        """``aten.convolution_backward`` for the outputs in ``mask`` (input, weight, bias)."""
+        zeros = [0] * len(self.stride)
+        return torch.ops.aten.convolution_backward(grad, x, w, bias_sizes, list(self.stride), list(self.padding),
+                                                   list(self.dilation), False, zeros, self.groups, list(mask))
+
+
+LINEAR = GemmOp()
