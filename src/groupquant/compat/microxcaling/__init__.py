@@ -1,6 +1,6 @@
 """microxcaling-compatible entry: a microxcaling program runs after one edit,
 ``from mx import ...`` -> ``from groupquant.compat.microxcaling import ...`` (user guide:
-``docs/microxcaling.md``).
+``docs/compat-microxcaling.md``).
 
 Settings: :class:`MxSpecs` (microxcaling's keys and defaults; unknown keys fail with a
 did-you-mean), ``finalize_mx_specs``, ``get_backwards_mx_specs``, ``add_mx_args``, ``get_mx_specs``.
