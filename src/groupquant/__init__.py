@@ -17,6 +17,7 @@ from . import nn, proxy, quant_tensor, quantizers  # declarative quantizers, qua
 from .nn import quantize_model
 from .export import pack_model, unpack_model
 from .quantizers import describe
+from .calib import ptq  # calibration entry (docs/calibration.md)
 
 __version__ = "0.1.0"
 
