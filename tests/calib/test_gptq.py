@@ -142,3 +142,16 @@ def test_calibrated_layer_survives_state_dict_and_packing() -> None:
         assert torch.equal(fresh(x), layer(x))
         packed = gq.pack_model(torch.nn.Sequential(layer))[0]
         assert torch.equal(packed.dequantized_weight(), layer.quant_weight().value)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_nvfp4_pins_keep_the_gptq_result_on_requantization(seed: int) -> None:
+    """NVFP4's scales are recomputed from the stored weight: each block's pinned maximum gives back
+    its block scale and the tensor scale, so GPTQ's result requantizes to itself up to float ulps."""
+    from groupquant.calib.weight_grid import rule_grid
+    layer = _layer("nvfp4_weight_only", 16, 64, seed)
+    x = torch.randn(32, 64) * torch.linspace(0.1, 5, 64)
+    h = x.double().T @ x.double() / 32
+    w = layer.weight.detach()
+    q = gptq_quantize(w, h, rule_grid(layer))
+    assert (gq.fake_quant(q, "nvfp4") - q).abs().max() <= 1e-6 * w.abs().max()
