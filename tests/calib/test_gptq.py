@@ -132,11 +132,14 @@ def test_layer_step_never_worse_than_rtn_and_requantizes_to_itself(recipe_name: 
     assert reports[0].error_before == pytest.approx(rtn_error, rel=1e-9)
 
 
-def test_calibrated_layer_survives_state_dict_and_packing() -> None:
-    layer = _layer("mxfp4_weight_only", 16, 64, 0)
+@pytest.mark.parametrize("recipe_name", ["mxfp4_weight_only", "nvfp4_weight_only"])
+def test_calibrated_layer_survives_state_dict_and_packing(recipe_name: str) -> None:
+    layer = _layer(recipe_name, 16, 64, 0)
     x = torch.randn(32, 64)
-    calibrate_layer("l", layer, x.double().T @ x.double() / 32, {"gptq": {}})
-    fresh = _layer("mxfp4_weight_only", 16, 64, 5)
+    w0 = layer.weight.detach().clone()
+    calibrate_layer("l", layer, x.double().T @ x.double() / 32, {"scale_search": {}, "gptq": {}})
+    assert not torch.equal(layer.weight, w0)
+    fresh = _layer(recipe_name, 16, 64, 5)
     fresh.load_state_dict(layer.state_dict())
     with torch.no_grad():
         assert torch.equal(fresh(x), layer(x))
