@@ -38,8 +38,10 @@ OPTIONS: Dict[str, Tuple[str, ...]] = {
 
 #: ``methods=None``: the default per recipe name (by measurement on SmolLM2-135M, see
 #: docs/calibration.md); recipes not listed get ``_FALLBACK``.
-DEFAULT_METHODS: Dict[str, Tuple[str, ...]] = {}
 _FALLBACK: Tuple[str, ...] = ("scale_search", "gptq")
+DEFAULT_METHODS: Dict[str, Tuple[str, ...]] = {name: _FALLBACK for name in (
+    "mxfp8", "mxfp8_e4m3_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxint8", "mxfp4", "mxfp4_fwd_mxfp8_bwd",
+    "mxfp4_weight_only", "mxfp8_weight_only", "nvfp4", "nvfp4_weight_only")}
 
 
 def resolve_methods(methods: Any, recipe_name: Optional[str]) -> Dict[str, Dict[str, Any]]:
