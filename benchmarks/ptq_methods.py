@@ -62,7 +62,7 @@ def perplexity(model, ids: torch.Tensor) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--recipes", nargs="+", default=["mxfp4_weight_only", "nvfp4_weight_only", "mxfp8", "nvfp4", "mxfp4"])
+    ap.add_argument("--recipes", nargs="*", default=["mxfp4_weight_only", "nvfp4_weight_only", "mxfp8", "nvfp4", "mxfp4"])
     ap.add_argument("--methods", nargs="+", default=["rtn", "scale_search", "gptq", "scale_search+gptq"])
     ap.add_argument("--calib", type=int, default=8, help="calibration sequences of --seq-len tokens")
     ap.add_argument("--eval", type=int, default=8, help="evaluation sequences of --seq-len tokens")
