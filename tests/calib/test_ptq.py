@@ -134,3 +134,11 @@ def test_ptq_bad_input_is_named() -> None:
         gq.ptq(tiny_llama(), token_data(), recipe="mxfp4", methods=["gtpq"])
     with pytest.raises(ValueError, match="'gptq' has no option 'damp'"):
         gq.ptq(tiny_llama(), token_data(), recipe="mxfp4", methods={"gptq": {"damp": 0.1}})
+
+
+def test_ptq_progress_prints_the_report_table(capsys) -> None:
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    gq.ptq(mlp, [torch.randn(4, 64)], recipe="nvfp4_weight_only", methods="scale_search", progress=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["layer", "method", "before", "after"]
+    assert [line.split()[:2] for line in lines[1:]] == [["0", "scale_search"], ["2", "scale_search"]]
