@@ -34,6 +34,9 @@ _LAZY: Dict[str, Tuple[str, Any]] = {
     "pack_model": (".export", "pack_model"),
     "unpack_model": (".export", "unpack_model"),
     "describe": (".quantizers", "describe"),
+    "calib": (".calib", None),
+    "ptq": (".calib", "ptq"),
+    "eval": (".eval", None),
 }
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "NVFP4", "UE4M3", "ExponentScale", "FloatScale", "get_scale_format", "known_scale_formats",
     "GroupQuantized", "fake_quant", "quantize", "PackedTensor", "pack", "__version__", "describe",
     "quantize_model", "pack_model", "unpack_model", "nn", "proxy", "quantizers", "quant_tensor",
+    "calib", "ptq", "eval",
 ]
 
 

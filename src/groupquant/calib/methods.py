@@ -1,0 +1,119 @@
+"""The calibration methods by name, their fixed order, the default per recipe, and the per-layer
+step that runs ``scale_search`` / ``gptq`` on one linear layer.
+
+Order (whatever order the user lists them in): ``smooth`` then ``rotate`` (model-level transforms
+of the converted model), then, block by block and layer by layer, ``scale_search`` then ``gptq``.
+``smooth`` / ``rotate`` live in :mod:`groupquant.calib.smooth` / :mod:`groupquant.calib.rotate` and
+are imported only when asked for.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import torch
+from torch import nn
+
+from .gptq import gptq_quantize
+from .hessian import output_error
+from .report import LayerReport
+from .scale_search import search_grid
+from .weight_grid import grid_unsupported, layer_fake_quant, rule_grid, settle
+
+__all__ = ["ORDER", "MODEL_METHODS", "LAYER_METHODS", "DEFAULT_METHODS", "resolve_methods", "model_method",
+           "calibrate_layer"]
+
+MODEL_METHODS = ("smooth", "rotate")
+LAYER_METHODS = ("scale_search", "gptq")
+#: Every method, in the order they run.
+ORDER = MODEL_METHODS + LAYER_METHODS
+
+#: Options each method takes (``methods={"gptq": {"percdamp": 0.1}}``).
+OPTIONS: Dict[str, Tuple[str, ...]] = {
+    "gptq": ("percdamp", "batch_size", "act_order"),
+    "scale_search": ("below", "above"),
+    "rotate": ("fused_residual",),
+    "smooth": ("alpha",),
+}
+
+#: ``methods=None``: the default per recipe name (by measurement on SmolLM2-135M, see
+#: docs/calibration.md); recipes not listed get ``_FALLBACK``.
+_FALLBACK: Tuple[str, ...] = ("scale_search", "gptq")
+DEFAULT_METHODS: Dict[str, Tuple[str, ...]] = {name: _FALLBACK for name in (
+    "mxfp8", "mxfp8_e4m3_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxint8", "mxfp4", "mxfp4_fwd_mxfp8_bwd",
+    "mxfp4_weight_only", "mxfp8_weight_only", "nvfp4", "nvfp4_weight_only")}
+
+
+def resolve_methods(methods: Any, recipe_name: Optional[str]) -> Dict[str, Dict[str, Any]]:
+    """``methods`` (None, a name, a list of names, or a dict name -> options) as an ordered dict
+    name -> options, in :data:`ORDER`. Unknown names and options are ValueErrors naming them."""
+    if methods is None:
+        methods = DEFAULT_METHODS.get(recipe_name or "", _FALLBACK)
+    if isinstance(methods, str):
+        methods = [methods]
+    if isinstance(methods, Mapping):
+        given = {name: dict(opts or {}) for name, opts in methods.items()}
+    else:
+        try:
+            given = {name: {} for name in methods}
+        except TypeError:
+            raise TypeError(f"methods must be None, a method name, a list of names or a dict name -> options, "
+                            f"got {methods!r}") from None
+    for name, opts in given.items():
+        if name not in ORDER:
+            raise ValueError(f"methods: unknown calibration method {name!r}; methods: {', '.join(ORDER)}")
+        for key in opts:
+            if key not in OPTIONS[name]:
+                raise ValueError(f"methods: {name!r} has no option {key!r}; options: {', '.join(OPTIONS[name])}")
+    return {name: given[name] for name in ORDER if name in given}
+
+
+def model_method(name: str) -> Callable[..., Any]:
+    """``smooth_model`` / ``rotate_model``, imported when first asked for."""
+    module, attr = {"smooth": ("smooth", "smooth_model"), "rotate": ("rotate", "rotate_model")}[name]
+    try:
+        return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"methods: {name!r} is not available in this installation ({err})") from None
+
+
+@torch.no_grad()
+def calibrate_layer(name: str, layer: nn.Module, h: torch.Tensor,
+                    methods: Mapping[str, Mapping[str, Any]]) -> List[LayerReport]:
+    """Run the layer methods in ``methods`` on one quant linear layer whose inputs have second
+    moment ``h``; store the result as the layer's weight (on the grid, a fixed point of the layer's
+    quantizer) unless round to nearest is at least as good on ``tr((W-Q) H (W-Q)^T)``, in which case
+    the weight is left as it was. One report per method (a layer the methods cannot handle gets one
+    ``skipped`` report saying why)."""
+    asked = [m for m in LAYER_METHODS if m in methods]
+    if not asked:
+        return []
+    reason = grid_unsupported(layer)
+    if reason is not None:
+        return [LayerReport(name, "+".join(asked), float("nan"), float("nan"), f"skipped: {reason}")]
+    w = layer.weight.detach().float()
+    o = w.shape[0]
+    rtn_error = output_error(w, layer_fake_quant(layer, w), h, o)
+    grid = rule_grid(layer)
+    reports: List[LayerReport] = []
+    best_q, best_error, before = None, rtn_error, rtn_error
+    unit = "mean squared output error vs float weight on calibration inputs"
+    for method in asked:
+        opts = methods[method]
+        if method == "scale_search":
+            grid = search_grid(w, h, grid, **opts)
+            q = settle(layer, grid.quantize(w))
+        else:
+            q = settle(layer, gptq_quantize(w, h, grid, **opts))
+        err = output_error(w, q, h, o)
+        reports.append(LayerReport(name, method, before, err, unit))
+        before = err
+        if err < best_error:
+            best_q, best_error = q, err
+    if best_q is not None:
+        layer.weight.data.copy_(best_q.to(layer.weight.dtype))
+    else:
+        last = reports[-1]
+        reports[-1] = LayerReport(last.layer, last.method, last.error_before, last.error_after,
+                                  unit + "; kept round to nearest (not better)")
+    return reports

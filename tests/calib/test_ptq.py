@@ -1,0 +1,144 @@
+"""groupquant.ptq: the block-by-block runner on tiny Llama / BERT / plain models, reports,
+determinism, bad input."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import groupquant as gq
+from groupquant.calib.blocks import capture_block_inputs, find_blocks, run_block
+
+transformers = pytest.importorskip("transformers")
+
+
+def tiny_llama(seed: int = 0):
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=100, max_position_embeddings=64)
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def tiny_bert(seed: int = 0):
+    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                  vocab_size=100, max_position_embeddings=64)
+    torch.manual_seed(seed)
+    return transformers.BertModel(cfg).eval()
+
+
+def token_data(n: int = 2, seq: int = 16, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 100, (2, seq), generator=g) for _ in range(n)]
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_bert])
+def test_block_runner_reproduces_the_models_hidden_states(make) -> None:
+    model = make()
+    ids = token_data(1)[0]
+    mask = torch.ones_like(ids)
+    mask[1, -4:] = 0  # padding: the attention mask must reach every block
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    _, blocks = find_blocks(model)
+    inputs = capture_block_inputs(model, blocks[0], [{"input_ids": ids, "attention_mask": mask}])
+    assert torch.equal(inputs[0].args[0] if inputs[0].args else inputs[0].kwargs["hidden_states"], ref[0])
+    for index, block in enumerate(blocks):
+        inputs = run_block(model, block, inputs)
+        got = inputs[0].args[0] if inputs[0].args else inputs[0].kwargs["hidden_states"]
+        if index + 1 < len(blocks):  # the last hidden state of Llama is after the final norm
+            torch.testing.assert_close(got, ref[index + 1], rtol=0, atol=1e-6)
+
+
+def test_find_blocks_names_the_layer_lists() -> None:
+    assert find_blocks(tiny_llama())[0] == "model.layers"
+    assert find_blocks(tiny_bert())[0] == "encoder.layer"
+    assert find_blocks(torch.nn.Sequential(torch.nn.Linear(4, 4))) is None
+
+
+@pytest.mark.parametrize("recipe_name", ["mxfp4_weight_only", "nvfp4", "mxfp8"])
+def test_ptq_llama_reports_every_layer_and_method(recipe_name: str) -> None:
+    model = gq.ptq(tiny_llama(), token_data(), recipe=recipe_name, methods=["gptq", "scale_search"],
+                   exclude=["lm_head"], progress=False)
+    reports = model.calibration_report
+    linears = [n for n, m in model.named_modules() if isinstance(m, gq.nn.QuantLinear)]
+    assert "lm_head" not in linears and len(linears) == 14
+    assert [(r.layer, r.method) for r in reports] == [(n, m) for n in linears for m in ("scale_search", "gptq")]
+    for r in reports:
+        assert r.error_after <= r.error_before or "kept round to nearest" in r.detail or r.method == "gptq"
+    # each layer's final weight is never worse than round to nearest on its own objective
+    finals = {}
+    for r in reports:
+        finals.setdefault(r.layer, []).append(r)
+    for layer_reports in finals.values():
+        assert min(x.error_after for x in layer_reports) <= layer_reports[0].error_before
+
+
+def test_ptq_changes_weights_and_improves_over_rtn_on_outputs() -> None:
+    data = token_data(4, 32)
+    float_model = tiny_llama()
+    rtn = gq.quantize_model(copy.deepcopy(float_model), recipe="mxfp4_weight_only", exclude=["lm_head"])
+    cal = gq.ptq(copy.deepcopy(float_model), data, recipe="mxfp4_weight_only", methods="gptq", exclude=["lm_head"],
+                 progress=False)
+    with torch.no_grad():
+        ref = torch.cat([float_model(d).logits for d in data])
+        err_rtn = (torch.cat([rtn(d).logits for d in data]) - ref).pow(2).mean()
+        err_cal = (torch.cat([cal(d).logits for d in data]) - ref).pow(2).mean()
+    assert err_cal < err_rtn
+
+
+def test_ptq_is_deterministic_and_leaves_global_rng_alone() -> None:
+    model, data = tiny_llama(), token_data()
+    state = torch.random.get_rng_state()
+    a = gq.ptq(model, data, recipe="nvfp4_weight_only", exclude=["lm_head"], progress=False)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    b = gq.ptq(tiny_llama(), token_data(), recipe="nvfp4_weight_only", exclude=["lm_head"], progress=False)
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
+
+
+def test_ptq_state_dict_round_trip_is_bit_exact() -> None:
+    data = token_data()
+    cal = gq.ptq(tiny_llama(), data, recipe="mxfp4", exclude=["lm_head"], progress=False)
+    fresh = gq.quantize_model(tiny_llama(seed=3), recipe="mxfp4", exclude=["lm_head"])
+    fresh.load_state_dict(cal.state_dict())
+    with torch.no_grad():
+        assert torch.equal(fresh(data[0]).logits, cal(data[0]).logits)
+
+
+def test_ptq_bert_and_plain_model() -> None:
+    model = gq.ptq(tiny_bert(), [{"input_ids": d} for d in token_data()], recipe="mxfp4_weight_only", progress=False)
+    assert len(model.calibration_report) == 24  # 2 blocks x 6 linears x (scale_search, gptq); the pooler is outside
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    out = gq.ptq(mlp, [torch.randn(4, 64) for _ in range(3)], recipe="mxfp4_weight_only", methods="gptq",
+                 progress=False)
+    assert [r.layer for r in out.calibration_report] == ["0", "2"]
+
+
+def test_ptq_skips_layers_it_cannot_calibrate_and_says_why() -> None:
+    mlp = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 1), torch.nn.Flatten(), torch.nn.Linear(64, 32))
+    out = gq.ptq(mlp, [torch.randn(2, 4, 16)], recipe="mxfp4_weight_only", methods="gptq", progress=False)
+    assert [r.layer for r in out.calibration_report] == ["2"]  # the conv is converted, not calibrated
+
+
+def test_ptq_bad_input_is_named() -> None:
+    with pytest.raises(ValueError, match="calibration_data is empty"):
+        gq.ptq(tiny_llama(), [], recipe="mxfp4")
+    with pytest.raises(TypeError, match="single Tensor"):
+        gq.ptq(tiny_llama(), torch.zeros(2, 3, dtype=torch.long), recipe="mxfp4")
+    with pytest.raises(TypeError, match="item 1 must be a tensor or a dict"):
+        gq.ptq(tiny_llama(), [torch.zeros(1, 3, dtype=torch.long), "text"], recipe="mxfp4")
+    with pytest.raises(ValueError, match=r"calibration_data item 0 \(tensor of shape \(2, 8, 5\)\) does not fit"):
+        gq.ptq(tiny_llama(), [torch.zeros(2, 8, 5)], recipe="mxfp4", progress=False)
+    with pytest.raises(ValueError, match="unknown calibration method 'gtpq'"):
+        gq.ptq(tiny_llama(), token_data(), recipe="mxfp4", methods=["gtpq"])
+    with pytest.raises(ValueError, match="'gptq' has no option 'damp'"):
+        gq.ptq(tiny_llama(), token_data(), recipe="mxfp4", methods={"gptq": {"damp": 0.1}})
+
+
+def test_ptq_progress_prints_the_report_table(capsys) -> None:
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    gq.ptq(mlp, [torch.randn(4, 64)], recipe="nvfp4_weight_only", methods="scale_search", progress=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["layer", "method", "before", "after"]
+    assert [line.split()[:2] for line in lines[1:]] == [["0", "scale_search"], ["2", "scale_search"]]
