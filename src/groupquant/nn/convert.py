@@ -127,7 +127,7 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
     Returns the model (or the new layer when ``model`` itself is a Linear/Conv).
     """
     r = recipe_of(recipe) if recipe is not None else None
-    _check_not_requantized(model, r)
+    _check_not_requantized(model, r, functional)
     include_p, exclude_p = _patterns(include, "include"), _patterns(exclude, "exclude")
     slots = _replaceable_slots(model)
     names = [name for _, slot_names in slots for name in slot_names]
@@ -168,16 +168,21 @@ def _is_quant_slot(keyword: str) -> bool:
     return keyword.endswith("_quant") or "_quant_for_" in keyword
 
 
-def _check_not_requantized(model: nn.Module, r: Optional[Recipe]) -> None:
+def _check_not_requantized(model: nn.Module, r: Optional[Recipe], functional: Optional[bool]) -> None:
     """A second recipe on a model already quantized with another would mix them (the converted
-    layers keep the first, the functional GEMMs would take the second): refuse, naming both."""
+    layers keep the first, the functional GEMMs would take the second): refuse, naming both. A
+    mix by layer (each call ``functional=False``, the later ones converting the layers still float,
+    as mixed precision does) involves no functional GEMM and is allowed."""
     previous = model.__dict__.get("_groupquant_recipe") if isinstance(model, nn.Module) else None
     if r is None or previous is None or previous == r:
+        return
+    if functional is False and "_groupquant_functional_handle" not in model.__dict__:
         return
     raise ValueError(f"quantize_model(recipe={r.name!r}): this model is already quantized with recipe "
                      f"{previous.name!r}; a second recipe would mix the two (the converted layers keep "
                      f"{previous.name!r}, the functional GEMMs would take {r.name!r}). Start again from the float "
-                     "model (keep a copy.deepcopy of it before quantize_model)")
+                     "model (keep a copy.deepcopy of it before quantize_model), or convert layer by layer with "
+                     "functional=False in every call (mixed precision)")
 
 
 def remove_functional(model: nn.Module) -> bool:
