@@ -27,6 +27,7 @@ from torch import nn
 
 from ..formats import ElementFormat
 from ..nn import QuantLinear
+from ..nn.input_rotation import ROTATION_ATTR, InputRotation
 from ..ops import GroupLayout
 from ..ops.packed_gemm import PACKED_INPUT_DTYPES, PackedWeight, packed_linear
 from ..ops.packed_gemm_params import packed_gemm_params
@@ -93,9 +94,14 @@ class PackedLinear(nn.Module):
         for attr, proxy in (proxies or {}).items():
             setattr(self, attr, proxy)
 
-    def _load_from_state_dict(self, *args, **kwargs) -> None:
-        """torch's state-dict loading, then the kernel record again (it holds the per-tensor scale)."""
-        super()._load_from_state_dict(*args, **kwargs)
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """torch's state-dict loading (an input rotation in the state dict is attached first, as
+        :class:`~groupquant.nn.QuantLayerMixin` does), then the kernel record again (it holds the
+        per-tensor scale)."""
+        key = f"{prefix}{ROTATION_ATTR}.block_size_"
+        if key in state_dict and getattr(self, ROTATION_ATTR, None) is None:
+            setattr(self, ROTATION_ATTR, InputRotation(int(state_dict[key])))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self.params = self._params()
 
     def _params(self):
@@ -122,7 +128,7 @@ class PackedLinear(nn.Module):
                             "(MX formats, integer groups)")
         packed = pack(qt)
         proxy.clear_cache()  # the packed layer keeps the quantizer, never a float weight
-        proxies = {n: m for n, m in layer.named_children() if isinstance(m, QuantProxy)}
+        proxies = {n: m for n, m in layer.named_children() if isinstance(m, (QuantProxy, InputRotation))}
         return cls(packed, layer.bias, name=name, proxies=proxies, return_quant_tensor=layer.return_quant_tensor)
 
     @classmethod
@@ -183,6 +189,8 @@ class PackedLinear(nn.Module):
         if x.dtype not in PACKED_INPUT_DTYPES:
             raise TypeError(f"{self.layer_name}: packed inference takes input of dtype "
                             f"{[str(d) for d in PACKED_INPUT_DTYPES]}, got {x.dtype}")
+        rotation = getattr(self, ROTATION_ATTR, None)  # the QuantLinear's online rotation (rotate_model)
+        x = x if rotation is None else rotation(x)
         input_quant = getattr(self, "input_quant", None)
         qx = input_quant.quant_value(x) if input_quant is not None else x
         bias = self.bias

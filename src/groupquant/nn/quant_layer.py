@@ -14,6 +14,7 @@ from .backward_gemm import quantized_backward_gemm
 from .grad_slots import GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands, grad_slot_prefixes
 from .keywords import route_keywords
 from .inside import in_quant_layer
+from .input_rotation import ROTATION_ATTR, InputRotation
 from .lean_gemm import GemmOp, lean_applies, lean_quant_gemm
 
 __all__ = ["QuantLayerMixin"]
@@ -143,6 +144,8 @@ class QuantLayerMixin:
         with in_quant_layer():
             weight = self.weight if weight is None else weight  # type: ignore[attr-defined]
             bias = self.bias if bias is _OWN else bias  # type: ignore[attr-defined]
+            rotation = getattr(self, ROTATION_ATTR, None)  # online rotation (groupquant.calib.rotate_model)
+            x = x if rotation is None else rotation(plain(x))
             qx = self.input_quant.quant_value(x)
             qb = None if bias is None else self.bias_quant.quant_value(bias)
             if self.quantize_backprop and torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad):
@@ -153,6 +156,15 @@ class QuantLayerMixin:
             else:
                 y = op.forward(qx, plain(self.weight_quant(weight)), qb)
             return self._finish(y)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """torch's loading; a state dict holding an input rotation (``input_rotation.block_size_``)
+        gives the layer that rotation first, so a rotated model's state dict loads into a freshly
+        converted model."""
+        key = f"{prefix}{ROTATION_ATTR}.block_size_"
+        if key in state_dict and getattr(self, ROTATION_ATTR, None) is None:
+            setattr(self, ROTATION_ATTR, InputRotation(int(state_dict[key])))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)  # type: ignore[misc]
 
     def _finish(self, y: torch.Tensor) -> Union[torch.Tensor, QuantTensor]:
         """Apply ``output_quant`` and unwrap unless ``return_quant_tensor``."""
