@@ -37,7 +37,7 @@ def exclude_patterns(exclude: Patterns, names: List[str]) -> List[str]:
         if not isinstance(p, str):
             raise TypeError(f"exclude: patterns are module names or fnmatch patterns (str), got {p!r}")
         if not any(fnmatch.fnmatchcase(n, p) for n in names):
-            raise ValueError(f"exclude={p!r} matches no quantized linear layer; layers: {', '.join(names[:12])}"
+            raise ValueError(f"exclude={p!r} matches no module of the model; modules: {', '.join(names[:12])}"
                              f"{' ...' if len(names) > 12 else ''}")
     return patterns
 
@@ -128,7 +128,7 @@ def rotate_model(model: nn.Module, *, fused_residual: bool = False, seed: int = 
     if not layers:
         raise ValueError("rotate_model: the model has no QuantLinear layer; convert it first "
                          "(groupquant.quantize_model(model, recipe=...))")
-    patterns = exclude_patterns(exclude, [n for n, _ in layers])
+    patterns = exclude_patterns(exclude, [n for n, _ in model.named_modules() if n])
     excluded = {n for n, _ in layers if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
     before = {n: weight_quant_mse(m) for n, m in layers}
     handled: Dict[str, str] = {}
