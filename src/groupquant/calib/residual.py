@@ -24,7 +24,7 @@ from torch import nn
 from ..nn.input_rotation import ROTATION_ATTR
 from .graph import LlamaBlock, bert_layers, bert_norm_refusal, llama_blocks
 from .hadamard import rotate_weight_input, rotate_weight_output
-from .rotate import rotate_layer, rotation_block_size
+from .layer_rotation import rotate_layer, rotation_block_size
 from .rotated_norm import RotatedNorm
 
 __all__ = ["rotate_residual"]

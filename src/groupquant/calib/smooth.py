@@ -24,7 +24,7 @@ from torch import nn
 
 from ..nn.input_rotation import ROTATION_ATTR
 from .graph import FoldGroup, fold_groups
-from .rotate import Patterns, exclude_patterns
+from .layer_rotation import Patterns, exclude_patterns
 from .rotation_report import LayerReport
 
 __all__ = ["smooth_model", "ALPHAS", "smoothing_scale"]
