@@ -43,7 +43,8 @@ _DIRECT = {"rtn", "smooth", "rotate", "rotate_fused"}
 SEQ_LEN = 512
 
 
-def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: List, exclude: List[str]) -> torch.nn.Module:
+def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: List,
+              exclude: List[str]) -> torch.nn.Module:
     """A converted and calibrated copy of ``model``."""
     steps = method.split("+")
     ptq = getattr(gq, "ptq", None)

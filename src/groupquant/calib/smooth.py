@@ -9,9 +9,10 @@ q/k/v, ``post_attention_layernorm`` -> gate/up) or a linear's output rows (``v_p
 ``o_proj``, ``up_proj`` -> ``down_proj``; BERT ``value`` -> ``attention.output.dense``). BERT's
 LayerNorms are post-norm and take no fold (the reason is :func:`.graph.bert_norm_refusal`).
 
-``alpha=None`` searches ``alpha`` in 0, 0.1, ..., 1 per group of linears sharing an input, and
-also "no smoothing", minimising the readers' output error (quantized layer vs float layer, mean
-squared) on rows of the calibration inputs: a group is never made worse on that objective.
+``alpha=None`` searches ``alpha`` in 0.2, 0.3, ..., 0.8 (:data:`ALPHAS`) per group of linears
+sharing an input, and also "no smoothing", minimising the readers' output error (quantized layer vs
+float layer, mean squared) on rows of the calibration inputs: a group is never made worse on that
+objective.
 """
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ from .rotation_report import LayerReport
 __all__ = ["smooth_model", "ALPHAS", "smoothing_scale"]
 
 #: the alphas an ``alpha=None`` search tries (besides no smoothing)
-ALPHAS = tuple(i / 10 for i in range(11))
+ALPHAS = tuple(i / 10 for i in range(2, 9))
 #: calibration rows kept per group for the search (evenly spaced over the calibration tokens)
-_ROWS = 512
+_ROWS = 256
 
 
 def smoothing_scale(act_max: torch.Tensor, weight_max: torch.Tensor, alpha: float) -> torch.Tensor:
