@@ -99,3 +99,19 @@ def test_onnx_export_applies_the_rotation_bit_for_bit():
         assert torch.equal(torch.from_numpy(xr), model[0].input_rotation(x[:3]))  # the same bits as the layer
         ref = model(x[:3])
     torch.testing.assert_close(torch.from_numpy(y), ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
+
+
+def test_packed_state_dict_carries_the_rotation_into_fresh_models():
+    from groupquant.export.packed_state_dict import load_packed_state_dict, packed_state_dict
+
+    def fresh():
+        return nn.Sequential(QuantLinear(64, 24, weight_quant=Q.MXFloat4e2m1Weight, input_quant=Q.MXFloat4e2m1Act)).eval()
+
+    model = nn.Sequential(rotated_layer(block=16))
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        ref = model(x)
+        for source, target in ((model, fresh()), (gq.pack_model(copy.deepcopy(model)), gq.pack_model(fresh()))):
+            load_packed_state_dict(target, packed_state_dict(source))
+            assert target[0].input_rotation.block_size == 16
+            torch.testing.assert_close(target(x), ref, rtol=1e-5, atol=1e-5)
