@@ -15,9 +15,11 @@ other than nearest-even for activations raise :class:`ExportError` naming the la
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -107,8 +109,34 @@ def _bias(b: GraphBuilder, layer: nn.Module, info: NodeInfo) -> Optional[str]:
     return None if bias is None else b.const(float_array(bias, info.name), hint=f"{_hint(info)}_bias")
 
 
+def _rotation(b: GraphBuilder, layer: nn.Module, x: str, info: NodeInfo) -> str:
+    """The layer's online input rotation (``groupquant.calib.rotate_model``), if any: the butterfly
+    passes of :func:`groupquant.ops.hadamard.fwht` (``Reshape`` to ``[-1, n/2h, 2h]``, halves by
+    ``Slice``, ``Add`` / ``Sub``, ``Concat``), then ``Mul`` by ``1/sqrt(b)`` in float32: the same
+    operations in the same order as the layer, so the same bits."""
+    rotation = getattr(layer, "input_rotation", None)
+    if rotation is None:
+        return x
+    shape = info.in_shapes[0]
+    if shape is None:
+        raise ExportError(info.name, "input_rotation", "the shape of the rotated input is unknown")
+    block, n, hint = rotation.block_size, int(shape[-1]), _hint(info)
+    y, h = x, 1
+    while h < block:
+        pairs = b.node("Reshape", [y, b.ints([-1, n // (2 * h), 2 * h])], hint=f"{hint}_pairs")
+        axis = b.ints([2])
+        first = b.node("Slice", [pairs, b.ints([0]), b.ints([h]), axis], hint=f"{hint}_first")
+        second = b.node("Slice", [pairs, b.ints([h]), b.ints([2 * h]), axis], hint=f"{hint}_second")
+        y = b.node("Concat", [b.node("Add", [first, second]), b.node("Sub", [first, second])], hint=f"{hint}_fwht",
+                   axis=2)
+        h *= 2
+    y = b.node("Mul", [y, b.const(np.float32(1.0 / math.sqrt(block)))], hint=f"{hint}_rotated")
+    return b.node("Reshape", [y, b.node("Shape", [x])], hint=f"{hint}_rotated")
+
+
 def _linear(b: GraphBuilder, layer: QuantLinear, info: NodeInfo, inputs: List[str], options: QuantLayerOptions) -> str:
-    x = _act_quant(b, layer.input_quant, inputs[0], info.in_shapes[0], info, "input_quant")
+    x = _rotation(b, layer, inputs[0], info)
+    x = _act_quant(b, layer.input_quant, x, info.in_shapes[0], info, "input_quant")
     y = linear_of(b, x, _weight(b, layer, info, options), _bias(b, layer, info), hint=_hint(info))
     return _act_quant(b, layer.output_quant, y, info.out_shape, info, "output_quant")
 

@@ -37,6 +37,7 @@ from torch import nn
 from ..core import QuantSpec
 from ..formats import ElementFormat
 from ..nn import QuantLayerMixin, QuantLinear
+from ..nn.input_rotation import ROTATION_ATTR, InputRotation
 from ..nn.group_quantized_weight import WeightNotGroupQuantized
 from ..nn.inside import in_quant_layer
 from ..ops import FakeQuantResult, GroupLayout, GroupQuantized
@@ -45,7 +46,7 @@ from ..ops.packed_gemm_params import PackedGemmParams, packed_gemm_params
 from ..ops.packed_tables import element_value_table, scale_table
 from ..packing import PackedTensor, element_storage_dtype, is_byte_format, pack, scale_storage_dtype
 from ..proxy import ActQuantProxy, BiasQuantProxy, QuantProxy, WeightQuantProxy
-from ..quant_tensor import QuantTensor, quant_tensor_from_output
+from ..quant_tensor import QuantTensor, plain, quant_tensor_from_output
 from .pack_error import PackError, check_packable
 from .packed_backward import packed_linear_with_input_grad
 
@@ -100,9 +101,14 @@ class PackedLinear(QuantLayerMixin, nn.Module):
         for attr, proxy in proxies.items():  # backward-GEMM slots of the layer it came from, kept for the way back
             setattr(self, attr, proxy)
 
-    def _load_from_state_dict(self, *args, **kwargs) -> None:
-        """torch's state-dict loading, then the kernel record again (it holds the per-tensor scale)."""
-        super()._load_from_state_dict(*args, **kwargs)
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """torch's state-dict loading (an input rotation in the state dict is attached first, as
+        :class:`~groupquant.nn.QuantLayerMixin` does), then the kernel record again (it holds the
+        per-tensor scale)."""
+        key = f"{prefix}{ROTATION_ATTR}.block_size_"
+        if key in state_dict and getattr(self, ROTATION_ATTR, None) is None:
+            setattr(self, ROTATION_ATTR, InputRotation(int(state_dict[key])))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self.params = self._params()
 
     def _params(self) -> PackedGemmParams:
@@ -144,7 +150,7 @@ class PackedLinear(QuantLayerMixin, nn.Module):
             raise PackError(str(e)) from None
         packed = pack(q)
         layer.weight_quant.clear_cache()  # the packed layer keeps the quantizer, never a float weight
-        proxies = {n: m for n, m in layer.named_children() if isinstance(m, QuantProxy)}
+        proxies = {n: m for n, m in layer.named_children() if isinstance(m, (QuantProxy, InputRotation))}
         return cls(packed, layer.bias, name=name, proxies=proxies, return_quant_tensor=layer.return_quant_tensor)
 
     @classmethod
@@ -232,6 +238,9 @@ class PackedLinear(QuantLayerMixin, nn.Module):
     def forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
         """``output_quant(packed_linear(input_quant(x), W, bias_quant(b)))`` (the quant-layer route)."""
         with in_quant_layer():
+            rotation = self._modules.get(ROTATION_ATTR)  # the QuantLinear's online rotation (rotate_model)
+            if rotation is not None:
+                x = rotation(plain(x))
             qx = self.input_quant.quant_value(x)
             if qx.dtype not in PACKED_INPUT_DTYPES:
                 raise TypeError(f"{self.layer_name}: packed inference takes input of dtype "

@@ -17,6 +17,7 @@ from .group_quantized_weight import group_quantized_weight
 from .grad_slots import GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands, grad_slot_prefixes
 from .keywords import route_keywords
 from .inside import in_quant_layer
+from .input_rotation import ROTATION_ATTR, InputRotation
 from .lean_gemm import lean_applies, lean_quant_gemm
 
 __all__ = ["QuantLayerMixin"]
@@ -169,6 +170,9 @@ class QuantLayerMixin:
         """:meth:`_quant_gemm`'s work. Without a gradient to record (eval, ``no_grad``) it is the
         proxies' ``quant_value`` (the weight's from the eval cache) and the op."""
         proxies = self._modules  # type: ignore[attr-defined]  # (the proxies, without nn.Module.__getattr__)
+        rotation = proxies.get(ROTATION_ATTR)  # online rotation of the input (groupquant.calib.rotate_model)
+        if rotation is not None:
+            x = rotation(plain(x))
         qx = proxies["input_quant"].quant_value(x)
         bias_quant = proxies["bias_quant"]
         qb = bias if bias is None or bias_quant.tensor_quant is None else bias_quant.quant_value(bias)
@@ -183,6 +187,15 @@ class QuantLayerMixin:
         else:
             y = op.forward(qx, weight_quant.quant_value(weight), qb)
         return y if proxies["output_quant"].tensor_quant is None else self._finish(y)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """torch's loading; a state dict holding an input rotation (``input_rotation.block_size_``)
+        gives the layer that rotation first, so a rotated model's state dict loads into a freshly
+        converted model."""
+        key = f"{prefix}{ROTATION_ATTR}.block_size_"
+        if key in state_dict and getattr(self, ROTATION_ATTR, None) is None:
+            setattr(self, ROTATION_ATTR, InputRotation(int(state_dict[key])))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)  # type: ignore[misc]
 
     def _finish(self, y: torch.Tensor) -> Union[torch.Tensor, QuantTensor]:
         """Apply ``output_quant`` and unwrap unless ``return_quant_tensor``."""

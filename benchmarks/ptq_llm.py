@@ -1,0 +1,148 @@
+"""Post-training calibration on real models: perplexity ratio to float of SmolLM2-135M-Instruct per
+recipe and method, and all-MiniLM-L6-v2's embedding cosine to float, in one run.
+
+    PYTHONPATH=src python benchmarks/ptq_llm.py [--recipes mxfp4 nvfp4 ...] [--methods rtn rotate smooth+rotate ...]
+        [--tokens 4096] [--calibration-tokens 2048] [--markdown table.md] [--no-minilm] [--no-smollm2]
+
+Text: Python standard-library docstrings (``groupquant.eval.python_docstrings``), split into
+disjoint evaluation / calibration documents (``groupquant.eval.token_sets``); perplexity over
+``--tokens / 512`` non-overlapping windows of 512 tokens (default 8 x 512). Every Linear except the
+output head (tied to the embeddings, kept in float) is quantized; ``functional=False`` (the
+attention GEMMs stay float, as in issue 19's baseline). SmolLM2's weights were stored as Q4_1, so
+weight-only figures start from a 4-bit grid.
+
+A method is ``+``-joined steps: ``rtn`` (round to nearest, nothing else), ``smooth``
+(SmoothQuant, alpha searched), ``rotate`` (block Hadamard per layer, online rotation),
+``rotate_fused`` (``rotate_model(fused_residual=True)``), and, once ``groupquant.ptq`` exists,
+``gptq`` / ``scale_search``: a method without ``rotate_fused`` then runs through ``groupquant.ptq``.
+Columns: perplexity ratio to float, minutes of calibration, minutes of evaluation.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import time
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import groupquant as gq  # noqa: E402
+from groupquant.calib.rotate import rotate_model  # noqa: E402
+from groupquant.calib.smooth import smooth_model  # noqa: E402
+from groupquant.eval import perplexity, python_docstrings, token_sets  # noqa: E402
+from llm_models import embed, load_minilm, load_smollm2, sentences  # noqa: E402
+
+RECIPES = ["mxfp8", "nvfp4", "mxfp4", "mxfp4_weight_only", "nvfp4_weight_only"]
+METHODS = ["rtn", "smooth", "rotate", "smooth+rotate", "rotate_fused", "smooth+rotate_fused"]
+_DIRECT = {"rtn", "smooth", "rotate", "rotate_fused"}
+SEQ_LEN = 512
+
+
+def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: List,
+              exclude: List[str]) -> torch.nn.Module:
+    """A converted and calibrated copy of ``model``."""
+    steps = method.split("+")
+    ptq = getattr(gq, "ptq", None)
+    if ptq is not None and "rotate_fused" not in steps:
+        methods = [s for s in steps if s != "rtn"]
+        return ptq(copy.deepcopy(model), calibration, recipe=recipe, methods=methods, exclude=exclude, progress=False)
+    unknown = [s for s in steps if s not in _DIRECT]
+    if unknown:
+        raise SystemExit(f"method {method!r}: {unknown} need groupquant.ptq (not in this build) and cannot be "
+                         "combined with rotate_fused here")
+    q = gq.quantize_model(copy.deepcopy(model), recipe=recipe, functional=False, exclude=exclude)
+    if "smooth" in steps:
+        smooth_model(q, calibration, progress=False)
+    if "rotate" in steps or "rotate_fused" in steps:
+        rotate_model(q, fused_residual="rotate_fused" in steps, exclude=exclude)
+    return q
+
+
+def smollm2_rows(recipes: List[str], methods: List[str], tokens: int, calibration_tokens: int) -> List[Dict]:
+    model, tok = load_smollm2()
+    sets = token_sets(python_docstrings(), tok, seq_len=SEQ_LEN, evaluation_windows=tokens // SEQ_LEN,
+                      calibration_windows=max(1, calibration_tokens // SEQ_LEN))
+    calibration = sets.calibration_inputs()
+    t = time.perf_counter()
+    base = perplexity(model, sets.evaluation, seq_len=SEQ_LEN, progress=False)
+    print(f"SmolLM2-135M-Instruct float perplexity {base:.3f} ({tokens // SEQ_LEN} x {SEQ_LEN} tokens, "
+          f"{(time.perf_counter() - t) / 60:.1f} min)", flush=True)
+    rows = []
+    for recipe in recipes:
+        for method in methods:
+            t0 = time.perf_counter()
+            q = calibrate(model, recipe, method, calibration, ["lm_head"])
+            t1 = time.perf_counter()
+            ppl = perplexity(q, sets.evaluation, seq_len=SEQ_LEN, progress=False)
+            t2 = time.perf_counter()
+            row = dict(model="SmolLM2-135M", recipe=recipe, method=method, value=ppl / base,
+                       calib_min=(t1 - t0) / 60, eval_min=(t2 - t1) / 60)
+            print(f"{recipe:<20} {method:<22} ppl ratio {ppl / base:7.3f}  calib {row['calib_min']:5.1f} min  "
+                  f"eval {row['eval_min']:5.1f} min", flush=True)
+            rows.append(row)
+            del q
+    return rows
+
+
+def minilm_rows(recipes: List[str], methods: List[str]) -> List[Dict]:
+    model, tok = load_minilm()
+    tokens = dict(tok(sentences(64), return_tensors="pt", padding=True))
+    calibration = [dict(tok(sentences(16, seed=s), return_tensors="pt", padding=True)) for s in (1, 2)]
+    reference = embed(model, tokens)
+    rows = []
+    for recipe in recipes:
+        for method in methods:
+            if "rotate_fused" in method:
+                continue  # BERT-family: post-LayerNorm, refused (see groupquant.calib.graph)
+            t0 = time.perf_counter()
+            q = calibrate(model, recipe, method, calibration, [])
+            t1 = time.perf_counter()
+            cos = F.cosine_similarity(embed(q, tokens), reference).mean().item()
+            row = dict(model="all-MiniLM-L6-v2", recipe=recipe, method=method, value=cos,
+                       calib_min=(t1 - t0) / 60, eval_min=(time.perf_counter() - t1) / 60)
+            print(f"MiniLM {recipe:<13} {method:<22} cosine {cos:.4f}  calib {row['calib_min']:5.2f} min", flush=True)
+            rows.append(row)
+    return rows
+
+
+def markdown(rows: List[Dict]) -> str:
+    lines = ["| model | recipe | method | result | calibration min | evaluation min |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        what = f"{r['value']:.3f}x ppl" if r["model"].startswith("SmolLM2") else f"cosine {r['value']:.4f}"
+        lines.append(f"| {r['model']} | `{r['recipe']}` | {r['method']} | {what} | {r['calib_min']:.2f} | "
+                     f"{r['eval_min']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipes", nargs="+", default=RECIPES)
+    parser.add_argument("--methods", nargs="+", default=METHODS)
+    parser.add_argument("--tokens", type=int, default=8 * SEQ_LEN, help="evaluation tokens (multiple of 512)")
+    parser.add_argument("--calibration-tokens", type=int, default=8 * SEQ_LEN)
+    parser.add_argument("--minilm-recipes", nargs="+", default=["mxfp4"])
+    parser.add_argument("--no-minilm", action="store_true")
+    parser.add_argument("--no-smollm2", action="store_true")
+    parser.add_argument("--markdown", help="also write the table to this markdown file")
+    args = parser.parse_args(argv)
+    if args.tokens < SEQ_LEN:
+        parser.error(f"--tokens must be at least {SEQ_LEN} (one window)")
+    rows = []
+    if not args.no_smollm2:
+        rows += smollm2_rows(args.recipes, args.methods, args.tokens, args.calibration_tokens)
+    if not args.no_minilm:
+        rows += minilm_rows(args.minilm_recipes, args.methods)
+    table = markdown(rows)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table)
+
+
+if __name__ == "__main__":
+    main()
