@@ -76,3 +76,15 @@ def test_a_non_contiguous_weight_is_quantized_on_each_call_without_a_cache():
     with torch.no_grad():
         assert torch.equal(layer(x), _expected(layer, x))
     assert layer.weight_quant._cache is None
+
+
+def test_a_weight_quantizer_switched_off_after_an_eval_call_keeps_no_cache():
+    """Setting ``weight_quant.tensor_quant = None`` (quantization off) after the cache was filled
+    gives the float weight, not the cached quantized one."""
+    layer = QuantLinear(64, 16, weight_quant=MXFloat8e4m3Weight).eval()
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        assert torch.equal(layer(x), _expected(layer, x))  # fills the cache
+        layer.weight_quant.tensor_quant = None
+        got = layer(x)
+    assert torch.equal(got, torch.nn.functional.linear(x, layer.weight, layer.bias))

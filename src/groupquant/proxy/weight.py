@@ -55,11 +55,13 @@ class WeightQuantProxy(QuantProxy):
             return None
         if torch.compiler.is_compiling():
             return None
+        tensor_quant = self._modules.get("tensor_quant")  # (a quantizer switched off keeps no cache)
+        if tensor_quant is None:
+            return None
         cache = self._cache
         if cache is not None and cache.holds_for(w):
             return cache
-        tensor_quant = self._modules.get("tensor_quant")
-        if tensor_quant is None or not cache_supported(w):
+        if not cache_supported(w):
             return None
         out = super().forward(w)
         own = tuple(tensor_quant.parameters()) + tuple(tensor_quant.buffers())  # after a first-call init
