@@ -49,8 +49,9 @@ def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: Lis
     steps = method.split("+")
     ptq = getattr(gq, "ptq", None)
     if ptq is not None and "rotate_fused" not in steps:
-        methods = [s for s in steps if s != "rtn"]
-        return ptq(copy.deepcopy(model), calibration, recipe=recipe, methods=methods, exclude=exclude, progress=False)
+        methods = None if method == "default" else [s for s in steps if s != "rtn"]
+        return ptq(copy.deepcopy(model), calibration, recipe=recipe, methods=methods, exclude=exclude, progress=False,
+                   functional=False)
     unknown = [s for s in steps if s not in _DIRECT]
     if unknown:
         raise SystemExit(f"method {method!r}: {unknown} need groupquant.ptq (not in this build) and cannot be "
@@ -63,7 +64,18 @@ def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: Lis
     return q
 
 
-def smollm2_rows(recipes: List[str], methods: List[str], tokens: int, calibration_tokens: int) -> List[Dict]:
+def auto_precision_model(model: torch.nn.Module, calibration: List, candidates: List[str], budget: float,
+                         methods: List[str]) -> torch.nn.Module:
+    """A copy of ``model`` with formats chosen per layer by ``auto_precision`` under ``budget`` bits
+    per weight, then calibrated by ``methods`` (layer methods)."""
+    q = copy.deepcopy(model)
+    gq.calib.auto_precision(q, calibration, candidates=candidates, budget_bits=budget, exclude=["lm_head"],
+                            methods=methods, progress=False)
+    return q
+
+
+def smollm2_rows(recipes: List[str], methods: List[str], tokens: int, calibration_tokens: int,
+                 auto: Optional[Dict] = None) -> List[Dict]:
     model, tok = load_smollm2()
     sets = token_sets(python_docstrings(), tok, seq_len=SEQ_LEN, evaluation_windows=tokens // SEQ_LEN,
                       calibration_windows=max(1, calibration_tokens // SEQ_LEN))
@@ -86,6 +98,17 @@ def smollm2_rows(recipes: List[str], methods: List[str], tokens: int, calibratio
                   f"eval {row['eval_min']:5.1f} min", flush=True)
             rows.append(row)
             del q
+    if auto:
+        t0 = time.perf_counter()
+        q = auto_precision_model(model, calibration, auto["candidates"], auto["budget"], auto["methods"])
+        t1 = time.perf_counter()
+        ppl = perplexity(q, sets.evaluation, seq_len=SEQ_LEN, progress=False)
+        label = f"auto_precision {auto['budget']} bits of {'/'.join(auto['candidates'])}"
+        row = dict(model="SmolLM2-135M", recipe=label, method="+".join(auto["methods"]) or "rtn", value=ppl / base,
+                   calib_min=(t1 - t0) / 60, eval_min=(time.perf_counter() - t1) / 60)
+        print(f"{label} ({q.precision_table.splitlines()[-1].strip()}): ppl ratio {ppl / base:7.3f}  "
+              f"calib {row['calib_min']:5.1f} min", flush=True)
+        rows.append(row)
     return rows
 
 
@@ -121,7 +144,7 @@ def markdown(rows: List[Dict]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipes", nargs="+", default=RECIPES)
+    parser.add_argument("--recipes", nargs="*", default=RECIPES)
     parser.add_argument("--methods", nargs="+", default=METHODS)
     parser.add_argument("--tokens", type=int, default=8 * SEQ_LEN, help="evaluation tokens (multiple of 512)")
     parser.add_argument("--calibration-tokens", type=int, default=8 * SEQ_LEN)
@@ -129,12 +152,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--no-minilm", action="store_true")
     parser.add_argument("--no-smollm2", action="store_true")
     parser.add_argument("--markdown", help="also write the table to this markdown file")
+    parser.add_argument("--auto-budget", type=float, help="also run auto_precision at this many bits per weight")
+    parser.add_argument("--auto-candidates", nargs="+", default=["nvfp4_weight_only", "mxfp8_weight_only"])
+    parser.add_argument("--auto-methods", nargs="*", default=["scale_search", "gptq"])
     args = parser.parse_args(argv)
     if args.tokens < SEQ_LEN:
         parser.error(f"--tokens must be at least {SEQ_LEN} (one window)")
     rows = []
     if not args.no_smollm2:
-        rows += smollm2_rows(args.recipes, args.methods, args.tokens, args.calibration_tokens)
+        auto = None if args.auto_budget is None else dict(budget=args.auto_budget, candidates=args.auto_candidates,
+                                                          methods=args.auto_methods)
+        rows += smollm2_rows(args.recipes, args.methods, args.tokens, args.calibration_tokens, auto)
     if not args.no_minilm:
         rows += minilm_rows(args.minilm_recipes, args.methods)
     table = markdown(rows)

@@ -36,12 +36,19 @@ OPTIONS: Dict[str, Tuple[str, ...]] = {
     "smooth": ("alpha",),
 }
 
-#: ``methods=None``: the default per recipe name (by measurement on SmolLM2-135M, see
-#: docs/calibration.md); recipes not listed get ``_FALLBACK``.
+#: ``methods=None``: the default per recipe name (by measurement on SmolLM2-135M and MiniLM, see
+#: docs/calibration.md): W + A MX recipes smooth and rotate (block Hadamard) before scale search and
+#: GPTQ; NVFP4 and weight-only recipes skip the rotation (it hurt them alone: NVFP4's UE4M3 block
+#: scales already fit each block, and weights gain less from it than activations). Recipes not listed
+#: get ``_FALLBACK``.
 _FALLBACK: Tuple[str, ...] = ("scale_search", "gptq")
-DEFAULT_METHODS: Dict[str, Tuple[str, ...]] = {name: _FALLBACK for name in (
-    "mxfp8", "mxfp8_e4m3_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxint8", "mxfp4", "mxfp4_fwd_mxfp8_bwd",
-    "mxfp4_weight_only", "mxfp8_weight_only", "nvfp4", "nvfp4_weight_only")}
+_WA_MX: Tuple[str, ...] = ("smooth", "rotate", "scale_search", "gptq")
+_NO_ROTATION: Tuple[str, ...] = ("smooth", "scale_search", "gptq")
+DEFAULT_METHODS: Dict[str, Tuple[str, ...]] = {
+    **{name: _WA_MX for name in ("mxfp8", "mxfp8_e4m3_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxint8", "mxfp4",
+                                 "mxfp4_fwd_mxfp8_bwd")},
+    **{name: _NO_ROTATION for name in ("nvfp4", "nvfp4_weight_only", "mxfp4_weight_only", "mxfp8_weight_only")},
+}
 
 
 def resolve_methods(methods: Any, recipe_name: Optional[str]) -> Dict[str, Dict[str, Any]]:

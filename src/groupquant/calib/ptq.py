@@ -106,7 +106,7 @@ def calibrate(model: nn.Module, items: List[Any], layer_methods: Dict[str, Dict[
 
 
 def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = None, exclude: Any = None,
-        progress: bool = True, seed: int = 0) -> nn.Module:
+        progress: bool = True, seed: int = 0, functional: Optional[bool] = None) -> nn.Module:
     """Convert ``model`` (in place) by ``recipe`` and calibrate it on ``calibration_data``.
 
     Args:
@@ -119,6 +119,8 @@ def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = 
         exclude: module-name patterns left in float (as quantize_model).
         progress: show a progress bar and print the per-layer report table.
         seed: seeds torch's generator inside the call (the global generator state is restored after).
+        functional: as :func:`groupquant.quantize_model`: None (the default) quantizes the functional
+            GEMMs (attention's matmuls) by the recipe too; False converts the layers only.
 
     Returns the model, with ``model.calibration_report``: the list of
     :class:`~groupquant.calib.report.LayerReport`.
@@ -133,7 +135,7 @@ def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = 
     reports: List[LayerReport] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = quantize_model(model, recipe=r, exclude=exclude)
+        model = quantize_model(model, recipe=r, exclude=exclude, functional=functional)
         for name in MODEL_METHODS:
             if name not in chosen:
                 continue
