@@ -10,13 +10,13 @@ Commands (``build_parser`` holds their help, which ``--help`` prints once):
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from typing import Dict, List, Optional, Sequence
 
 import torch
 
 from .formats import MX_FORMATS, get_format, get_scale_format, get_scheme, known_formats, known_schemes
+from .inject import closest
 from .quantizers import BLOCK_FORMATS
 
 __all__ = ["main", "build_parser", "format_table", "format_aliases", "scale_format_table", "scheme_table"]
@@ -193,8 +193,8 @@ def _quantizer_names() -> List[str]:
 def _suggest(name: str, candidates: Sequence[str]) -> Optional[str]:
     """The candidate closest to ``name`` (case-insensitive), or None when none is close."""
     by_key = {c.lower(): c for c in candidates}
-    match = difflib.get_close_matches(name.strip().lower(), list(by_key), n=1, cutoff=0.6)
-    return by_key[match[0]] if match else None
+    match = closest(name.strip().lower(), by_key)
+    return by_key[match] if match is not None else None
 
 
 def cmd_describe(args: argparse.Namespace) -> int:

@@ -1,10 +1,9 @@
 """Routing a layer's extra keywords to its quantizers by prefix (``weight_bit_width=4``)."""
 from __future__ import annotations
 
-import difflib
 from typing import Any, Dict, Mapping, Optional
 
-from ..inject import UnknownSettingError, known_settings
+from ..inject import UnknownSettingError, closest, known_settings
 from .grad_slots import GEMM_ONLY_KEYWORDS
 
 __all__ = ["route_keywords", "route_act_keywords", "resolve_act_quant", "UNSET"]
@@ -27,7 +26,7 @@ def route_keywords(kwargs: Mapping[str, Any], quants: Mapping[str, Optional[type
         candidates = sorted(p + name for p, q in quants.items() if q is not None
                             for name in known_settings(q) if not name.startswith("_"))
         candidates += [p + "quant" for p in quants]
-        match = [_ALIASES[key]] if key in _ALIASES else difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+        match = [_ALIASES[key]] if key in _ALIASES else [m for m in (closest(key, candidates),) if m is not None]
         hint = (f"; did you mean {match[0]!r}?" if match else
                 f"; quantizer settings take a prefix: {', '.join(p + '...' for p in quants)}")
         raise UnknownSettingError(key, f"{context} got unknown keyword {key!r}{hint}", match[0] if match else None)
@@ -87,7 +86,7 @@ def _unknown_act_keyword(key: str, setting: str, input_quant: Optional[type], ac
     prefix = key[: len(key) - len(setting)]
     candidates = [prefix + n for n in act_known] + input_known + list(_ACT_LAYER_ARGS)
     match = ([_ALIASES[key]] if key in _ALIASES and _ALIASES[key] in _ACT_LAYER_ARGS
-             else difflib.get_close_matches(key, candidates, n=1, cutoff=0.6))
+             else [m for m in (closest(key, candidates),) if m is not None])
     if match:
         message = f"{context} got unknown keyword {key!r}; did you mean {match[0]!r}?"
     elif act_quant is None:

@@ -25,11 +25,10 @@ The built-in recipes (E4M3 quantizers for weights and inputs unless the name say
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from ..inject import ConfigError, UnknownSettingError
+from ..inject import ConfigError, UnknownSettingError, closest
 from ..quantizers import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight, MXFloat6e3m2Act,
                           MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Act, MXInt8Act,
                           MXInt8Weight, NVFP4Act, NVFP4Weight)
@@ -75,10 +74,9 @@ class Recipe:
         known = [f.name for f in dataclasses.fields(self)]
         for key in slots:
             if key not in known:
-                match = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-                hint = f"; did you mean {match[0]!r}?" if match else f"; slots: {', '.join(known)}"
-                raise UnknownSettingError(key, f"Recipe {self.name!r} has no slot {key!r}{hint}",
-                                          match[0] if match else None)
+                match = closest(key, known)
+                hint = f"; did you mean {match!r}?" if match else f"; slots: {', '.join(known)}"
+                raise UnknownSettingError(key, f"Recipe {self.name!r} has no slot {key!r}{hint}", match)
         return dataclasses.replace(self, **slots)
 
     def layer_kwargs(self) -> Dict[str, Any]:
@@ -127,8 +125,7 @@ def recipe(name: Any) -> Recipe:
     if not isinstance(name, str):
         raise TypeError(f"recipe must be a name or a Recipe, got {name!r}")
     if name not in RECIPES:
-        match = difflib.get_close_matches(name, list(RECIPES), n=1, cutoff=0.5)
-        hint = f"did you mean {match[0]!r}? " if match else ""
-        raise UnknownSettingError("recipe", f"unknown recipe {name!r}; {hint}recipes: {', '.join(RECIPES)}",
-                                  match[0] if match else None)
+        match = closest(name, RECIPES, cutoff=0.5)
+        hint = f"did you mean {match!r}? " if match else ""
+        raise UnknownSettingError("recipe", f"unknown recipe {name!r}; {hint}recipes: {', '.join(RECIPES)}", match)
     return RECIPES[name]

@@ -13,10 +13,9 @@ optimizer setting microxcaling's layers never read).
 from __future__ import annotations
 
 import argparse
-import difflib
 from typing import Any, Dict, Mapping, Optional
 
-from ...inject import UnknownSettingError
+from ...inject import UnknownSettingError, closest
 
 __all__ = ["MxSpecs", "UnknownMxSpecError", "DEFAULTS", "HELP", "NOT_APPLICABLE", "get_default_mx_specs",
            "apply_mx_specs", "finalize_mx_specs", "get_backwards_mx_specs", "add_mx_args", "get_mx_specs"]
@@ -95,9 +94,9 @@ class UnknownMxSpecError(UnknownSettingError, KeyError):
 
 def _unknown(key: object) -> UnknownMxSpecError:
     """The error for an unknown key, naming the closest setting."""
-    match = difflib.get_close_matches(str(key), list(DEFAULTS), n=1, cutoff=0.6)
-    hint = f"; did you mean {match[0]!r}?" if match else "; see groupquant.compat.microxcaling.specs.DEFAULTS"
-    return UnknownMxSpecError(str(key), f"unknown mx_specs key {key!r}{hint}", match[0] if match else None)
+    match = closest(str(key), DEFAULTS)
+    hint = f"; did you mean {match!r}?" if match else "; see groupquant.compat.microxcaling.specs.DEFAULTS"
+    return UnknownMxSpecError(str(key), f"unknown mx_specs key {key!r}{hint}", match)
 
 
 class MxSpecs(dict):
