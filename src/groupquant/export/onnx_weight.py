@@ -42,7 +42,7 @@ from onnx import TensorProto
 
 from ..formats import ElementFormat, ExponentScale, FloatFormat, IntFormat, get_format
 from ..ops import GroupQuantized, decode, encode, round_to_format
-from ..packing.bitstream import pack_bits
+from ..ops.bitstream import pack_bits
 from ..packing.storage_dtypes import scale_storage_dtype
 from .onnx_builder import GraphBuilder
 from .onnx_element_round import onnx_float8_type

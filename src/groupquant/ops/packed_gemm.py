@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import native
+from .bitstream import unpack_bits
 from .packed_gemm_params import PackedGemmParams
 
 __all__ = ["PackedWeight", "packed_linear", "packed_decode", "reference_packed_decode", "PACKED_INPUT_DTYPES"]
@@ -55,19 +56,10 @@ def _op_params(params: PackedGemmParams) -> List[int]:
 
 
 def _codes(w: PackedWeight) -> torch.Tensor:
-    """int64 codes ``[N, num_blocks * block_size]`` from the stream (LSB first)."""
+    """int32 codes ``[N, num_blocks * block_size]`` from the stream (the one decoder, LSB first)."""
     p = w.params
-    bits = p.code_bits
     count = p.out_features * p.num_blocks * p.block_size
-    stream = w.data.reshape(-1).to(torch.int64)
-    first_bit = torch.arange(count, device=stream.device, dtype=torch.int64) * bits
-    byte = first_bit >> 3
-    word = stream[byte]
-    two = (first_bit & 7) + bits > 8
-    nxt = torch.where(two, stream[(byte + 1).clamp(max=max(stream.numel() - 1, 0))], torch.zeros_like(word))
-    word = word | (nxt << 8)
-    codes = (word >> (first_bit & 7)) & ((1 << bits) - 1)
-    return codes.view(p.out_features, p.num_blocks * p.block_size)
+    return unpack_bits(w.data.reshape(-1), p.code_bits, count).view(p.out_features, p.num_blocks * p.block_size)
 
 
 def reference_packed_decode(w: PackedWeight) -> torch.Tensor:

@@ -6,7 +6,7 @@ element (two FP4 codes per byte, low nibble first, plus one E8M0 byte per 32 ele
 ``pack(groupquant.quantize(x, "nvfp4"))`` stores two FP4 codes per byte, one UE4M3 byte
 (``float8_e4m3fn``) per 16 elements and the float32 tensor scale: 4.5 bits per element.
 """
-from .bitstream import pack_bits, packed_nbytes, unpack_bits
+from ..ops.bitstream import pack_bits, packed_nbytes, unpack_bits
 from .format_record import format_from_record, format_record, scale_format_from_record, scale_format_record
 from .packed_tensor import PackedTensor, pack
 from .storage_dtypes import E8M0_DTYPE, element_storage_dtype, is_byte_format, scale_storage_dtype

@@ -7,7 +7,7 @@ same ``GroupQuantized`` back, bit for bit. Layout of the two tensors:
 - ``data`` (elements). The codes are read in the row-major order of the contracted shape
   ``S[:d] + (k, block_size) + S[d+1:]`` (a zero-padded last group included). 8-bit formats keep
   that shape, one code per byte, typed (see :mod:`.storage_dtypes`); other widths are a 1-D
-  ``uint8`` bit stream, least significant bit first (see :mod:`.bitstream`: FP4 puts the first
+  ``uint8`` bit stream, least significant bit first (see :mod:`groupquant.ops.bitstream`: FP4 puts the first
   element in the low nibble, FP6 puts four elements in three bytes).
 - ``scale``. Shape ``S[:d] + (k,) + S[d+1:]`` (one per group; ``[O, k]`` for a weight grouped
   along its last dim), in the scale format's storage (:func:`.storage_dtypes.scale_storage_dtype`):
@@ -29,7 +29,7 @@ import torch
 
 from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, IntFormat, ScaleFormat
 from ..ops import GroupLayout, GroupQuantized, code_dtype, decode_scale
-from .bitstream import pack_bits, packed_nbytes, unpack_bits
+from ..ops.bitstream import pack_bits, packed_nbytes, unpack_bits
 from .format_record import format_from_record, format_record, scale_format_from_record, scale_format_record
 from .storage_dtypes import element_storage_dtype, is_byte_format, scale_storage_dtype
 

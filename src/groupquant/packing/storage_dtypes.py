@@ -4,7 +4,7 @@
   ``torch.float8_e4m3fn``, OCP FP8 E5M2 -> ``torch.float8_e5m2``, their FNUZ forms ->
   ``float8_e4m3fnuz`` / ``float8_e5m2fnuz``, signed 8-bit integers (MXINT8) -> ``int8``,
   any other 8-bit format -> ``uint8``.
-- Every other width is a bit stream (see :mod:`.bitstream`) in ``uint8``.
+- Every other width is a bit stream (see :mod:`groupquant.ops.bitstream`) in ``uint8``.
 - Scales, one per group, by scale format (:func:`scale_storage_dtype`): E8M0 bytes typed
   ``torch.float8_e8m0fnu`` where this torch has it, else ``uint8`` (same bytes); narrower
   exponent codes E{k}M0 ``uint8``; UE4M3 bytes (NVFP4) ``torch.float8_e4m3fn`` (the same bytes:

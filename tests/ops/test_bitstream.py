@@ -3,7 +3,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from groupquant.packing.bitstream import pack_bits, packed_nbytes, unpack_bits
+from groupquant.ops.bitstream import pack_bits, packed_nbytes, unpack_bits
 
 
 def bigint_pack(codes, width):
