@@ -19,8 +19,9 @@ HOMES = {
     "PackedTensor": "groupquant.packing", "pack": "groupquant.packing", "quantize_model": "groupquant.nn",
     "pack_model": "groupquant.export", "unpack_model": "groupquant.export", "describe": "groupquant.quantizers",
     "fake_quant": "groupquant.ops", "quantize": "groupquant.ops", "GroupQuantized": "groupquant.ops",
+    "ptq": "groupquant.calib",
 }
-SUBMODULES = ("nn", "proxy", "quantizers", "quant_tensor")
+SUBMODULES = ("nn", "proxy", "quantizers", "quant_tensor", "calib", "eval")
 
 
 def _fresh(code: str) -> str:

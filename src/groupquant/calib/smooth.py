@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn.input_rotation import ROTATION_ATTR
+from .blocks import call_model
 from .graph import FoldGroup, fold_groups
 from .layer_rotation import Patterns, exclude_patterns
 from .report import LayerReport
@@ -56,13 +57,10 @@ def run_calibration(model: nn.Module, calibration_data: Iterable[Any], progress:
     n = 0
     with torch.no_grad():
         for item in items:
-            if isinstance(item, dict):
-                model(**item)
-            elif isinstance(item, torch.Tensor):
-                model(item)
-            else:
+            if not isinstance(item, (dict, torch.Tensor)):
                 raise TypeError(f"{what}: calibration_data items must be tensors (model inputs) or dicts of keyword "
                                 f"arguments, got {type(item).__name__}")
+            call_model(model, item, n)  # (a model error names the item and its shapes)
             n += 1
     if n == 0:
         raise ValueError(f"{what}: calibration_data is empty; give at least one model input")
