@@ -1,17 +1,19 @@
 """Post-training calibration on real models: perplexity ratio to float of SmolLM2-135M-Instruct per
 recipe and method, and all-MiniLM-L6-v2's embedding cosine to float, in one run.
 
-    PYTHONPATH=src python benchmarks/ptq_llm.py [--recipes mxfp4 nvfp4 ...] [--methods rtn rotate smooth+rotate ...]
+    PYTHONPATH=src python benchmarks/ptq_llm.py [--recipes mxfp4 nvfp4 ...] [--methods rtn default smooth+rotate ...]
         [--tokens 4096] [--calibration-tokens 2048] [--markdown table.md] [--no-minilm] [--no-smollm2]
+        [--auto-budget 5.0 --auto-candidates mxfp4_weight_only mxfp8_weight_only] [--functional]
 
 Text: Python standard-library docstrings (``groupquant.eval.python_docstrings``), split into
 disjoint evaluation / calibration documents (``groupquant.eval.token_sets``); perplexity over
 ``--tokens / 512`` non-overlapping windows of 512 tokens (default 8 x 512). Every Linear except the
 output head (tied to the embeddings, kept in float) is quantized; ``functional=False`` (the
-attention GEMMs stay float, as in issue 19's baseline). SmolLM2's weights were stored as Q4_1, so
+attention GEMMs stay float, as in issue 19's baseline; ``--functional`` quantizes them too). SmolLM2's weights were stored as Q4_1, so
 weight-only figures start from a 4-bit grid.
 
-A method is ``+``-joined steps: ``rtn`` (round to nearest, nothing else), ``smooth``
+A method is ``default`` (``groupquant.ptq``'s default methods for the recipe) or ``+``-joined
+steps: ``rtn`` (round to nearest, nothing else), ``smooth``
 (SmoothQuant, alpha searched), ``rotate`` (block Hadamard per layer, online rotation),
 ``rotate_fused`` (``rotate_model(fused_residual=True)``), and, once ``groupquant.ptq`` exists,
 ``gptq`` / ``scale_search``: a method without ``rotate_fused`` then runs through ``groupquant.ptq``.
@@ -43,20 +45,24 @@ _DIRECT = {"rtn", "smooth", "rotate", "rotate_fused"}
 SEQ_LEN = 512
 
 
+FUNCTIONAL = {"on": False}  # --functional: attention's matmuls quantized by the recipe too
+
+
 def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: List,
               exclude: List[str]) -> torch.nn.Module:
     """A converted and calibrated copy of ``model``."""
+    functional = FUNCTIONAL["on"]
     steps = method.split("+")
     ptq = getattr(gq, "ptq", None)
     if ptq is not None and "rotate_fused" not in steps:
         methods = None if method == "default" else [s for s in steps if s != "rtn"]
         return ptq(copy.deepcopy(model), calibration, recipe=recipe, methods=methods, exclude=exclude, progress=False,
-                   functional=False)
+                   functional=functional)
     unknown = [s for s in steps if s not in _DIRECT]
     if unknown:
         raise SystemExit(f"method {method!r}: {unknown} need groupquant.ptq (not in this build) and cannot be "
                          "combined with rotate_fused here")
-    q = gq.quantize_model(copy.deepcopy(model), recipe=recipe, functional=False, exclude=exclude)
+    q = gq.quantize_model(copy.deepcopy(model), recipe=recipe, functional=functional, exclude=exclude)
     if "smooth" in steps:
         smooth_model(q, calibration, progress=False)
     if "rotate" in steps or "rotate_fused" in steps:
@@ -155,7 +161,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--auto-budget", type=float, help="also run auto_precision at this many bits per weight")
     parser.add_argument("--auto-candidates", nargs="+", default=["nvfp4_weight_only", "mxfp8_weight_only"])
     parser.add_argument("--auto-methods", nargs="*", default=["scale_search", "gptq"])
+    parser.add_argument("--functional", action="store_true",
+                        help="also quantize the functional GEMMs (attention's matmuls) by the recipe")
     args = parser.parse_args(argv)
+    FUNCTIONAL["on"] = args.functional
     if args.tokens < SEQ_LEN:
         parser.error(f"--tokens must be at least {SEQ_LEN} (one window)")
     rows = []
