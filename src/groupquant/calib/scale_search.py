@@ -22,7 +22,6 @@ from typing import Sequence
 
 import torch
 
-from ..formats import ScaleKind
 from ..ops import round_to_format
 from .weight_grid import WeightGrid
 
@@ -51,7 +50,7 @@ def _candidates(grid: WeightGrid, below: int, above: int) -> Sequence[torch.Tens
         for d in list(range(1, above + 1)) + list(range(-1, -below - 1, -1)):
             out.append((grid.scale * 2.0 ** d).clamp(2.0 ** -127, 2.0 ** 127))
         return out
-    if sf.kind is not ScaleKind.MINIFLOAT:
+    if not sf.is_coded:  # (float32 / bfloat16 scales: nothing to search among)
         raise ValueError(f"scale_search: block scales in {sf.name} are not searched (E8M0 and minifloat only)")
     g = grid.tensor_scale
     block = round_to_format(grid.scale / g, sf.element, "even")

@@ -25,7 +25,7 @@ from onnx import TensorProto
 
 from typing import Optional
 
-from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ExponentScale, ScaleFormat
+from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ScaleFormat
 from ..ops.shared_scale import SCALE_MODES, exponent_cap
 from .onnx_builder import GraphBuilder
 from .onnx_element_round import round_elements_of
@@ -133,7 +133,7 @@ def shared_scale_of(b: GraphBuilder, amax: str, fmt: ElementFormat, mode: str,
         if scale_format.is_power_of_two:
             raise ValueError(f"scale_mode='float' cannot give {scale_format.name} scales")
         return _float_scale(b, amax, fmt, scale_format, tensor_scale)
-    if not isinstance(scale_format, ExponentScale) or tensor_scale is not None:
+    if not scale_format.is_power_of_two or tensor_scale is not None:
         raise ValueError(f"scale_mode={mode!r} gives power-of-two scales without a tensor scale, not "
                          f"{scale_format.name} scales")
     low = float(scale_format.min_exponent)

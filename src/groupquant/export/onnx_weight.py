@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from onnx import TensorProto
 
-from ..formats import ElementFormat, ExponentScale, FloatFormat, IntFormat, get_format
+from ..formats import ElementFormat, FloatFormat, IntFormat, get_format
 from ..ops import GroupQuantized, decode, encode, round_to_format
 from ..ops.bitstream import pack_bits
 from ..packing.storage_dtypes import scale_storage_dtype
@@ -125,7 +125,7 @@ def _e8m0_bytes(q: GroupQuantized) -> bytes:
 def _coded_scale_bytes(q: GroupQuantized, scale_format: str):
     """(ONNX type, raw bytes) of scales stored as a float8 type and cast to float, or None for float32 values."""
     sf = q.scale_format
-    if isinstance(sf, ExponentScale) and q.scale_codes is not None:
+    if sf.is_power_of_two and q.scale_codes is not None:
         if scale_format != "e8m0":
             return None
         return TensorProto.FLOAT8E8M0, _e8m0_bytes(q)
