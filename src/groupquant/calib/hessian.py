@@ -4,7 +4,8 @@ layer objective it defines.
 For a linear layer ``y = x W^T``, replacing ``W`` by ``Q`` changes the outputs on the calibration
 tokens by a mean squared error of ``tr((W - Q) H (W - Q)^T) / out_features`` per output element
 (:func:`output_error`), GPTQ's objective (Frantar et al. 2022, eq. 1) up to the constant factor.
-``x`` is the input the layer multiplies: after its input quantizer for W + A recipes.
+``x`` is the input the layer multiplies: after its online input rotation (``rotate``) and, for
+W + A recipes, its input quantizer.
 """
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ class HessianAccumulator:
     def _hook(self, module: nn.Module, args: tuple) -> None:
         x = args[0]
         x = getattr(x, "value", x)  # a quant tensor's values
+        rotation = getattr(module, "input_rotation", None)  # rotate_model's online rotation, before the quantizer
+        if rotation is not None:
+            with torch.no_grad():
+                x = rotation(x)
         proxy = getattr(module, "input_quant", None)
         if proxy is not None and getattr(proxy, "tensor_quant", None) is not None:
             with torch.no_grad():
