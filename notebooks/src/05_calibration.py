@@ -126,10 +126,11 @@ for recipe in RECIPES:
           f"nearest; best here: {best} ({cosine[recipe, best]:.4f})")
 
 # %% [markdown]
-# Each method is judged per layer on its own objective, so a method can lower every layer's error
-# and still move the embeddings away from float: the model-level transforms (`smooth`, `rotate`)
-# change what the later layers see. Compare the rows above before keeping a default for a model,
-# and calibrate on data like the data the model will see (here: 32 short sentences).
+# The methods work together: `smooth` and `rotate` alone change little (`rotate` makes the inputs
+# easier to quantize but not the weights), while after them `scale_search` and `gptq` fit the
+# weights to the smoothed and rotated inputs. The defaults per recipe come from the measurements in
+# [calibration](../docs/calibration.md); on another model, compare the rows above before keeping
+# one, and calibrate on data like the data the model will see (here: 32 short sentences).
 
 # %%
 fig, ax = plt.subplots()
