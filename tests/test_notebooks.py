@@ -44,7 +44,7 @@ def kernel_env(tmp_path_factory):
 def test_notebooks_exist():
     names = [p.name for p in NOTEBOOKS]
     assert {"01_mx_formats.ipynb", "02_qat.ipynb", "03_custom_quantizers.ipynb",
-            "04_mx_training.ipynb"} <= set(names), names
+            "04_mx_training.ipynb", "05_calibration.ipynb"} <= set(names), names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
