@@ -92,7 +92,7 @@ print("evaluation", tuple(evaluation["input_ids"].shape), "calibration", [tuple(
 
 # %%
 RECIPES = ["mxfp4", "nvfp4"]
-METHODS = ["rtn", "default", "smooth", "rotate", "scale_search", "gptq"]
+METHODS = ["rtn", "default", "smooth", "rotate", "scale_search"]  # (gptq alone: see docs/calibration.md)
 
 
 def quantized(recipe, method):
