@@ -19,7 +19,6 @@ Bits of a layer under a candidate: elements ``O * I * element_bits`` plus one sc
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -28,7 +27,8 @@ import torch
 from torch import nn
 
 from ..nn import quantize_model
-from ..nn.recipes import Recipe, recipe as recipe_of
+from ..nn.name_patterns import as_patterns, matches_any
+from ..nn.recipes import recipe as recipe_of
 from ..quantizers.resolve import quantizer_spec
 from .blocks import call_model, check_calibration_data
 from .methods import LAYER_METHODS, resolve_methods
@@ -174,9 +174,8 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
     layer_methods = resolve_methods(list(methods) if not isinstance(methods, (str, dict)) else methods, None)
     if any(name not in LAYER_METHODS for name in layer_methods):
         raise ValueError(f"auto_precision: methods may only be {', '.join(LAYER_METHODS)}, got {list(layer_methods)}")
-    patterns = [exclude] if isinstance(exclude, str) else list(exclude or [])
-    layers = {name: m for name, m in model.named_modules() if type(m) is nn.Linear
-              and not any(fnmatch.fnmatchcase(name, p) for p in patterns)}
+    patterns = as_patterns(exclude, "exclude")
+    layers = {name: m for name, m in model.named_modules() if type(m) is nn.Linear and not matches_any(name, patterns)}
     if not layers:
         raise ValueError("auto_precision: the model has no nn.Linear layer left to assign (after exclude)")
     names = list(layers)

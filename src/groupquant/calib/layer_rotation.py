@@ -2,29 +2,24 @@
 layer's quantizers call for, the weight rotation with its online counterpart, name patterns."""
 from __future__ import annotations
 
-import fnmatch
-from typing import Iterable, List, Optional, Tuple, Union
+from typing import List, Optional, Tuple
 
 import torch
 from torch import nn
 
 from ..nn import QuantLinear
 from ..nn.input_rotation import ROTATION_ATTR, InputRotation
+from ..nn.name_patterns import Patterns, as_patterns, matches_any
 from ..ops.hadamard import fwht
 
-__all__ = ["Patterns", "exclude_patterns", "quant_linears", "rotate_layer", "rotation_block_size",
+__all__ = ["exclude_patterns", "quant_linears", "rotate_layer", "rotation_block_size",
            "weight_quant_mse"]
-
-Patterns = Union[None, str, Iterable[str]]
-
 
 def exclude_patterns(exclude: Patterns, names: List[str]) -> List[str]:
     """``exclude`` as a list of fnmatch patterns; ValueError naming a pattern that matches no layer."""
-    patterns = [exclude] if isinstance(exclude, str) else list(exclude or [])
+    patterns = as_patterns(exclude, "exclude") or []
     for p in patterns:
-        if not isinstance(p, str):
-            raise TypeError(f"exclude: patterns are module names or fnmatch patterns (str), got {p!r}")
-        if not any(fnmatch.fnmatchcase(n, p) for n in names):
+        if not any(matches_any(n, (p,)) for n in names):
             raise ValueError(f"exclude={p!r} matches no module of the model; modules: {', '.join(names[:12])}"
                              f"{' ...' if len(names) > 12 else ''}")
     return patterns

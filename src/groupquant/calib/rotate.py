@@ -14,13 +14,13 @@ instead, so only ``down_proj`` keeps an online rotation.
 """
 from __future__ import annotations
 
-import fnmatch
 from typing import Dict, List
 
 from torch import nn
 
 from ..nn.input_rotation import ROTATION_ATTR
-from .layer_rotation import (Patterns, exclude_patterns, quant_linears, rotate_layer, rotation_block_size,
+from ..nn.name_patterns import Patterns, matches_any
+from .layer_rotation import (exclude_patterns, quant_linears, rotate_layer, rotation_block_size,
                              weight_quant_mse)
 from .residual import rotate_residual
 from .report import LayerReport
@@ -68,7 +68,7 @@ def rotate_model(model: nn.Module, *, fused_residual: bool = False, seed: int = 
         raise ValueError("rotate_model: the model has no QuantLinear layer; convert it first "
                          "(groupquant.quantize_model(model, recipe=...))")
     patterns = exclude_patterns(exclude, [n for n, _ in model.named_modules() if n])
-    excluded = {n for n, _ in layers if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
+    excluded = {n for n, _ in layers if matches_any(n, patterns)}
     before = {n: weight_quant_mse(m) for n, m in layers}
     handled: Dict[str, str] = {}
     if fused_residual:

@@ -16,7 +16,6 @@ objective.
 """
 from __future__ import annotations
 
-import fnmatch
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
@@ -26,7 +25,8 @@ from torch import nn
 from ..nn.input_rotation import ROTATION_ATTR
 from .blocks import call_model
 from .graph import FoldGroup, fold_groups
-from .layer_rotation import Patterns, exclude_patterns
+from ..nn.name_patterns import Patterns, matches_any
+from .layer_rotation import exclude_patterns
 from .report import LayerReport
 
 __all__ = ["smooth_model", "ALPHAS", "smoothing_scale"]
@@ -178,7 +178,7 @@ def smooth_model(model: nn.Module, calibration_data: Iterable[Any], *, alpha: Op
         raise ValueError("smooth_model: found no norm -> linear or linear -> linear pair to fold a scale into; it "
                          "supports Llama-family and BERT-family models from transformers")
     patterns = exclude_patterns(exclude, [n for n, _ in model.named_modules() if n])
-    excluded = lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns)  # noqa: E731
+    excluded = lambda name: matches_any(name, patterns)  # noqa: E731
     reports: List[LayerReport] = []
     active: List[FoldGroup] = []
     for g in groups:

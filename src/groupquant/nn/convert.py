@@ -1,13 +1,13 @@
 """quantize_model: replace nn.Linear / nn.Conv1d / nn.Conv2d in an existing model, keeping weights."""
 from __future__ import annotations
 
-import fnmatch
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from torch import nn
 
 from .conv import QuantConv1d, QuantConv2d
 from .linear import QuantLinear
+from .name_patterns import Patterns, as_patterns, matches_any
 from .functional_mode import quantize_functional
 from .recipes import Recipe, recipe as recipe_of
 
@@ -18,25 +18,10 @@ REPLACEMENTS: Dict[Type[nn.Module], Type[nn.Module]] = {
     nn.Linear: QuantLinear, nn.Conv1d: QuantConv1d, nn.Conv2d: QuantConv2d,
 }
 
-Patterns = Union[None, str, Iterable[str]]
-
-
-def _patterns(given: Patterns, argument: str) -> Optional[List[str]]:
-    """``given`` as a list of fnmatch patterns (None stays None)."""
-    if given is None:
-        return None
-    if isinstance(given, str):
-        return [given]
-    patterns = list(given)
-    if not all(isinstance(p, str) for p in patterns):
-        raise TypeError(f"{argument} must be a module-name pattern or a list of them, got {given!r}")
-    return patterns
-
-
 def _check_matches(patterns: Optional[List[str]], names: List[str], argument: str) -> None:
     """Each pattern must match some replaceable layer: a typo would silently quantize too much or too little."""
     for pattern in patterns or ():
-        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+        if not any(matches_any(name, (pattern,)) for name in names):
             raise ValueError(f"{argument} pattern {pattern!r} matches no Linear/Conv1d/Conv2d layer; "
                              f"layer names: {', '.join(names) or '(none)'}")
 
@@ -59,9 +44,9 @@ def _rebuild(old: nn.Module, cls: Type[nn.Module], quant_args: Dict[str, Any]) -
 def _selected(name: str, module: nn.Module, include_p: Optional[List[str]], exclude_p: Optional[List[str]],
               filter_fn: Optional[Callable[[str, nn.Module], bool]]) -> bool:
     """Whether the layer registered under ``name`` is chosen by include / exclude / filter_fn."""
-    if include_p is not None and not any(fnmatch.fnmatchcase(name, p) for p in include_p):
+    if include_p is not None and not matches_any(name, include_p):
         return False
-    if exclude_p is not None and any(fnmatch.fnmatchcase(name, p) for p in exclude_p):
+    if matches_any(name, exclude_p):
         return False
     return filter_fn is None or bool(filter_fn(name, module))
 
@@ -128,7 +113,7 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
     """
     r = recipe_of(recipe) if recipe is not None else None
     _check_not_requantized(model, r, functional)
-    include_p, exclude_p = _patterns(include, "include"), _patterns(exclude, "exclude")
+    include_p, exclude_p = as_patterns(include, "include"), as_patterns(exclude, "exclude")
     slots = _replaceable_slots(model)
     names = [name for _, slot_names in slots for name in slot_names]
     _check_matches(include_p, names, "include")
