@@ -14,9 +14,10 @@ from .convert import quantize_model, remove_functional
 from .grad_slots import DISABLED, SAME
 from .linear import QuantLinear
 from .matmul import QuantMatMul, quant_matmul
+from .mx_all_gather import enable_mx_all_gather
 from .quant_layer import QuantLayerMixin
 from .recipes import RECIPES, Recipe, recipe
 
 __all__ = ["DISABLED", "SAME", "QuantConv1d", "QuantConv2d", "QuantIdentity", "QuantLayerMixin", "QuantLinear",
-           "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "quant_matmul", "quantize_model", "recipe",
+           "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "enable_mx_all_gather", "quant_matmul", "quantize_model", "recipe",
            "remove_functional"]

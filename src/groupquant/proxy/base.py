@@ -20,6 +20,7 @@ from ..inject import ConfigError, check_overrides
 from ..ops import FakeQuantResult
 from ..quant_tensor import QuantTensor, plain, quant_tensor_from_output
 from ..quantizers import QuantizerMixin, quantizer_spec
+from .gathered_weight import gathered_value, is_gathered
 
 __all__ = ["QuantProxy", "resolve_quantizer"]
 
@@ -96,6 +97,8 @@ class QuantProxy(nn.Module):
         tensor_quant = self._modules.get("tensor_quant")  # (a float proxy keeps None outside _modules)
         if tensor_quant is None:
             return plain(x)
+        if is_gathered(x):  # gathered as codes under FSDP2 (groupquant.nn.enable_mx_all_gather): already quantized
+            return gathered_value(x, self.spec, self.context)
         try:
             return tensor_quant(x.value if isinstance(x, QuantTensor) else x, False).value
         except ConfigError as err:

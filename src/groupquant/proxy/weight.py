@@ -7,6 +7,7 @@ import torch
 
 from ..quant_tensor import QuantTensor, plain
 from .base import QuantProxy
+from .gathered_weight import is_gathered
 from .weight_cache import CachedWeight, cache_supported
 
 __all__ = ["WeightQuantProxy"]
@@ -74,5 +75,5 @@ class WeightQuantProxy(QuantProxy):
 
     def quant_value(self, w: Union[torch.Tensor, QuantTensor]) -> torch.Tensor:
         """The dequantized weight (its shape): :meth:`forward`'s values, from the cache in eval."""
-        cache = self._cache_for(w)
+        cache = None if is_gathered(w) else self._cache_for(w)  # (gathered codes: nothing to cache)
         return super().quant_value(w) if cache is None else cache.value
