@@ -98,7 +98,7 @@ class GatheredWeight(torch.Tensor):
             src = args[0]
             if func is torch.ops.aten.detach.default or tuple(args[1]) == tuple(src.shape):
                 return cls(tuple(src.shape), src.dtype, src.device, src._shared)
-        raise TypeError(f"{func} on a GatheredWeight: an MX-gathered weight holds codes, not float values; "
+        raise RuntimeError(f"{func} on a GatheredWeight: an MX-gathered weight holds codes, not float values; "
                         "it is read only through its layer's weight quantizers (groupquant.nn.enable_mx_all_gather)")
 
 
