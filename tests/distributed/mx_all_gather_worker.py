@@ -71,7 +71,29 @@ def _same(a, b) -> bool:
     return all(torch.equal(_bits(x), _bits(y)) for x, y in zip(a, b))
 
 
-def _run(recipe: str, rank: int) -> dict:
+def _dcp_round_trip(mx: nn.Module, recipe: str, out_dir: str) -> bool:
+    """DCP saves the float32 master shards; an in-place ``dcp.load`` into another enabled model
+    (other weights) reaches its master weights: the same parameters and outputs after."""
+    import torch.distributed.checkpoint as dcp
+    path = os.path.join(out_dir, f"dcp_{recipe}")
+    dcp.save(mx.state_dict(), checkpoint_id=path)
+    other = _model(recipe)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(1.0)
+    enable_mx_all_gather(other)
+    _shard(other)
+    state = other.state_dict()
+    dcp.load(state, checkpoint_id=path)
+    same_weights = _same(list(mx.parameters()), list(other.parameters()))
+    x = torch.randn(3, WIDTH, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        same_out = torch.equal(mx(x).view(torch.int32), other(x).view(torch.int32))
+    mx.reshard()  # the root keeps its gathered weights after a forward without backward
+    return same_weights and same_out
+
+
+def _run(recipe: str, rank: int, out_dir: str) -> dict:
     ref = _model(recipe)
     mx = copy.deepcopy(ref)
     enabled = enable_mx_all_gather(mx)
@@ -101,6 +123,7 @@ def _run(recipe: str, rank: int) -> dict:
     full = {k: v.full_tensor() for k, v in state.items()}
     ref_full = {k: v.full_tensor() for k, v in ref.state_dict().items()}
     result["state_equal"] = _same([full[k] for k in sorted(full)], [ref_full[k] for k in sorted(full)])
+    result["dcp_round_trip"] = _dcp_round_trip(mx, recipe, out_dir)
     mx.eval()
     ref.eval()
     with torch.no_grad():
@@ -113,7 +136,7 @@ def main() -> None:
     rank, world, port, out_dir = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        results = {recipe: _run(recipe, rank) for recipe in RECIPES}
+        results = {recipe: _run(recipe, rank, out_dir) for recipe in RECIPES}
     finally:
         dist.destroy_process_group()
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:

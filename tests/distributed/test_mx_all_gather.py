@@ -230,12 +230,13 @@ def two_ranks(tmp_path_factory):
 @pytest.mark.parametrize("recipe", ["mxfp4", "mxfp8", "nvfp4", "mxfp4_weight_only"])
 def test_fsdp2_results_equal_the_float32_all_gather(two_ranks, recipe):
     """Outputs, sharded gradients, updated shards (two SGD steps) and eval outputs equal the float32
-    all-gather's bit for bit on both ranks; the state dict holds float32 DTensors."""
+    all-gather's bit for bit on both ranks; the state dict holds float32 DTensors, and a DCP
+    save / in-place load round trip restores the master weights."""
     for rank in two_ranks:
         r = rank[recipe]
         assert r["enabled"] == ["0", "2", "4"]
         assert r["outputs"] == [True, True] and r["grads"] == [True, True] and r["weights"] == [True, True]
-        assert r["eval_outputs"] and r["state_equal"]
+        assert r["eval_outputs"] and r["state_equal"] and r["dcp_round_trip"]
         assert r["state_types"] == ["DTensor/Tensor/torch.float32"]
 
 
