@@ -179,6 +179,11 @@ def test_enable_refuses_what_the_codes_cannot_stand_for():
     with pytest.raises(ConfigError, match="takes the float weight") as err:
         enable_mx_all_gather(nn.Sequential(float_bwd))
     assert err.value.setting == "weight_quant_for_grad_input"
+    tied = nn.Sequential(nn.Embedding(64, 64), nn.Linear(64, 64))
+    quantize_model(tied, recipe="mxfp4")
+    tied[1].weight = tied[0].weight
+    with pytest.raises(ValueError, match=r"the weight is tied \(0.weight, 1.weight\)"):
+        enable_mx_all_gather(tied)
     clipped = QuantLinear(64, 64, weight_quant=MXFloat4e2m1Weight, weight_ste="clipped")
     with pytest.raises(ConfigError, match="ste='clipped'"):
         enable_mx_all_gather(nn.Sequential(clipped))

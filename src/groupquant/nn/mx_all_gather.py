@@ -19,9 +19,10 @@ The layer's forward then reads the gathered codes (:mod:`groupquant.proxy.gather
 instead of quantizing a float weight: outputs and gradients equal, bit for bit, those of
 gathering float32 and quantizing after (tests/distributed/test_mx_all_gather.py).
 
-Enabled: quant layers whose weight quantizer is a dynamic group-wise one read straight off the
+Enabled: ``QuantLinear`` layers whose weight quantizer is a dynamic group-wise one read straight off the
 quantize op (MX formats, NVFP4: abs-max scales, coded scales, deterministic rounding, identity
-STE). Left as they are (float all-gather): layers with a float weight. Refused with an error
+STE). Left as they are (float all-gather): layers with a float weight, and quant convolutions (their
+backward reads the weight tensor itself). Refused with an error
 naming the setting: blocks along dim 0 in the forward, learned / running / searched weight
 scales, stochastic rounding, the clipped STE, float32 scales, and a quantized backward that keeps
 the weight in float (``weight_quant_for_grad_input=DISABLED``: that GEMM needs the float weight).
@@ -37,7 +38,7 @@ from ..packing.shard_payload import ShardCodec
 from ..proxy import QuantProxy
 from .group_quantized_weight import codes_from_the_op
 from .mx_shard_weight import GatherPlan, MXShardWeight
-from .quant_layer import QuantLayerMixin
+from .linear import QuantLinear
 
 __all__ = ["enable_mx_all_gather", "mx_all_gather_plan"]
 
@@ -95,16 +96,19 @@ def _float_state(module: nn.Module, state_dict: Dict[str, Any], prefix: str, loc
 
 
 def enable_mx_all_gather(model: nn.Module) -> List[str]:
-    """Make FSDP2 all-gather the weights of ``model``'s quant layers as MX / NVFP4 codes (module
-    doc); returns the names of the layers enabled (those with a float weight are left alone).
+    """Make FSDP2 all-gather the weights of ``model``'s ``QuantLinear`` layers as MX / NVFP4 codes
+    (module doc); returns the names of the layers enabled (those with a float weight are left alone).
 
     Call after ``quantize_model`` and before ``fully_shard`` and the optimizer. ValueError when no
     layer has a group-quantized weight or a weight is already sharded; a ConfigError naming the
     setting when a layer's quantizers rule the route out."""
     enabled = []
+    holders: Dict[int, List[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        holders.setdefault(id(param), []).append(name)
     for name, layer in model.named_modules():
-        if not isinstance(layer, QuantLayerMixin) or not isinstance(getattr(layer, "weight_quant", None), QuantProxy):
-            continue
+        if not isinstance(layer, QuantLinear) or not isinstance(getattr(layer, "weight_quant", None), QuantProxy):
+            continue  # (convolutions keep the float all-gather: their backward reads the weight as float)
         if not layer.weight_quant.is_quant_enabled:
             continue
         where = name or type(layer).__name__
@@ -116,6 +120,10 @@ def enable_mx_all_gather(model: nn.Module) -> List[str]:
             continue
         if type(weight.data).__name__ == "DTensor" or hasattr(weight, "_local_tensor"):
             raise ValueError(f"{where}: the weight is already sharded; call enable_mx_all_gather before fully_shard")
+        if len(holders.get(id(weight), ())) > 1:
+            raise ValueError(f"{where}: the weight is tied ({', '.join(holders[id(weight)])}); the MX all-gather "
+                             "gives the other holders codes, not float: untie it or leave this model's all-gather in "
+                             "float32")
         plan = mx_all_gather_plan(layer, where)
         layer.weight = nn.Parameter(MXShardWeight(weight.detach(), plan), requires_grad=weight.requires_grad)
         layer._register_state_dict_hook(_float_state)
