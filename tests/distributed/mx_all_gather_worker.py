@@ -16,11 +16,12 @@ import sys
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from groupquant.nn import enable_mx_all_gather, quantize_model
 
-RECIPES = ("mxfp4", "mxfp8", "nvfp4", "mxfp4_weight_only")
+#: Recipes (``@bfloat16``: under FSDP2 mixed precision, parameters gathered in bfloat16).
+RECIPES = ("mxfp4", "mxfp8", "nvfp4", "mxfp4_weight_only", "nvfp4@bfloat16")
 WIDTH = 64
 
 
@@ -47,6 +48,7 @@ class _Counter:
 
 
 def _model(recipe: str) -> nn.Module:
+    recipe = recipe.split("@")[0]
     torch.manual_seed(0)  # the same weights on every rank
     model = nn.Sequential(nn.Linear(WIDTH, WIDTH, bias=False), nn.GELU(), nn.Linear(WIDTH, WIDTH), nn.GELU(),
                           nn.Linear(WIDTH, WIDTH))  # the last one stays with the root (no reshard after forward)
@@ -54,17 +56,19 @@ def _model(recipe: str) -> nn.Module:
     return model
 
 
-def _shard(model: nn.Module) -> nn.Module:
-    fully_shard(model[0])
-    fully_shard(model[2])
-    fully_shard(model)
+def _shard(model: nn.Module, recipe: str) -> nn.Module:
+    dtype = recipe.partition("@")[2]
+    policy = MixedPrecisionPolicy(param_dtype=getattr(torch, dtype)) if dtype else MixedPrecisionPolicy()
+    fully_shard(model[0], mp_policy=policy)
+    fully_shard(model[2], mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
     return model
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     t = t.to_local() if hasattr(t, "to_local") else t
     t = t._data if hasattr(t, "_data") else t
-    return t.detach().clone().view(torch.int32)
+    return t.detach().clone().view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
 def _same(a, b) -> bool:
@@ -82,13 +86,13 @@ def _dcp_round_trip(mx: nn.Module, recipe: str, out_dir: str) -> bool:
         for p in other.parameters():
             p.add_(1.0)
     enable_mx_all_gather(other)
-    _shard(other)
+    _shard(other, recipe)
     state = other.state_dict()
     dcp.load(state, checkpoint_id=path)
     same_weights = _same(list(mx.parameters()), list(other.parameters()))
     x = torch.randn(3, WIDTH, generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
-        same_out = torch.equal(mx(x).view(torch.int32), other(x).view(torch.int32))
+        same_out = torch.equal(_bits(mx(x)), _bits(other(x)))
     mx.reshard()  # the root keeps its gathered weights after a forward without backward
     return same_weights and same_out
 
@@ -97,8 +101,8 @@ def _run(recipe: str, rank: int, out_dir: str) -> dict:
     ref = _model(recipe)
     mx = copy.deepcopy(ref)
     enabled = enable_mx_all_gather(mx)
-    _shard(ref)
-    _shard(mx)
+    _shard(ref, recipe)
+    _shard(mx, recipe)
     opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (ref, mx)]
     gen = torch.Generator().manual_seed(100 + rank)  # each rank its own batch
     result = {"enabled": enabled, "outputs": [], "grads": [], "weights": [], "bytes_ref": [], "bytes_mx": []}
@@ -111,7 +115,7 @@ def _run(recipe: str, rank: int, out_dir: str) -> dict:
                 y.square().mean().backward()
             result[key].append(counter.bytes)
             outs.append(y.detach())
-        result["outputs"].append(torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32)))
+        result["outputs"].append(torch.equal(_bits(outs[0]), _bits(outs[1])))
         result["grads"].append(_same([p.grad for p in ref.parameters()], [p.grad for p in mx.parameters()]))
         for opt in opts:
             opt.step()
@@ -128,7 +132,7 @@ def _run(recipe: str, rank: int, out_dir: str) -> dict:
     ref.eval()
     with torch.no_grad():
         x = torch.randn(3, WIDTH, generator=gen)
-        result["eval_outputs"] = torch.equal(ref(x).view(torch.int32), mx(x).view(torch.int32))
+        result["eval_outputs"] = torch.equal(_bits(ref(x)), _bits(mx(x)))
     return result
 
 
