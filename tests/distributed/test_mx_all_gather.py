@@ -266,3 +266,29 @@ def test_fsdp2_all_gather_moves_codes(two_ranks, recipe):
     for rank in two_ranks:
         assert rank[recipe]["bytes_ref"] == [float_bytes] * 2
         assert rank[recipe]["bytes_mx"] == [_expected_bytes(recipe)] * 2
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4_weight_only"])
+def test_an_enabled_model_without_fsdp_computes_as_before(recipe):
+    """Before fully_shard (or without it) the wrapped float32 weight trains and evaluates as the
+    plain one: outputs, gradients, the eval path (no byte-compare cache over a subclass) and
+    in-place changes seen in eval."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 32))
+    quantize_model(ref, recipe=recipe)
+    mx = copy.deepcopy(ref)
+    enable_mx_all_gather(mx)
+    x = torch.randn(4, 64)
+    y_ref, y_mx = ref(x), mx(x)
+    y_ref.square().sum().backward()
+    y_mx.square().sum().backward()
+    assert torch.equal(_bits(y_ref), _bits(y_mx))
+    assert all(torch.equal(_bits(a.grad), _bits(b.grad)) for a, b in zip(ref.parameters(), mx.parameters()))
+    ref.eval()
+    mx.eval()
+    with torch.no_grad():
+        assert torch.equal(_bits(ref(x)), _bits(mx(x)))
+        for model in (ref, mx):
+            model[0].weight.mul_(3)
+        assert torch.equal(_bits(ref(x)), _bits(mx(x)))
+    assert torch.equal(ref[0].group_quantized_weight().codes, mx[0].group_quantized_weight().codes)

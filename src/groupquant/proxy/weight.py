@@ -7,10 +7,11 @@ import torch
 
 from ..quant_tensor import QuantTensor, plain
 from .base import QuantProxy
-from .gathered_weight import is_gathered
 from .weight_cache import CachedWeight, cache_supported
 
 __all__ = ["WeightQuantProxy"]
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 class WeightQuantProxy(QuantProxy):
@@ -54,6 +55,8 @@ class WeightQuantProxy(QuantProxy):
         gradient, a tensor the cache does not serve (:func:`cache_supported`), compiling."""
         if self.training or not isinstance(w, torch.Tensor) or (w.requires_grad and torch.is_grad_enabled()):
             return None
+        if type(w) not in _PLAIN:  # a tensor subclass (the MX all-gather's weights): its bytes are not its own
+            return None
         if torch.compiler.is_compiling():
             return None
         tensor_quant = self._modules.get("tensor_quant")  # (a quantizer switched off keeps no cache)
@@ -75,5 +78,5 @@ class WeightQuantProxy(QuantProxy):
 
     def quant_value(self, w: Union[torch.Tensor, QuantTensor]) -> torch.Tensor:
         """The dequantized weight (its shape): :meth:`forward`'s values, from the cache in eval."""
-        cache = None if is_gathered(w) else self._cache_for(w)  # (gathered codes: nothing to cache)
+        cache = self._cache_for(w)
         return super().quant_value(w) if cache is None else cache.value
