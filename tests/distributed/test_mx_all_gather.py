@@ -23,7 +23,8 @@ from torch import nn
 from groupquant.inject import ConfigError
 from groupquant.nn import DISABLED, QuantLinear, RECIPES, enable_mx_all_gather, quantize_model
 from groupquant.nn import mx_shard_weight
-from groupquant.packing.shard_payload import ShardCodec, decode_gathered, encode_shard, shard_amax
+from groupquant.packing.shard_payload import (ShardCodec, decode_gathered, dequantize_gathered, encode_shard,
+                                              shard_amax)
 from groupquant.proxy.gathered_weight import GatheredWeight
 from groupquant.quantizers import MXFloat4e2m1Weight
 
@@ -59,7 +60,11 @@ def test_gathered_shards_are_the_whole_weight_quantized(recipe, world, blocks, i
         assert sum(p.codes.numel() + p.scales.numel() for p in payloads) == codec.payload_nbytes((rows, cols))
         q = decode_gathered(torch.cat([p.codes for p in payloads]), torch.cat([p.scales for p in payloads]),
                             payloads[0].tensor_scale, codec, (rows, cols), torch.float32)
-        assert torch.equal(_bits(q.dequantize()), _bits(proxy.quant_value(w)))
+        expected = _bits(proxy.quant_value(w))
+        assert torch.equal(_bits(q.dequantize()), expected)
+        values = dequantize_gathered(torch.cat([p.codes for p in payloads]), torch.cat([p.scales for p in payloads]),
+                                     payloads[0].tensor_scale, codec, (rows, cols), torch.float32)
+        assert torch.equal(_bits(values), expected)
 
 
 def test_nvfp4_tensor_scale_comes_from_the_whole_weight():

@@ -32,8 +32,10 @@ from ..formats import ElementFormat, IntFormat, ScaleFormat
 from ..inject import ConfigError
 from ..ops import GroupLayout, GroupQuantized, code_dtype, quantize
 from ..ops.bitstream import pack_bits, packed_nbytes, unpack_bits
+from ..ops.denormals import keeping_denormals
+from ..ops.packed_tables import element_value_table
 
-__all__ = ["ShardCodec", "ShardPayload", "encode_shard", "decode_gathered", "shard_amax"]
+__all__ = ["ShardCodec", "ShardPayload", "encode_shard", "decode_gathered", "dequantize_gathered", "shard_amax"]
 
 
 @dataclass(frozen=True)
@@ -159,3 +161,31 @@ def decode_gathered(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: Opt
     scale = codec.scale_format.decode(scale_codes).float()
     return GroupQuantized(element_codes.view(layout.contracted_shape), scale, scale_codes, fmt, layout, dtype,
                           codec.scale_format, tensor_scale if codec.tensor_scale else None)
+
+
+def _element_values(codes: torch.Tensor, fmt: ElementFormat, count: int) -> torch.Tensor:
+    """float32 element values of a gathered code stream, read from the format's value table
+    (entry ``c`` is exactly ``groupquant.ops.decode`` of bit pattern ``c``): one gather instead
+    of the arithmetic decode, the same values bit for bit."""
+    if fmt.bit_width == 8:
+        patterns = codes.to(torch.int64)
+    else:
+        patterns = unpack_bits(codes, fmt.bit_width, count).to(torch.int64)
+    table = element_value_table(fmt).to(codes.device)
+    return table[patterns]
+
+
+def dequantize_gathered(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: Optional[torch.Tensor],
+                        codec: ShardCodec, shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """``decode_gathered(...).dequantize()``: ``(element * scale) * tensor_scale`` in ``shape`` and
+    ``dtype`` (:meth:`groupquant.ops.GroupQuantized.dequantize`'s rule, subnormals kept), with the
+    element values from the format's value table."""
+    layout = GroupLayout.build(torch.Size(shape), codec.group_dim, codec.block_size)
+    elements = _element_values(codes, codec.fmt, math.prod(layout.contracted_shape)).view(layout.contracted_shape)
+    scale = codec.scale_format.decode(scales.view(layout.scale_shape)).float()
+
+    def values() -> torch.Tensor:
+        out = elements * scale
+        out = out if not codec.tensor_scale else out * tensor_scale
+        return layout.expand(out).to(dtype)
+    return keeping_denormals(values)

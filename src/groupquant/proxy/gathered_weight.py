@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from ..packing.shard_payload import ShardCodec, decode_gathered
+from ..packing.shard_payload import ShardCodec, dequantize_gathered
 
 __all__ = ["GatheredCodes", "GatheredWeight", "gathered_value", "is_gathered"]
 
@@ -84,8 +84,8 @@ class GatheredWeight(torch.Tensor):
                                f"{getattr(spec, 'name', spec)} (gathered: "
                                f"{', '.join(getattr(s, 'name', str(s)) for s in self.specs())}); "
                                "the layer's quantizers changed after groupquant.nn.enable_mx_all_gather")
-        q = decode_gathered(found.codes, found.scales, found.tensor_scale, found.codec, tuple(self.shape), self.dtype)
-        return q.dequantize()
+        return dequantize_gathered(found.codes, found.scales, found.tensor_scale, found.codec, tuple(self.shape),
+                                   self.dtype)
 
     def __repr__(self) -> str:
         return f"GatheredWeight(shape={tuple(self.shape)}, dtype={self.dtype}, specs={[s.name for s in self.specs()]})"
