@@ -240,8 +240,9 @@ def two_ranks(tmp_path_factory):
 @pytest.mark.parametrize("recipe", ["mxfp4", "mxfp8", "nvfp4", "mxfp4_weight_only", "nvfp4@bfloat16"])
 def test_fsdp2_results_equal_the_float32_all_gather(two_ranks, recipe):
     """Outputs, sharded gradients, updated shards (two SGD steps) and eval outputs equal the float32
-    all-gather's bit for bit on both ranks (``@bfloat16``: both under FSDP2 mixed precision); the state dict holds float32 DTensors, and a DCP
-    save / in-place load round trip restores the master weights."""
+    all-gather's bit for bit on both ranks (``@bfloat16``: both under FSDP2 mixed precision); the
+    state dict holds float32 DTensors, and a DCP save / in-place load round trip restores the
+    master weights."""
     for rank in two_ranks:
         r = rank[recipe]
         assert r["enabled"] == ["0", "2", "4"]

@@ -19,5 +19,5 @@ from .quant_layer import QuantLayerMixin
 from .recipes import RECIPES, Recipe, recipe
 
 __all__ = ["DISABLED", "SAME", "QuantConv1d", "QuantConv2d", "QuantIdentity", "QuantLayerMixin", "QuantLinear",
-           "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "enable_mx_all_gather", "quant_matmul", "quantize_model", "recipe",
-           "remove_functional"]
+           "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "enable_mx_all_gather", "quant_matmul", "quantize_model",
+           "recipe", "remove_functional"]
