@@ -1,4 +1,5 @@
-"""``mx_specs`` as a groupquant training recipe: the native path for a migrated program.
+"""``mx_specs`` as a groupquant training recipe: the route of the compat ``Linear`` and the native
+path for a migrated program.
 
 :func:`recipe_from_mx_specs` fills the slots of :class:`groupquant.nn.Recipe` from the MX settings,
 each an MX quantizer of that format with ``group_size=block_size`` and the slot's MX round mode:
@@ -21,41 +22,46 @@ its largest exponent saturates there, where microxcaling makes it NaN).
 UserWarning names them). ``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
 GEMMs in float from the saved high-precision ``x`` and ``W`` (``dX = dY W``), which groupquant's
 backward does with every operand disabled; the recipe's ``quantize_backprop=False`` would instead
-pass the gradient straight through the quantized forward (``dX = dY Q(W)``). ``bfloat`` / ``fp`` become each quantizer's
-``element_precision`` (rounded with ``round_weight`` for weights, ``round_output`` for inputs,
-``round_grad_input`` for output gradients), so every GEMM operand is rounded as the compat
-``Linear`` rounds it. Not carried: the element-wise rounding of the GEMM results (output, bias sum,
-gradients; a UserWarning names the setting), and microxcaling's grouping of the backward GEMMs
-along dim -2 of a 3-d input (groupquant groups along all tokens); ``Linear`` of this package keeps both.
+pass the gradient straight through the quantized forward (``dX = dY Q(W)``).
+
+``bfloat`` / ``fp`` become the recipe's ``gemm_rounding`` (:class:`groupquant.nn.GemmRounding`):
+``x`` rounded with ``round_output``, ``W`` and ``b`` with ``round_weight``, the output (and the
+bias sum) with ``round_output``; from the backward specs ``dY`` and ``dX`` with
+``round_grad_input``, ``dW`` and ``db`` with ``round_grad_weight``; with ``quantize_backprop=False``
+the backward re-reads the operands as given. ``grad_weight_groups="sequence"``: the grad-weight
+GEMM groups a 3-d input along dim -2, each sequence on its own, as microxcaling. The element-wise
+ops outside the GEMM layers (norms, activations, softmax, residual adds) are not in the recipe
+(a UserWarning names ``bfloat`` / ``fp``).
+
+:func:`native_problem` says which settings no recipe carries (the compat ops then quantize block by
+block, :mod:`.quantize`).
 """
 from __future__ import annotations
 
 import warnings
 from typing import Any, Mapping, Optional
 
-from ...nn import DISABLED, Recipe
+from ...nn import DISABLED, GemmRounding, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
 from .mapping import elem_format, element_precision, mx_rounding
-from .specs import apply_mx_specs
+from .specs import ELEM_FORMAT_KEYS, apply_mx_specs, get_backwards_mx_specs
 
-__all__ = ["recipe_from_mx_specs"]
+__all__ = ["recipe_from_mx_specs", "native_problem", "gemm_rounding"]
 
 _SLOTS = (  # slot, format key, MX round key, weight or act quantizer, element-wise round key
-    ("weight_quant", "w_elem_format", "round_mx_output", "weight", "round_weight"),
-    ("input_quant", "a_elem_format", "round_mx_output", "act", "round_output"),
-    ("weight_quant_for_grad_input", "w_elem_format_bp", "round_mx_weight_grad_input", "weight", "round_weight"),
-    ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input", "act", "round_grad_input"),
-    ("grad_output_quant_for_grad_weight", "a_elem_format_bp_ex", "round_mx_grad_output_grad_weight", "act",
-     "round_grad_input"),
-    ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act", "round_output"),
+    ("weight_quant", "w_elem_format", "round_mx_output", "weight"),
+    ("input_quant", "a_elem_format", "round_mx_output", "act"),
+    ("weight_quant_for_grad_input", "w_elem_format_bp", "round_mx_weight_grad_input", "weight"),
+    ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input", "act"),
+    ("grad_output_quant_for_grad_weight", "a_elem_format_bp_ex", "round_mx_grad_output_grad_weight", "act"),
+    ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act"),
 )
 _FORWARD = ("weight_quant", "input_quant")
 
 
-def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str, element_round: str) -> Optional[type]:
-    """The MX quantizer class of one slot (rounded to ``bfloat`` / ``fp`` first when set), or None for an
-    unset format."""
+def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str) -> Optional[type]:
+    """The MX quantizer class of one slot, or None for an unset format."""
     fmt = elem_format(specs[fmt_key], fmt_key)
     if fmt is None:
         return None
@@ -65,12 +71,43 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str
     pair = MX_QUANTIZERS[fmt.name]
     settings: dict = {"group_size": specs["block_size"],
                       "float_to_int_rounding": FloatToIntRounding(mx_rounding(specs[round_key], round_key))}
-    precision = element_precision(specs, specs[element_round], setting=element_round)
-    if precision is not None:
-        settings["element_precision"] = precision
     if specs["scale_bits"] not in (0, 8):
         settings["scale_format"] = f"e{specs['scale_bits']}m0"
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
+
+
+def gemm_rounding(specs: Mapping[str, Any]) -> Optional[GemmRounding]:
+    """The element-wise roundings of ``bfloat`` / ``fp`` around a GEMM (module notes), or None."""
+    back = get_backwards_mx_specs(specs)
+
+    def p(source: Mapping[str, Any], key: str) -> Any:
+        return element_precision(source, source[key], setting=key)
+
+    rounding = GemmRounding(input=p(specs, "round_output"), weight=p(specs, "round_weight"),
+                            output=p(specs, "round_output"), grad_output=p(back, "round_grad_input"),
+                            grad_input=p(back, "round_grad_input"), grad_weight=p(back, "round_grad_weight"),
+                            backward_operands="rounded" if specs["quantize_backprop"] else "given")
+    return None if rounding.input is None else rounding
+
+
+def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
+    """Why no recipe computes what the compat ops compute for ``specs`` (None: one does): the
+    settings quantized block by block in :mod:`.quantize` (ValueError naming a bad value)."""
+    if not isinstance(specs["block_size"], int) or specs["block_size"] <= 0:
+        return f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0"
+    if specs["shared_exp_method"] != "max":
+        return (f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: recipes share one exponent per block "
+                "('max')")
+    if specs["scale_bits"] not in (0, 8):
+        return f"mx_specs scale_bits={specs['scale_bits']!r}: the recipe's scale format saturates where microxcaling's is NaN"
+    for key in ("shared_exp_from_float_log2", "mx_flush_fp32_subnorms"):
+        if specs[key]:
+            return f"mx_specs {key}=True has no recipe setting"
+    for key in ELEM_FORMAT_KEYS:
+        fmt = elem_format(specs[key], key)
+        if fmt is not None and fmt.name not in MX_QUANTIZERS:
+            return f"mx_specs {key}={specs[key]!r} has no groupquant MX quantizer"
+    return None
 
 
 def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") -> Recipe:
@@ -94,18 +131,24 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
                           UserWarning, stacklevel=2)
     for key in ("bfloat", "fp"):
         if specs[key]:
-            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} rounds every GEMM operand before its "
-                          "MX quantizer (element_precision), but the recipe's layers do not round the GEMM results "
-                          "(output, bias sum, gradients) as the compat Linear does: results differ by that rounding",
-                          UserWarning, stacklevel=2)
+            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} rounds the GEMM layers' operands, "
+                          "outputs and gradients (the recipe's gemm_rounding), but not the element-wise ops outside "
+                          "them (norms, activations, softmax, residual adds), which microxcaling's injected ops "
+                          "round too: use the compat ops there", UserWarning, stacklevel=2)
+    return _recipe(specs, name)
+
+
+def _recipe(specs: Mapping[str, Any], name: str) -> Recipe:
+    """The recipe of checked ``specs`` (no warnings: the compat layers call it)."""
     backprop = bool(specs["quantize_backprop"])
     slots = {}
-    for slot, fmt_key, round_key, kind, element_round in _SLOTS:
-        quant = _quantizer(specs, fmt_key, round_key, kind, element_round)
+    for slot, fmt_key, round_key, kind in _SLOTS:
+        quant = _quantizer(specs, fmt_key, round_key, kind)
         if slot not in _FORWARD and (quant is None or not backprop):
             quant = DISABLED
         slots[slot] = quant
     # microxcaling's quantize_backprop=False is a float backward on the saved high-precision operands
     # (dX = dY W, dW = dY^T x): groupquant's backward GEMMs with every operand DISABLED, not the
     # straight-through gradient of the quantized forward (which quantize_backprop=False means here)
-    return Recipe(name, quantize_backprop=True, **slots)
+    return Recipe(name, quantize_backprop=True, gemm_rounding=gemm_rounding(specs), grad_weight_groups="sequence",
+                  **slots)
