@@ -136,3 +136,21 @@ def test_recipe_carries_the_rounding_to_its_layers():
     assert "GemmRounding(input=e8m7" in r.describe()
     with pytest.raises(ConfigError, match="grad_weight_groups"):
         Recipe("bad", grad_weight_groups="batch")
+
+
+def test_quant_conv3d_is_conv3d_of_the_quantized_operands():
+    from groupquant.nn import QuantConv3d
+    torch.manual_seed(2)
+    layer = QuantConv3d(32, 4, 2, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act,
+                        grad_output_quant=MXFloat8e5m2Act, weight_quant_for_grad_input=DISABLED,
+                        input_quant_for_grad_weight=DISABLED, grad_output_quant_for_grad_weight=DISABLED)
+    assert isinstance(layer, torch.nn.Conv3d)
+    x = torch.randn(2, 32, 3, 3, 3, requires_grad=True)
+    g = torch.randn(2, 4, 2, 2, 2)
+    y = layer(x)
+    y.backward(g)
+    w = layer.weight.detach()
+    assert torch.equal(y, F.conv3d(fq(x.detach(), "fp8_e4m3", 1), fq(w, "fp8_e4m3", 1), layer.bias.detach()))
+    xs = x.detach().clone().requires_grad_()
+    F.conv3d(xs, w).backward(fq(g, "fp8_e5m2", 1))  # dX = conv_input(Q(dY | channels), W)
+    assert torch.allclose(x.grad, xs.grad, atol=1e-5)

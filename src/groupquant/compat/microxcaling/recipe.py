@@ -57,11 +57,20 @@ _SLOTS = (  # slot, format key, MX round key, weight or act quantizer, element-w
     ("grad_output_quant_for_grad_weight", "a_elem_format_bp_ex", "round_mx_grad_output_grad_weight", "act"),
     ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act"),
 )
+#: microxcaling's convolution: the forward formats in every GEMM, MX rounding always nearest (no round key)
+_CONV_SLOTS = (
+    ("weight_quant", "w_elem_format", None, "weight"),
+    ("input_quant", "a_elem_format", None, "act"),
+    ("weight_quant_for_grad_input", "w_elem_format", None, "weight"),
+    ("grad_output_quant", "a_elem_format", None, "act"),
+    ("grad_output_quant_for_grad_weight", "a_elem_format", None, "act"),
+    ("input_quant_for_grad_weight", "a_elem_format", None, "act"),
+)
 _FORWARD = ("weight_quant", "input_quant")
 
 
-def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str) -> Optional[type]:
-    """The MX quantizer class of one slot, or None for an unset format."""
+def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str], kind: str) -> Optional[type]:
+    """The MX quantizer class of one slot (``round_key`` None: nearest), or None for an unset format."""
     fmt = elem_format(specs[fmt_key], fmt_key)
     if fmt is None:
         return None
@@ -70,14 +79,16 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str
                          f"(those with one: {', '.join(MX_QUANTIZERS)})")
     pair = MX_QUANTIZERS[fmt.name]
     settings: dict = {"group_size": specs["block_size"],
-                      "float_to_int_rounding": FloatToIntRounding(mx_rounding(specs[round_key], round_key))}
+                      "float_to_int_rounding": FloatToIntRounding(
+                          "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))}
     if specs["scale_bits"] not in (0, 8):
         settings["scale_format"] = f"e{specs['scale_bits']}m0"
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
 
 
-def gemm_rounding(specs: Mapping[str, Any]) -> Optional[GemmRounding]:
-    """The element-wise roundings of ``bfloat`` / ``fp`` around a GEMM (module notes), or None."""
+def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Optional[GemmRounding]:
+    """The element-wise roundings of ``bfloat`` / ``fp`` around a GEMM (module notes), or None.
+    ``bias_add``: ``"rounded"`` (linear, matmul) or ``"inside"`` (convolution)."""
     back = get_backwards_mx_specs(specs)
 
     def p(source: Mapping[str, Any], key: str) -> Any:
@@ -86,7 +97,7 @@ def gemm_rounding(specs: Mapping[str, Any]) -> Optional[GemmRounding]:
     rounding = GemmRounding(input=p(specs, "round_output"), weight=p(specs, "round_weight"),
                             output=p(specs, "round_output"), grad_output=p(back, "round_grad_input"),
                             grad_input=p(back, "round_grad_input"), grad_weight=p(back, "round_grad_weight"),
-                            backward_operands="rounded" if specs["quantize_backprop"] else "given")
+                            bias_add=bias_add, backward_operands="rounded" if specs["quantize_backprop"] else "given")
     return None if rounding.input is None else rounding
 
 
@@ -138,11 +149,13 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
     return _recipe(specs, name)
 
 
-def _recipe(specs: Mapping[str, Any], name: str) -> Recipe:
-    """The recipe of checked ``specs`` (no warnings: the compat layers call it)."""
+def _recipe(specs: Mapping[str, Any], name: str, gemm: str = "linear") -> Recipe:
+    """The recipe of checked ``specs`` (no warnings: the compat layers call it) for microxcaling's
+    ``gemm``: ``"linear"`` (the module table) or ``"conv"`` (its convolution's order: the forward
+    formats in the backward GEMMs too, MX rounding nearest, the bias inside the rounded output)."""
     backprop = bool(specs["quantize_backprop"])
     slots = {}
-    for slot, fmt_key, round_key, kind in _SLOTS:
+    for slot, fmt_key, round_key, kind in (_SLOTS if gemm == "linear" else _CONV_SLOTS):
         quant = _quantizer(specs, fmt_key, round_key, kind)
         if slot not in _FORWARD and (quant is None or not backprop):
             quant = DISABLED
@@ -150,5 +163,6 @@ def _recipe(specs: Mapping[str, Any], name: str) -> Recipe:
     # microxcaling's quantize_backprop=False is a float backward on the saved high-precision operands
     # (dX = dY W, dW = dY^T x): groupquant's backward GEMMs with every operand DISABLED, not the
     # straight-through gradient of the quantized forward (which quantize_backprop=False means here)
-    return Recipe(name, quantize_backprop=True, gemm_rounding=gemm_rounding(specs), grad_weight_groups="sequence",
-                  **slots)
+    rounding = gemm_rounding(specs, "rounded" if gemm == "linear" else "inside")
+    return Recipe(name, quantize_backprop=True, gemm_rounding=rounding,
+                  grad_weight_groups="sequence" if gemm == "linear" else "tokens", **slots)
