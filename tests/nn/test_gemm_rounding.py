@@ -154,3 +154,22 @@ def test_quant_conv3d_is_conv3d_of_the_quantized_operands():
     xs = x.detach().clone().requires_grad_()
     F.conv3d(xs, w).backward(fq(g, "fp8_e5m2", 1))  # dX = conv_input(Q(dY | channels), W)
     assert torch.allclose(x.grad, xs.grad, atol=1e-5)
+
+
+def test_quant_matmul_rounds_operands_output_and_gradients():
+    from groupquant.nn import QuantMatMul
+    mm = QuantMatMul(a_quant=MXFloat8e4m3Act, b_quant=MXFloat8e4m3Act, grad_output_quant=MXFloat8e5m2Act,
+                     gemm_rounding=BF16)
+    torch.manual_seed(3)
+    a = (torch.randn(2, 8, 64) * 3).requires_grad_()
+    b = torch.randn(64, 40).requires_grad_()
+    g = torch.randn(2, 8, 40)
+    y = mm(a, b)
+    y.backward(g)
+    ar, br, gr = bf(a.detach()), bf(b.detach()), bf(g)
+    assert torch.equal(y, bf(torch.matmul(fq(ar, "fp8_e4m3", -1), fq(br, "fp8_e4m3", -2))))
+    assert torch.equal(a.grad, bf(torch.matmul(fq(gr, "fp8_e5m2", -1), fq(br, "fp8_e4m3", -1).t())))
+    # dB rounded per batch, then summed over the broadcast batch dim
+    assert torch.equal(b.grad, bf(fq(ar, "fp8_e4m3", -2).transpose(-1, -2) @ fq(gr, "fp8_e5m2", -2)).sum(0))
+    with pytest.raises(ConfigError, match="gemm_rounding"):
+        QuantMatMul(a_quant=MXFloat8e4m3Act, gemm_rounding=GemmRounding(output="bfloat16"))

@@ -223,31 +223,38 @@ def quantized_backward_gemm(xq: torch.Tensor, wq: torch.Tensor, bias: Optional[t
 
 
 class _QuantizedBackwardMatMul(torch.autograd.Function):
-    """``aq @ bq`` with dA = Q(dC | N) Q(B | N)^T and dB = Q(A | M)^T Q(dC | M)."""
+    """``aq @ bq`` with dA = Q(dC | N) Q(B | N)^T and dB = Q(A | M)^T Q(dC | M); with a
+    :class:`GemmRounding`, the output, ``dC`` and both results rounded (``grad_input``: dA,
+    ``grad_weight``: dB, before the sum over broadcast batch dims)."""
 
     @staticmethod
     def forward(ctx, aq: torch.Tensor, bq: torch.Tensor, a: torch.Tensor, b: torch.Tensor,  # type: ignore[override]
-                ops: BackwardOperands) -> torch.Tensor:
+                ops: BackwardOperands, rounding: Optional[GemmRounding]) -> torch.Tensor:
         ctx.save_for_backward(a, b)
-        ctx.ops = ops
-        return torch.matmul(aq, bq)
+        ctx.ops, ctx.rounding = ops, rounding
+        out = torch.matmul(aq, bq)
+        return out if rounding is None else round_result(out, rounding.output)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         a, b = ctx.saved_tensors
-        ops = ctx.ops
+        ops, rounding = ctx.ops, ctx.rounding
+        grad = grad if rounding is None else round_result(grad, rounding.grad_output)
         grad_a = grad_b = None
         if ctx.needs_input_grad[0]:
             grad_a = torch.matmul(_q(ops.grad_output, grad), _q(ops.b_for_grad_a, b).transpose(-1, -2))
+            grad_a = grad_a if rounding is None else round_result(grad_a, rounding.grad_input)
             grad_a = grad_a.sum_to_size(a.shape)
         if ctx.needs_input_grad[1]:
             grad_b = torch.matmul(_q(ops.a_for_grad_b, a).transpose(-1, -2), _q(ops.grad_output_for_grad_b, grad))
+            grad_b = grad_b if rounding is None else round_result(grad_b, rounding.grad_weight)
             grad_b = grad_b.sum_to_size(b.shape)
-        return grad_a, grad_b, None, None, None
+        return grad_a, grad_b, None, None, None, None
 
 
 def quantized_backward_matmul(aq: torch.Tensor, bq: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                              ops: BackwardOperands) -> torch.Tensor:
-    """``torch.matmul(aq, bq)`` (both at least 2-D) whose backward quantizes from ``a`` and ``b``."""
-    return _QuantizedBackwardMatMul.apply(aq, bq, a.detach(), b.detach(), ops)
+                              ops: BackwardOperands, rounding: Optional[GemmRounding] = None) -> torch.Tensor:
+    """``torch.matmul(aq, bq)`` (both at least 2-D) whose backward quantizes from ``a`` and ``b``
+    (output and gradients rounded by ``rounding`` when given)."""
+    return _QuantizedBackwardMatMul.apply(aq, bq, a.detach(), b.detach(), ops, rounding)

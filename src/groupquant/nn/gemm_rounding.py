@@ -23,8 +23,8 @@ field              what is rounded
 ``Linear`` is ``input=weight=output=grad_*=bfloat16`` with ``bias_add="rounded"``; its convolution
 the same with ``"inside"``; its ``quantize_backprop=False`` is no gradient rounding and ``"given"``.
 
-Gradient roundings run in the quantized backward (:mod:`.backward_gemm`); a layer with a
-gradient field set and backward quantization off is a ConfigError naming ``gemm_rounding``.
+Output and gradient roundings run in the quantized backward's GEMM (:mod:`.backward_gemm`); a
+layer with one set and backward quantization off is a ConfigError naming ``gemm_rounding``.
 """
 from __future__ import annotations
 
@@ -93,9 +93,9 @@ def check_gemm_rounding(given: Any, backprop: bool, context: str) -> Optional[Ge
         return None
     if not isinstance(given, GemmRounding):
         raise TypeError(f"{context}: gemm_rounding must be a groupquant.nn.GemmRounding or None, got {given!r}")
-    if given.rounds_gradients and not backprop:
-        raise ConfigError("gemm_rounding", f"{context}: gemm_rounding rounds gradients, which the quantized backward "
-                                           "does: set quantize_backprop=True (or a backward slot)")
+    if (given.rounds_gradients or given.output is not None) and not backprop:
+        raise ConfigError("gemm_rounding", f"{context}: gemm_rounding rounds the output or gradients, which the "
+                                           "quantized backward's GEMM does: set quantize_backprop=True (or a backward slot)")
     return given
 
 

@@ -130,9 +130,6 @@ class QuantLayerMixin:
         """``gemm_rounding`` and ``grad_weight_groups`` checked against the backward set-up: output
         and gradient roundings and sequence groups run in the quantized backward."""
         self.gemm_rounding = check_gemm_rounding(rounding, self.quantize_backprop, context)
-        if rounding is not None and rounding.output is not None and not self.quantize_backprop:
-            raise ConfigError("gemm_rounding", f"{context}: gemm_rounding.output is rounded in the quantized backward's "
-                                               "GEMM: set quantize_backprop=True (or a backward slot)")
         if token_groups not in TOKEN_GROUPS:
             raise ConfigError("grad_weight_groups", f"{context}: grad_weight_groups must be one of {TOKEN_GROUPS}, "
                                                     f"got {token_groups!r}")

@@ -38,6 +38,7 @@ block, :mod:`.quantize`).
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Mapping, Optional
 
@@ -47,7 +48,7 @@ from ...quantizers.settings import FloatToIntRounding
 from .mapping import elem_format, element_precision, mx_rounding
 from .specs import ELEM_FORMAT_KEYS, apply_mx_specs, get_backwards_mx_specs
 
-__all__ = ["recipe_from_mx_specs", "native_problem", "gemm_rounding"]
+__all__ = ["recipe_from_mx_specs", "native_problem", "gemm_rounding", "matmul_settings"]
 
 _SLOTS = (  # slot, format key, MX round key, weight or act quantizer, element-wise round key
     ("weight_quant", "w_elem_format", "round_mx_output", "weight"),
@@ -166,3 +167,27 @@ def _recipe(specs: Mapping[str, Any], name: str, gemm: str = "linear") -> Recipe
     rounding = gemm_rounding(specs, "rounded" if gemm == "linear" else "inside")
     return Recipe(name, quantize_backprop=True, gemm_rounding=rounding,
                   grad_weight_groups="sequence" if gemm == "linear" else "tokens", **slots)
+
+
+def matmul_settings(specs: Mapping[str, Any], mode: str) -> dict:
+    """The :class:`groupquant.nn.QuantMatMul` keywords of microxcaling's ``matmul`` (``mode``: the
+    ``mode_config`` ``'aa'`` / ``'aw'`` / ``'wa'``): each side in its ``a_`` / ``w_elem_format``
+    forward and ``*_bp`` backward, ``dY`` in ``a_elem_format_bp_os`` in both backward GEMMs; both
+    operands and the output rounded with ``round_output``, both gradients with ``round_grad_input``."""
+    side = {"a": ("a_elem_format", "a_elem_format_bp"), "w": ("w_elem_format", "w_elem_format_bp")}
+    backprop = bool(specs["quantize_backprop"])
+    table = (("a_quant", side[mode[0]][0], "round_mx_output"), ("b_quant", side[mode[1]][0], "round_mx_output"),
+             ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input"),
+             ("grad_output_quant_for_grad_b", "a_elem_format_bp_os", "round_mx_grad_output_grad_input"),
+             ("b_quant_for_grad_a", side[mode[1]][1], "round_mx_input_grad_input"),
+             ("a_quant_for_grad_b", side[mode[0]][1], "round_mx_input_grad_input"))
+    out: dict = {"quantize_backprop": True}
+    for slot, fmt_key, round_key in table:
+        quant = _quantizer(specs, fmt_key, round_key, "act")
+        out[slot] = DISABLED if slot not in ("a_quant", "b_quant") and (quant is None or not backprop) else quant
+    rounding = gemm_rounding(specs)
+    if rounding is not None:
+        back = get_backwards_mx_specs(specs)
+        grad = element_precision(back, back["round_grad_input"], setting="round_grad_input")
+        out["gemm_rounding"] = dataclasses.replace(rounding, weight=rounding.input, grad_weight=grad)
+    return out
