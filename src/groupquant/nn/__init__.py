@@ -19,6 +19,6 @@ from .matmul import QuantMatMul, quant_matmul
 from .quant_layer import QuantLayerMixin
 from .recipes import RECIPES, Recipe, recipe
 
-__all__ = ["DISABLED", "SAME", "GemmRounding", "QuantConv1d", "QuantConv2d", "QuantConv3d", "QuantIdentity", "QuantLayerMixin", "QuantLinear",
-           "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "quant_matmul", "quantize_model", "recipe",
+__all__ = ["DISABLED", "SAME", "GemmRounding", "QuantConv1d", "QuantConv2d", "QuantConv3d", "QuantIdentity",
+           "QuantLayerMixin", "QuantLinear", "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "quant_matmul", "quantize_model", "recipe",
            "remove_functional"]

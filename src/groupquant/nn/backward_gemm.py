@@ -182,8 +182,8 @@ def _linear_backward(grad: torch.Tensor, a: torch.Tensor, w: torch.Tensor, wq: O
         reuse = (spare is not None and spare.dtype == grad.dtype and spare.is_contiguous()
                  and not torch.compiler.is_compiling())
         groups = plan.token_groups
-        grad_w = torch.mm(_q_tokens(ops.grad_output_for_grad_b, grad, groups).t(), _q_tokens(ops.a_for_grad_b, a, groups),
-                          out=spare if reuse else None)  # over the no longer needed B
+        grad_w = torch.mm(_q_tokens(ops.grad_output_for_grad_b, grad, groups).t(),
+                          _q_tokens(ops.a_for_grad_b, a, groups), out=spare if reuse else None)  # over the no longer needed B
     del b, wq
     return grad_x, grad_w, g2.sum(0) if need[2] else None
 

@@ -95,7 +95,8 @@ def check_gemm_rounding(given: Any, backprop: bool, context: str) -> Optional[Ge
         raise TypeError(f"{context}: gemm_rounding must be a groupquant.nn.GemmRounding or None, got {given!r}")
     if (given.rounds_gradients or given.output is not None) and not backprop:
         raise ConfigError("gemm_rounding", f"{context}: gemm_rounding rounds the output or gradients, which the "
-                                           "quantized backward's GEMM does: set quantize_backprop=True (or a backward slot)")
+                                           "quantized backward's GEMM does: set quantize_backprop=True "
+                                           "(or a backward slot)")
     return given
 
 

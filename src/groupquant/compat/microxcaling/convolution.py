@@ -123,7 +123,8 @@ def _ntuple(n: int) -> Callable[[Any], Tuple[Any, ...]]:
 
 
 @functools.lru_cache(maxsize=128)
-def _layer(key: Tuple[Tuple[str, Any], ...], shape: Tuple[int, ...], bias: bool, device: torch.device) -> FunctionalConv:
+def _layer(key: Tuple[Tuple[str, Any], ...], shape: Tuple[int, ...], bias: bool,
+           device: torch.device) -> FunctionalConv:
     """The quant layer of one ``mx_specs`` for a weight of ``shape`` (stateless: dynamic MX scales)."""
     return FunctionalConv(shape, bias, _recipe(MxSpecs(dict(key)), "mx_specs", gemm="conv"), device=device)
 

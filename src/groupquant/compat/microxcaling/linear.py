@@ -116,7 +116,8 @@ def _key(specs: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
 
 
 @functools.lru_cache(maxsize=128)
-def _layer(key: Tuple[Tuple[str, Any], ...], shape: Tuple[int, int], bias: bool, device: torch.device) -> FunctionalLinear:
+def _layer(key: Tuple[Tuple[str, Any], ...], shape: Tuple[int, int], bias: bool,
+           device: torch.device) -> FunctionalLinear:
     """The quant layer of one ``mx_specs`` for a weight of ``shape`` (stateless: dynamic MX scales)."""
     return FunctionalLinear(shape[0], shape[1], bias, _recipe(MxSpecs(dict(key)), "mx_specs"), device=device)
 

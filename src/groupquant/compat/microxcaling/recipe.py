@@ -111,7 +111,8 @@ def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
         return (f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: recipes share one exponent per block "
                 "('max')")
     if specs["scale_bits"] not in (0, 8):
-        return f"mx_specs scale_bits={specs['scale_bits']!r}: the recipe's scale format saturates where microxcaling's is NaN"
+        return (f"mx_specs scale_bits={specs['scale_bits']!r}: the recipe's scale format saturates where "
+                "microxcaling's is NaN")
     for key in ("shared_exp_from_float_log2", "mx_flush_fp32_subnorms"):
         if specs[key]:
             return f"mx_specs {key}=True has no recipe setting"
