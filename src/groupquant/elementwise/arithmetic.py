@@ -64,7 +64,7 @@ class _Mul(torch.autograd.Function):
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, m: RoundedMath) -> torch.Tensor:
         qa, qb = m.q(a), m.q(b)
         ctx.m, ctx.shapes = m.for_grad(), (a.shape, b.shape)
-        ctx.save_for_backward(qa, qb)
+        ctx.save_for_backward(m.saved(qa, a), m.saved(qb, b))
         return m.mul(qa, qb)
 
     @staticmethod
