@@ -83,3 +83,39 @@ def test_mul_saves_unrounded_operands_for_a_gradient_kit_that_rounds_nothing():
     ours = RoundedMath(BF16, grad=RoundedMath(None))
     da, db = _grads(lambda a, b: ew.mul(a, b, precision=ours), a, b, grad=g)
     assert torch.equal(da, g * bf(b)) and torch.equal(db, g * bf(a))
+
+
+def test_arithmetic_formulas_against_float_compositions():
+    torch.manual_seed(5)
+    bf = lambda t: t.to(torch.bfloat16).float()  # noqa: E731  torch's cast, round to nearest even
+    kit = RoundedMath(BF16, formulas="microxcaling")
+    a, b, g = torch.randn(4, 8) * 3, torch.randn(4, 8) * 3 + 0.5, torch.randn(4, 8) * 3
+    c = 0.3  # not a bfloat16 value: used as given
+    y = ew.add(a, c, precision=kit)
+    assert torch.equal(y, bf(bf(a) + torch.tensor(c)))
+    assert torch.equal(_grads(lambda t: ew.add(t, c, precision=kit), a, grad=g)[0], g)  # unrounded
+    da, db = _grads(lambda s, t: ew.sub(s, t, precision=kit), a, b, grad=g)
+    assert torch.equal(da, g) and torch.equal(db, bf(-g))
+    da, db = _grads(lambda s, t: ew.div(s, t, precision=kit), a, b, grad=g)
+    y = bf(bf(a) / bf(b))
+    assert torch.equal(da, bf(bf(g) / bf(b))) and torch.equal(db, bf(bf(g) * bf(-y / bf(b))))
+    broadcast = torch.randn(1, 8) * 3
+    db = _grads(lambda s, t: ew.sub(s, t, precision=kit), a, broadcast, grad=g)[1]
+    assert torch.equal(db, bf(bf(-g).sum(0, keepdim=True)))
+    # groupquant's own formulas round a constant operand and use db = -q(da * y)
+    assert not torch.equal(ew.add(a, c, precision=RoundedMath(BF16)), bf(bf(a) + torch.tensor(c)))
+
+
+def test_split_adds_the_rounded_gradients():
+    torch.manual_seed(6)
+    bf = lambda t: t.to(torch.bfloat16).float()  # noqa: E731
+    x = torch.randn(16, requires_grad=True)
+    g1, g2 = torch.randn(16) * 3, torch.randn(16) * 3
+    y1, y2 = ew.split(x, precision=RoundedMath(BF16))
+    assert torch.equal(y1, x) and torch.equal(y2, x)
+    torch.autograd.backward((y1, y2), (g1, g2))
+    assert torch.equal(x.grad, bf(bf(g1) + bf(g2)))
+    x.grad = None
+    y1, _ = ew.split(x, precision=RoundedMath(BF16))
+    y1.backward(g1)
+    assert torch.equal(x.grad, g1)

@@ -201,6 +201,8 @@ class RoundedMath:
         ``g`` itself when the shapes agree."""
         if g.shape == shape:
             return g
+        if self.microxcaling:  # microxcaling rounds the gradient before the sum
+            g = self.q(g)
         lead = g.dim() - len(shape)
         dims = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
         return self.sum(g, dims, keepdim=True).reshape(shape) if dims else g.reshape(shape)
