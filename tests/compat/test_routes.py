@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from groupquant import fake_quant
-from groupquant.compat.microxcaling import conv1d, finalize_mx_specs, linear
+from groupquant.compat.microxcaling import conv1d, finalize_mx_specs, linear, recipe_from_mx_specs
 
 
 def bf(t: torch.Tensor) -> torch.Tensor:
@@ -41,3 +41,12 @@ def test_conv1d_with_bias_rounds_once_with_the_bias_inside():
     x, w, b = torch.randn(2, 32, 9) * 2, torch.randn(5, 32, 3), torch.randn(5)
     want = bf(F.conv1d(fq(bf(x), "fp8_e4m3", 1, "nearest"), fq(bf(w), "fp8_e4m3", 1, "nearest"), bf(b), padding=1))
     assert torch.equal(conv1d(x, w, b, padding=1, mx_specs=specs), want)
+
+
+def test_one_exponent_per_element_is_group_size_one():
+    specs = finalize_mx_specs(dict(w_elem_format="fp4_e2m1", a_elem_format="fp8_e4m3", shared_exp_method="none"))
+    torch.manual_seed(2)
+    x, w = torch.randn(5, 40) * 3, torch.randn(8, 40)
+    want = F.linear(fake_quant(x, "fp8_e4m3", 1, dim=-1), fake_quant(w, "fp4_e2m1", 1, dim=-1))
+    assert torch.equal(linear(x, w, mx_specs=specs), want)
+    assert "group_size=1" in recipe_from_mx_specs(specs).weight_quant.__name__

@@ -79,7 +79,8 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str],
         raise ValueError(f"mx_specs {fmt_key}={specs[fmt_key]!r} has no groupquant MX quantizer "
                          f"(those with one: {', '.join(MX_QUANTIZERS)})")
     pair = MX_QUANTIZERS[fmt.name]
-    settings: dict = {"group_size": specs["block_size"],
+    size = 1 if specs["shared_exp_method"] == "none" else specs["block_size"]  # 'none': one exponent per element
+    settings: dict = {"group_size": size,
                       "float_to_int_rounding": FloatToIntRounding(
                           "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))}
     if specs["scale_bits"] not in (0, 8):
@@ -105,11 +106,10 @@ def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Option
 def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
     """Why no recipe computes what the compat ops compute for ``specs`` (None: one does): the
     settings quantized block by block in :mod:`.quantize` (ValueError naming a bad value)."""
-    if not isinstance(specs["block_size"], int) or specs["block_size"] <= 0:
+    if specs["shared_exp_method"] not in ("max", "none"):
+        return f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'"
+    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] <= 0):
         return f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0"
-    if specs["shared_exp_method"] != "max":
-        return (f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: recipes share one exponent per block "
-                "('max')")
     if specs["scale_bits"] not in (0, 8):
         return (f"mx_specs scale_bits={specs['scale_bits']!r}: the recipe's scale format saturates where "
                 "microxcaling's is NaN")
@@ -127,13 +127,13 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
     """A :class:`groupquant.nn.Recipe` with the MX settings of ``mx_specs`` (see the module table).
 
     ValueError naming the setting for ``block_size`` 0 (microxcaling's whole-axis block has no
-    native slot), ``shared_exp_method='none'`` or an element format without an MX quantizer."""
+    native slot) or an element format without an MX quantizer; ``shared_exp_method='none'`` is
+    ``group_size=1``."""
     specs = apply_mx_specs(mx_specs)
-    if not isinstance(specs["block_size"], int) or specs["block_size"] <= 0:
+    if specs["shared_exp_method"] not in ("max", "none"):
+        raise ValueError(f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'")
+    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] <= 0):
         raise ValueError(f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0")
-    if specs["shared_exp_method"] != "max":
-        raise ValueError(f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: recipes share one "
-                         "exponent per block ('max')")
     if not isinstance(specs["scale_bits"], int) or isinstance(specs["scale_bits"], bool) or not (
             specs["scale_bits"] == 0 or 2 <= specs["scale_bits"] <= 8):
         raise ValueError(f"mx_specs scale_bits={specs['scale_bits']!r}: use 0 (8) or an int in 2..8")
