@@ -12,8 +12,8 @@ from groupquant.inject import ConfigError
 from groupquant.nn import DISABLED, GemmRounding, QuantConv2d, QuantIdentity, QuantLinear, Recipe
 from groupquant.quantizers import MXFloat4e2m1Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Act
 
-BF16 = GemmRounding(input="bfloat16", weight="bfloat16", output="bfloat16", grad_output="bfloat16",
-                    grad_input="bfloat16", grad_weight="bfloat16")
+BF16 = GemmRounding(input="bfloat16", weight="bfloat16", bias="bfloat16", output="bfloat16", grad_output="bfloat16",
+                    grad_input="bfloat16", grad_weight="bfloat16", grad_bias="bfloat16")
 
 
 def bf(t: torch.Tensor) -> torch.Tensor:
@@ -61,7 +61,7 @@ def test_no_grad_forward_equals_the_training_forward_and_unrounded_differs():
 
 
 def test_bias_inside_rounds_once_and_backward_operands_given():
-    r = GemmRounding(input="bfloat16", weight="bfloat16", output="bfloat16", bias_add="inside",
+    r = GemmRounding(input="bfloat16", weight="bfloat16", bias="bfloat16", output="bfloat16", bias_add="inside",
                      backward_operands="given")
     layer = _layer(r, weight_quant_for_grad_input=DISABLED, input_quant_for_grad_weight=DISABLED,
                    grad_output_quant=DISABLED)
@@ -90,8 +90,8 @@ def test_sequence_groups_block_each_sequence_on_its_own():
 
 
 def test_conv_rounds_output_and_gradients():
-    r = GemmRounding(input="bfloat16", weight="bfloat16", output="bfloat16", bias_add="inside",
-                     grad_output="bfloat16", grad_input="bfloat16", grad_weight="bfloat16")
+    r = GemmRounding(input="bfloat16", weight="bfloat16", bias="bfloat16", output="bfloat16", bias_add="inside",
+                     grad_output="bfloat16", grad_input="bfloat16", grad_weight="bfloat16", grad_bias="bfloat16")
     torch.manual_seed(1)
     layer = QuantConv2d(32, 8, 3, padding=1, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act,
                         quantize_backprop=True, gemm_rounding=r, grad_output_quant=DISABLED,
@@ -173,3 +173,19 @@ def test_quant_matmul_rounds_operands_output_and_gradients():
     assert torch.equal(b.grad, bf(fq(ar, "fp8_e4m3", -2).transpose(-1, -2) @ fq(gr, "fp8_e5m2", -2)).sum(0))
     with pytest.raises(ConfigError, match="gemm_rounding"):
         QuantMatMul(a_quant=MXFloat8e4m3Act, gemm_rounding=GemmRounding(output="bfloat16"))
+
+
+def test_quant_matmul_bias_is_added_after_the_rounded_product():
+    from groupquant.nn import QuantMatMul
+    mm = QuantMatMul(a_quant=MXFloat8e4m3Act, b_quant=MXFloat8e4m3Act, quantize_backprop=True,
+                     gemm_rounding=GemmRounding(output="bfloat16", bias="fp16", grad_output="bfloat16",
+                                                grad_bias="fp16"))
+    torch.manual_seed(4)
+    a, b = torch.randn(6, 64), torch.randn(64, 10)
+    bias = (torch.randn(10) * 5).requires_grad_()
+    g = torch.randn(6, 10) * 7
+    y = mm(a, b, bias)
+    y.backward(g)
+    fp16 = lambda t: t.to(torch.float16).float()  # noqa: E731
+    assert torch.equal(y, bf(bf(fq(a, "fp8_e4m3", -1) @ fq(b, "fp8_e4m3", -2)) + fp16(bias.detach())))
+    assert torch.equal(bias.grad, fp16(bf(g).sum(0)))

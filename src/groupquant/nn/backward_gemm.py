@@ -37,8 +37,8 @@ from ..proxy import QuantProxy
 from .gemm_op import GemmOp
 from .gemm_rounding import GemmRounding, round_result
 
-__all__ = ["BackwardOperands", "GemmBackward", "TOKEN_GROUPS", "gemm_forward", "quant_gemm", "quantized_backward_gemm",
-           "quantized_backward_matmul"]
+__all__ = ["BackwardOperands", "GemmBackward", "TOKEN_GROUPS", "gemm_forward", "matmul_forward", "quant_gemm",
+           "quantized_backward_gemm", "quantized_backward_matmul"]
 
 #: How a linear layer's grad-weight GEMM groups its operands (``dY`` and ``x``) along the tokens:
 #: ``"tokens"`` all tokens of the flattened ``[tokens, features]`` view; ``"sequence"`` along dim -2
@@ -162,7 +162,7 @@ class _QuantGemm(torch.autograd.Function):
             grads = _conv_backward(grad, a, w, spare, plan, need)
         if rounding is not None:
             grads = (round_result(grads[0], rounding.grad_input), round_result(grads[1], rounding.grad_weight),
-                     round_result(grads[2], rounding.grad_weight))
+                     round_result(grads[2], rounding.grad_bias))
         return grads + (None, None, None)
 
 
@@ -222,18 +222,34 @@ def quantized_backward_gemm(xq: torch.Tensor, wq: torch.Tensor, bias: Optional[t
     return quant_gemm(xq, wq, bias, x, w, GemmBackward(op, ops))
 
 
+def matmul_forward(aq: torch.Tensor, bq: torch.Tensor, bias: Optional[torch.Tensor],
+                   rounding: Optional[GemmRounding]) -> torch.Tensor:
+    """``aq @ bq (+ bias)`` with the output rounding of ``rounding``: ``q(q(aq @ bq) + bias)``."""
+    out = torch.matmul(aq, bq)
+    if rounding is None or rounding.output is None:
+        return out if bias is None else out + bias
+    out = round_result(out, rounding.output)
+    return out if bias is None else round_result(out + bias, rounding.output)
+
+
+def _bias_grad(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``grad`` summed to a bias of ``shape``: over every row for a bias of the last dim's size."""
+    if len(shape) <= 1 and shape.numel() == grad.shape[-1]:
+        return grad.reshape(-1, grad.shape[-1]).sum(0).reshape(shape)
+    return grad.sum_to_size(shape)
+
+
 class _QuantizedBackwardMatMul(torch.autograd.Function):
-    """``aq @ bq`` with dA = Q(dC | N) Q(B | N)^T and dB = Q(A | M)^T Q(dC | M); with a
-    :class:`GemmRounding`, the output, ``dC`` and both results rounded (``grad_input``: dA,
-    ``grad_weight``: dB, before the sum over broadcast batch dims)."""
+    """``aq @ bq (+ bias)`` with dA = Q(dC | N) Q(B | N)^T and dB = Q(A | M)^T Q(dC | M); with a
+    :class:`GemmRounding`, the output, ``dC`` and the results rounded (``grad_input``: dA,
+    ``grad_weight``: dB, before the sum over broadcast batch dims; ``grad_bias``: the bias's)."""
 
     @staticmethod
-    def forward(ctx, aq: torch.Tensor, bq: torch.Tensor, a: torch.Tensor, b: torch.Tensor,  # type: ignore[override]
-                ops: BackwardOperands, rounding: Optional[GemmRounding]) -> torch.Tensor:
+    def forward(ctx, aq: torch.Tensor, bq: torch.Tensor, bias: Optional[torch.Tensor],  # type: ignore[override]
+                a: torch.Tensor, b: torch.Tensor, ops: BackwardOperands, rounding: Optional[GemmRounding]) -> torch.Tensor:
         ctx.save_for_backward(a, b)
-        ctx.ops, ctx.rounding = ops, rounding
-        out = torch.matmul(aq, bq)
-        return out if rounding is None else round_result(out, rounding.output)
+        ctx.ops, ctx.rounding, ctx.bias_shape = ops, rounding, None if bias is None else bias.shape
+        return matmul_forward(aq, bq, bias, rounding)
 
     @staticmethod
     @once_differentiable
@@ -241,7 +257,7 @@ class _QuantizedBackwardMatMul(torch.autograd.Function):
         a, b = ctx.saved_tensors
         ops, rounding = ctx.ops, ctx.rounding
         grad = grad if rounding is None else round_result(grad, rounding.grad_output)
-        grad_a = grad_b = None
+        grad_a = grad_b = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_a = torch.matmul(_q(ops.grad_output, grad), _q(ops.b_for_grad_a, b).transpose(-1, -2))
             grad_a = grad_a if rounding is None else round_result(grad_a, rounding.grad_input)
@@ -250,11 +266,15 @@ class _QuantizedBackwardMatMul(torch.autograd.Function):
             grad_b = torch.matmul(_q(ops.a_for_grad_b, a).transpose(-1, -2), _q(ops.grad_output_for_grad_b, grad))
             grad_b = grad_b if rounding is None else round_result(grad_b, rounding.grad_weight)
             grad_b = grad_b.sum_to_size(b.shape)
-        return grad_a, grad_b, None, None, None, None
+        if ctx.bias_shape is not None and ctx.needs_input_grad[2]:
+            grad_bias = _bias_grad(grad, ctx.bias_shape)
+            grad_bias = grad_bias if rounding is None else round_result(grad_bias, rounding.grad_bias)
+        return grad_a, grad_b, grad_bias, None, None, None, None
 
 
 def quantized_backward_matmul(aq: torch.Tensor, bq: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                              ops: BackwardOperands, rounding: Optional[GemmRounding] = None) -> torch.Tensor:
-    """``torch.matmul(aq, bq)`` (both at least 2-D) whose backward quantizes from ``a`` and ``b``
-    (output and gradients rounded by ``rounding`` when given)."""
-    return _QuantizedBackwardMatMul.apply(aq, bq, a.detach(), b.detach(), ops, rounding)
+                              ops: BackwardOperands, rounding: Optional[GemmRounding] = None,
+                              bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``torch.matmul(aq, bq) (+ bias)`` (both at least 2-D) whose backward quantizes from ``a`` and
+    ``b`` (output and gradients rounded by ``rounding`` when given)."""
+    return _QuantizedBackwardMatMul.apply(aq, bq, bias, a.detach(), b.detach(), ops, rounding)

@@ -9,18 +9,20 @@ as ``"bfloat16"`` is resolved once, at construction):
 field              what is rounded
 =================  =====================================================================
 ``input``          ``x`` before the input quantizer (straight-through gradient)
-``weight``         ``W`` and ``b`` before their quantizers (straight-through gradient)
+``weight``         ``W`` before its quantizer (straight-through gradient)
+``bias``           ``b`` before its quantizer (straight-through gradient)
 ``output``         the GEMM result ``y = x W^T``; with a bias ``y = q(q(x W^T) + b)``
                    (``bias_add="rounded"``) or ``q(x W^T + b)`` (``"inside"``: the bias
                    enters the GEMM, one rounding)
 ``grad_output``    ``dY`` as it reaches the layer, before the backward GEMMs and the bias sum
 ``grad_input``     the result of the grad-input GEMM ``dX``
-``grad_weight``    the result of the grad-weight GEMM ``dW`` and the bias gradient ``sum dY``
+``grad_weight``    the result of the grad-weight GEMM ``dW``
+``grad_bias``      the bias gradient ``sum dY``
 =================  =====================================================================
 
 ``backward_operands``: the ``x`` and ``W`` the backward GEMMs re-quantize: ``"rounded"`` (after
 ``input`` / ``weight``, default) or ``"given"`` (as the layer received them). microxcaling's
-``Linear`` is ``input=weight=output=grad_*=bfloat16`` with ``bias_add="rounded"``; its convolution
+``Linear`` is every field bfloat16 with ``bias_add="rounded"``; its convolution
 the same with ``"inside"``; its ``quantize_backprop=False`` is no gradient rounding and ``"given"``.
 
 Output and gradient roundings run in the quantized backward's GEMM (:mod:`.backward_gemm`); a
@@ -41,8 +43,8 @@ __all__ = ["GemmRounding", "BIAS_ADDS", "BACKWARD_OPERANDS", "check_gemm_roundin
 
 BIAS_ADDS = ("rounded", "inside")
 BACKWARD_OPERANDS = ("rounded", "given")
-_PRECISIONS = ("input", "weight", "output", "grad_output", "grad_input", "grad_weight")
-_GRADS = ("grad_output", "grad_input", "grad_weight")
+_PRECISIONS = ("input", "weight", "bias", "output", "grad_output", "grad_input", "grad_weight", "grad_bias")
+_GRADS = ("grad_output", "grad_input", "grad_weight", "grad_bias")
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,12 @@ class GemmRounding:
 
     input: Optional[ElementPrecision] = None
     weight: Optional[ElementPrecision] = None
+    bias: Optional[ElementPrecision] = None
     output: Optional[ElementPrecision] = None
     grad_output: Optional[ElementPrecision] = None
     grad_input: Optional[ElementPrecision] = None
     grad_weight: Optional[ElementPrecision] = None
+    grad_bias: Optional[ElementPrecision] = None
     bias_add: str = "rounded"
     backward_operands: str = "rounded"
 

@@ -200,7 +200,7 @@ class QuantLayerMixin:
         x_given, w_given = x, weight
         if rounding is not None:  # the operands rounded first (straight through); see .gemm_rounding
             x = round_operand(plain(x), rounding.input)
-            weight, bias = round_operand(weight, rounding.weight), round_operand(bias, rounding.weight)
+            weight, bias = round_operand(weight, rounding.weight), round_operand(bias, rounding.bias)
             if rounding.backward_operands == "rounded":
                 x_given, w_given = x, weight
         qx = proxies["input_quant"].quant_value(x)

@@ -12,9 +12,9 @@ with dY in ``a_elem_format_bp_os`` (along dim -1 for dA, dim -2 for dB), the sav
 gradient rounded (``round_grad_input``). microxcaling uses ``a_elem_format_bp_os`` for dY in both
 backward GEMMs of a matmul (``a_elem_format_bp_ex`` only in ``Linear``); so does this module.
 
-Without a bias this is :class:`groupquant.nn.QuantMatMul` with :func:`.recipe.matmul_settings`;
-:class:`MatMulFunction` (the block-by-block quantizer of :mod:`.quantize`) is taken with a bias
-(``addmm``) and for the settings of :func:`.recipe.native_problem`.
+This is :class:`groupquant.nn.QuantMatMul` with :func:`.recipe.matmul_settings` (a bias, as
+``addmm`` gives one, added after the rounded product); :class:`MatMulFunction` (the block-by-block
+quantizer of :mod:`.quantize`) is taken for the settings of :func:`.recipe.native_problem`.
 """
 from __future__ import annotations
 
@@ -111,11 +111,11 @@ def matmul(in1: torch.Tensor, in2: torch.Tensor, bias: Optional[torch.Tensor] = 
     check_settings(specs, formats + ["a_elem_format_bp_os"],
                    ("round_mx_output", "round_mx_input_grad_input", "round_mx_grad_output_grad_input"),
                    ("round_output", "round_weight", "round_grad_input", "round_grad_weight"))
-    if bias is not None or native_problem(specs) is not None:
+    if native_problem(specs) is not None:
         return MatMulFunction.apply(in1, in2, bias, specs, mode_config)
     layer = _layer(tuple(sorted(specs.items(), key=lambda item: item[0])), mode_config)
     with native_torch():
-        return layer(in1, in2)
+        return layer(in1, in2, bias)
 
 
 @functools.lru_cache(maxsize=128)

@@ -97,8 +97,9 @@ def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Option
         return element_precision(source, source[key], setting=key)
 
     rounding = GemmRounding(input=p(specs, "round_output"), weight=p(specs, "round_weight"),
-                            output=p(specs, "round_output"), grad_output=p(back, "round_grad_input"),
-                            grad_input=p(back, "round_grad_input"), grad_weight=p(back, "round_grad_weight"),
+                            bias=p(specs, "round_weight"), output=p(specs, "round_output"),
+                            grad_output=p(back, "round_grad_input"), grad_input=p(back, "round_grad_input"),
+                            grad_weight=p(back, "round_grad_weight"), grad_bias=p(back, "round_grad_weight"),
                             bias_add=bias_add, backward_operands="rounded" if specs["quantize_backprop"] else "given")
     return None if rounding.input is None else rounding
 
@@ -174,7 +175,8 @@ def matmul_settings(specs: Mapping[str, Any], mode: str) -> dict:
     """The :class:`groupquant.nn.QuantMatMul` keywords of microxcaling's ``matmul`` (``mode``: the
     ``mode_config`` ``'aa'`` / ``'aw'`` / ``'wa'``): each side in its ``a_`` / ``w_elem_format``
     forward and ``*_bp`` backward, ``dY`` in ``a_elem_format_bp_os`` in both backward GEMMs; both
-    operands and the output rounded with ``round_output``, both gradients with ``round_grad_input``."""
+    operands and the output rounded with ``round_output``, both gradients with ``round_grad_input``
+    (a bias: ``round_weight``, its gradient ``round_grad_weight``)."""
     side = {"a": ("a_elem_format", "a_elem_format_bp"), "w": ("w_elem_format", "w_elem_format_bp")}
     backprop = bool(specs["quantize_backprop"])
     table = (("a_quant", side[mode[0]][0], "round_mx_output"), ("b_quant", side[mode[1]][0], "round_mx_output"),
