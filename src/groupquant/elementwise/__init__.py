@@ -6,7 +6,7 @@ Every basic operation of every op, forward and backward, is rounded to an
 """
 from ..ops.precision import ElementPrecision, resolve_precision, round_to_precision
 from .activations import gelu, leaky_relu, relu, relu6, sigmoid, silu, tanh
-from .arithmetic import add, div, mul, sub
+from .arithmetic import add, div, mul, split, sub
 from .modules import GELU, GroupNorm, LayerNorm, ReLU, RMSNorm, Sigmoid, SiLU, Softmax, Tanh
 from .normalization import batch_norm, group_norm, layer_norm, rms_norm
 from .reductions import amax, mean, sum
@@ -16,7 +16,7 @@ from .unary import cast, erf, exp, exp2, log, pow, reciprocal, rsqrt, sqrt
 
 __all__ = [
     "ElementPrecision", "resolve_precision", "round_to_precision", "RoundedMath", "math_for",
-    "add", "sub", "mul", "div",
+    "add", "sub", "mul", "div", "split",
     "exp", "exp2", "log", "sqrt", "rsqrt", "reciprocal", "erf", "pow", "cast", "tanh",
     "sum", "mean", "amax", "softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm",
     "gelu", "silu", "sigmoid", "relu", "relu6", "leaky_relu",

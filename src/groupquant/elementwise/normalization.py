@@ -14,6 +14,15 @@ RMS norm: sq = q(x * x); ms = q(q(sum_D sq) / n); ve = q(ms + eps); sd = q(sqrt 
   xn = q(x * inv); backward: a = q(g * xn); a = q(q(sum_D a) / n); b = q(xn * a); c = q(g - b); dx = q(c * inv)
 Affine: y = q(q(xn * weight) + bias) through :func:`~.arithmetic.mul` and :func:`~.arithmetic.add`, whose
 backward gives dweight = q(sum q(g * xn)) and dbias = q(sum g) over the broadcast dims.
+
+With the kit's ``formulas="microxcaling"`` (microxcaling's norms):
+  layer_norm backward (DeepSpeed's, from xn and ve): sd = q(sqrt ve); i = q(1 / sd) (the kit's division);
+  dxs = q(g * i); a = q(q(g * xn) * sd); a = q(q(sum_D a) / n); a = q(a * q(1 / ve));
+  dx = q(dxs + q(-a * xn)); dx = q(dx + q(-q(q(sum_D dx) / n)))
+  batch_norm on running statistics: the backward of batch statistics above (not dx = q(g * inv));
+  rms_norm backward: d1 = q(g * inv); a = q(q(sum_D q(d1 * xn)) / n); dx = q(d1 - q(xn * a));
+  running statistics (batch_norm training): r = q(q((1 - momentum) * r) + q(momentum * s)), s the
+  rounded batch mean and ve (the variance plus eps).
 """
 from __future__ import annotations
 
@@ -28,15 +37,20 @@ from .rounded_math import RoundedMath, math_for
 __all__ = ["layer_norm", "rms_norm", "group_norm", "batch_norm"]
 
 
+def _var_eps(m: RoundedMath, var: torch.Tensor, eps: float) -> torch.Tensor:
+    """ve = q(var + eps)."""
+    return m.add(var, torch.tensor(eps, dtype=torch.float32))
+
+
 def _inv_std(m: RoundedMath, var: torch.Tensor, eps: float) -> torch.Tensor:
     """inv = q(1 / q(sqrt(q(var + eps))))."""
-    return m.recip(m.sqrt(m.add(var, torch.tensor(eps, dtype=torch.float32))))
+    return m.recip(m.sqrt(_var_eps(m, var, eps)))
 
 
 class _Normalize(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, m: RoundedMath, dims: Tuple[int, ...], eps: float,
-                stats: Optional[Tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+                stats: Optional[Tuple[torch.Tensor, torch.Tensor]], layer: bool) -> torch.Tensor:
         qx = m.q(x)
         if stats is None:
             mu = m.mean(qx, dims, keepdim=True)
@@ -46,23 +60,39 @@ class _Normalize(torch.autograd.Function):
         else:
             xs = m.sub(qx, m.q(stats[0]))
             var = m.q(stats[1])
-        inv = _inv_std(m, var, eps)
-        ctx.m, ctx.dims, ctx.fixed = m.for_grad(), dims, stats is not None
-        ctx.save_for_backward(xs, inv)
-        return m.mul(xs, inv)
+        ve = _var_eps(m, var, eps)
+        inv = m.recip(m.sqrt(ve))
+        xn = m.mul(xs, inv)
+        ctx.m, ctx.dims, ctx.fixed, ctx.layer = m.for_grad(), dims, stats is not None, layer
+        ctx.save_for_backward(xs, inv, xn, ve)
+        return xn
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor):
-        m, dims, (xs, inv) = ctx.m, ctx.dims, ctx.saved_tensors
+        m, dims, (xs, inv, xn, ve) = ctx.m, ctx.dims, ctx.saved_tensors
         g = m.q(grad)
+        none = (None, None, None, None, None)
+        if m.microxcaling and ctx.layer:
+            return (_layer_norm_backward_microxcaling(m, g, dims, xn, ve), *none)
         dxs = m.mul(g, inv)
-        if ctx.fixed:
-            return dxs, None, None, None, None
+        if ctx.fixed and not m.microxcaling:
+            return (dxs, *none)
         dmu = m.mean(-dxs, dims, keepdim=True)
         a = m.mean(m.mul(g, xs), dims, keepdim=True)
         a = m.mul(m.mul(a, m.mul(inv, inv)), inv)
         dx = m.add(m.add(dxs, m.mul(-a, xs)), dmu)
-        return dx, None, None, None, None
+        return (dx, *none)
+
+
+def _layer_norm_backward_microxcaling(m: RoundedMath, g: torch.Tensor, dims: Tuple[int, ...], xn: torch.Tensor,
+                                      ve: torch.Tensor) -> torch.Tensor:
+    """dx of layer norm from ``xn`` and ``ve`` (microxcaling's formulas, see the module notes)."""
+    sd = m.sqrt(ve)
+    dxs = m.mul(g, m.div(1.0, sd))
+    a = m.mean(m.mul(m.mul(g, xn), sd), dims, keepdim=True)
+    a = m.mul(a, m.div(1.0, ve))
+    dx = m.add(dxs, m.mul(-a, xn))
+    return m.add(dx, -m.mean(dx, dims, keepdim=True))
 
 
 class _RMSNormalize(torch.autograd.Function):
@@ -79,6 +109,9 @@ class _RMSNormalize(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor):
         m, (xn, inv) = ctx.m, ctx.saved_tensors
         g = m.q(grad)
+        if m.microxcaling:
+            d1 = m.mul(g, inv)
+            return m.sub(d1, m.mul(xn, m.mean(m.mul(d1, xn), ctx.dims, keepdim=True))), None, None, None
         a = m.mean(m.mul(g, xn), ctx.dims, keepdim=True)
         return m.mul(m.sub(g, m.mul(xn, a)), inv), None, None, None
 
@@ -107,19 +140,20 @@ def layer_norm(x: torch.Tensor, normalized_shape: Union[int, Sequence[int]], wei
     if tuple(x.shape[x.dim() - len(shape):]) != shape:
         raise ValueError(f"layer_norm: normalized_shape {shape} does not match the input's trailing dims {tuple(x.shape)}")
     dims = tuple(range(x.dim() - len(shape), x.dim()))
-    y = _Normalize.apply(x, math_for(precision), dims, _check_eps(eps, "layer_norm"), None)
+    y = _Normalize.apply(x, math_for(precision), dims, _check_eps(eps, "layer_norm"), None, True)
     return _affine(y, weight, bias, shape, precision)
 
 
 def rms_norm(x: torch.Tensor, normalized_shape: Union[int, Sequence[int]], weight: Optional[torch.Tensor] = None,
-             eps: float = 1e-6, precision: PrecisionLike = "bfloat16") -> torch.Tensor:
-    """RMS norm over the trailing ``normalized_shape`` dims: x / sqrt(mean(x**2) + eps) * weight."""
+             eps: float = 1e-6, precision: PrecisionLike = "bfloat16",
+             bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """RMS norm over the trailing ``normalized_shape`` dims: x / sqrt(mean(x**2) + eps) * weight (+ bias)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(x.shape[x.dim() - len(shape):]) != shape:
         raise ValueError(f"rms_norm: normalized_shape {shape} does not match the input's trailing dims {tuple(x.shape)}")
     dims = tuple(range(x.dim() - len(shape), x.dim()))
     y = _RMSNormalize.apply(x, math_for(precision), dims, _check_eps(eps, "rms_norm"))
-    return _affine(y, weight, None, shape, precision)
+    return _affine(y, weight, bias, shape, precision)
 
 
 def _channel_shape(x: torch.Tensor) -> Tuple[int, ...]:
@@ -135,7 +169,8 @@ def group_norm(x: torch.Tensor, num_groups: int, weight: Optional[torch.Tensor] 
         raise ValueError(f"group_norm: num_groups={num_groups!r} must divide the channel dim of an (N, C, ...) "
                          f"input, got shape {tuple(x.shape)}")
     grouped = x.reshape(x.shape[0], num_groups, -1)
-    y = _Normalize.apply(grouped, math_for(precision), (2,), _check_eps(eps, "group_norm"), None).reshape(x.shape)
+    y = _Normalize.apply(grouped, math_for(precision), (2,), _check_eps(eps, "group_norm"), None, False)
+    y = y.reshape(x.shape)
     return _affine(y, weight, bias, _channel_shape(x), precision)
 
 
@@ -152,7 +187,10 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor], running_va
     dims = (0,) + tuple(range(2, x.dim()))
     if training:
         y, stats = _batch_stats_forward(x, m, dims, eps)
-        if running_mean is not None and running_var is not None:
+        if m.microxcaling:
+            _update_running_microxcaling(m, (running_mean, running_var), (stats[0], _var_eps(m, stats[1], eps)),
+                                         momentum)
+        elif running_mean is not None and running_var is not None:
             n = x.numel() // x.shape[1]
             with torch.no_grad():
                 running_mean.mul_(1 - momentum).add_(momentum * stats[0].reshape(-1))
@@ -160,7 +198,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor], running_va
     else:
         if running_mean is None or running_var is None:
             raise ValueError("batch_norm: training=False needs running_mean and running_var")
-        y = _Normalize.apply(x, m, dims, eps, (running_mean.reshape(view), running_var.reshape(view)))
+        y = _Normalize.apply(x, m, dims, eps, (running_mean.reshape(view), running_var.reshape(view)), False)
     return _affine(y, weight, bias, view, precision)
 
 
@@ -169,4 +207,13 @@ def _batch_stats_forward(x: torch.Tensor, m: RoundedMath, dims: Tuple[int, ...],
     qx = m.q(x.detach())
     mu = m.mean(qx, dims, keepdim=True)
     var = m.mean(m.mul(m.sub(qx, mu), m.sub(qx, mu)), dims, keepdim=True)
-    return _Normalize.apply(x, m, dims, eps, None), (mu, var)
+    return _Normalize.apply(x, m, dims, eps, None, False), (mu, var)
+
+
+def _update_running_microxcaling(m: RoundedMath, running: Tuple[Optional[torch.Tensor], ...],
+                                 batch: Tuple[torch.Tensor, torch.Tensor], momentum: float) -> None:
+    """Each running buffer given: r = q(q((1 - momentum) * r) + q(momentum * s)) (module notes)."""
+    with torch.no_grad():
+        for buf, stat in zip(running, batch):
+            if buf is not None:
+                buf.copy_(m.add(m.mul(1 - momentum, buf), m.mul(momentum, stat.reshape(buf.shape))))

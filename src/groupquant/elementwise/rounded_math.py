@@ -17,6 +17,13 @@ one basic operation and rounds it. The kit's settings (a frozen record, defaults
   precision; ``"float32"`` sums in float32 (torch's order), as microxcaling does.
 - ``constants=None``: the precision the kit's own constants (``log2(e)~``, ``ln(2)~``) are rounded
   to; None means ``precision`` (microxcaling rounds them to bfloat16 whatever its precision).
+- ``formulas="groupquant"``: where microxcaling's ops use other backward formulas than this
+  package's, ``"microxcaling"`` takes theirs (each op's module notes say where): layer norm's
+  backward from the normalised values and ``var + eps`` (DeepSpeed's), the full batch-statistics
+  backward of a batch norm on running statistics, RMS norm's ``dx1 = g * inv``, ``dx = dx1 - xn *
+  mean(dx1 * xn)``, running statistics updated as ``q(q((1 - m) * r) + q(m * s))`` with ``s`` the
+  batch mean and ``var + eps``, and operands saved unrounded for a gradient kit that rounds nothing
+  (microxcaling's ``quantize_backprop=False``).
 - ``grad=None``: the kit every op's backward formulas run with (:meth:`for_grad`); None means this
   kit. microxcaling's ``quantize_backprop=False`` is a gradient kit that rounds nothing. Values an op
   saves for its backward are the forward's (rounded by this kit), except the input of the unary
@@ -40,9 +47,10 @@ import torch
 
 from ..ops.precision import ElementPrecision, PrecisionLike, resolve_precision, round_to_precision
 
-__all__ = ["RoundedMath", "Operand", "Dims", "math_for", "LIBRARIES", "DIVISIONS", "ACCUMULATIONS"]
+__all__ = ["RoundedMath", "Operand", "Dims", "math_for", "LIBRARIES", "DIVISIONS", "ACCUMULATIONS", "FORMULAS"]
 
 LIBRARIES = ("float64", "float32")
+FORMULAS = ("groupquant", "microxcaling")
 DIVISIONS = ("divide", "reciprocal")
 ACCUMULATIONS = ("float64", "float32")
 
@@ -73,9 +81,11 @@ class RoundedMath:
     accumulate: str = "float64"
     constants: Optional[ElementPrecision] = None
     grad: Optional["RoundedMath"] = None
+    formulas: str = "groupquant"
 
     def __post_init__(self) -> None:
-        for name, allowed in (("library", LIBRARIES), ("division", DIVISIONS), ("accumulate", ACCUMULATIONS)):
+        for name, allowed in (("library", LIBRARIES), ("division", DIVISIONS), ("accumulate", ACCUMULATIONS),
+                              ("formulas", FORMULAS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"RoundedMath.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.grad is not None and not isinstance(self.grad, RoundedMath):
@@ -86,6 +96,16 @@ class RoundedMath:
     def for_grad(self) -> "RoundedMath":
         """The kit of the backward formulas: ``grad``, or this kit when None."""
         return self if self.grad is None else self.grad
+
+    @property
+    def microxcaling(self) -> bool:
+        """Whether the kit takes microxcaling's formulas (``formulas="microxcaling"``)."""
+        return self.formulas == "microxcaling"
+
+    def saved(self, rounded: torch.Tensor, given: Operand) -> Operand:
+        """The operand an op saves for its backward: ``rounded`` (the forward's), or with
+        microxcaling's formulas and a gradient kit that rounds nothing, ``given``."""
+        return given if self.microxcaling and self.for_grad().precision is None else rounded
 
     def with_settings(self, **settings: object) -> "RoundedMath":
         """A copy with some settings changed (checked as at construction)."""
@@ -181,6 +201,8 @@ class RoundedMath:
         ``g`` itself when the shapes agree."""
         if g.shape == shape:
             return g
+        if self.microxcaling:  # microxcaling rounds the gradient before the sum
+            g = self.q(g)
         lead = g.dim() - len(shape)
         dims = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
         return self.sum(g, dims, keepdim=True).reshape(shape) if dims else g.reshape(shape)

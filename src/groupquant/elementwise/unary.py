@@ -9,7 +9,7 @@ the precision (``c~`` below). The backward reads the input rounded by the gradie
 | exp        | y = q(e**x)      | dx = q(g * y)                                              |
 | exp2       | y = q(2**x)      | dx = q(q(g * y) * ln2~)                                    |
 | log        | y = q(ln x)      | dx = q(g / x)                                              |
-| sqrt       | y = q(sqrt x)    | dx = q(q(g / y) * 0.5)                                     |
+| sqrt       | y = q(sqrt x)    | dx = q(q(g / y) * 0.5); microxcaling's formulas: q(q(g * 0.5) / y) |
 | rsqrt      | y = q(1/sqrt x)  | t = q(y * y); t = q(t * y); dx = q(q(g * t) * -0.5)        |
 | reciprocal | y = q(1 / x)     | t = q(y * y); dx = -q(g * t)                               |
 | erf        | y = q(erf x)     | s = q(x * x); e = q(e**-s); t = q(e * (2/sqrt(pi))~); dx = q(g * t) |
@@ -42,6 +42,8 @@ def _log_b(m: RoundedMath, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor, p:
 
 
 def _sqrt_b(m: RoundedMath, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor, p: float) -> torch.Tensor:
+    if m.microxcaling:  # the kit's formulas="microxcaling": q(q(g * 0.5) / y)
+        return m.div(m.mul(g, 0.5), y)
     return m.mul(m.div(g, y), 0.5)
 
 

@@ -1,16 +1,18 @@
 """Quant layers: drop-in replacements for torch layers, and model conversion.
 
-``QuantLinear``, ``QuantConv1d``, ``QuantConv2d`` take their torch layer's arguments plus
+``QuantLinear``, ``QuantConv1d``, ``QuantConv2d``, ``QuantConv3d`` take their torch layer's arguments plus
 ``weight_quant``, ``input_quant``, ``output_quant``, ``bias_quant`` (quantizer classes, None
 means float), the backward slots (``grad_output_quant`` and the per-GEMM overrides, see
-:mod:`.grad_slots`) and prefixed settings (``weight_bit_width=4``). ``QuantMatMul`` /
+:mod:`.grad_slots`), ``gemm_rounding`` (:class:`GemmRounding`: element-wise roundings of operands,
+output and gradients), ``grad_weight_groups`` and prefixed settings (``weight_bit_width=4``). ``QuantMatMul`` /
 ``quant_matmul`` multiply two activations. ``QuantIdentity`` / ``QuantReLU`` take
 ``input_quant`` / ``output_quant`` (or Brevitas's ``act_quant``). ``quantize_model`` converts an
 existing model, with quantizers or a training recipe (``RECIPES``).
 """
 from .activation import QuantIdentity, QuantReLU
-from .conv import QuantConv1d, QuantConv2d
+from .conv import QuantConv1d, QuantConv2d, QuantConv3d
 from .convert import quantize_model, remove_functional
+from .gemm_rounding import GemmRounding
 from .grad_slots import DISABLED, SAME
 from .linear import QuantLinear
 from .matmul import QuantMatMul, quant_matmul
@@ -18,6 +20,6 @@ from .mx_all_gather import enable_mx_all_gather
 from .quant_layer import QuantLayerMixin
 from .recipes import RECIPES, Recipe, recipe
 
-__all__ = ["DISABLED", "SAME", "QuantConv1d", "QuantConv2d", "QuantIdentity", "QuantLayerMixin", "QuantLinear",
-           "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "enable_mx_all_gather", "quant_matmul", "quantize_model",
-           "recipe", "remove_functional"]
+__all__ = ["DISABLED", "SAME", "GemmRounding", "QuantConv1d", "QuantConv2d", "QuantConv3d", "QuantIdentity",
+           "QuantLayerMixin", "QuantLinear", "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "enable_mx_all_gather",
+           "quant_matmul", "quantize_model", "recipe", "remove_functional"]

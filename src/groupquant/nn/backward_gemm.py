@@ -35,8 +35,16 @@ from torch.autograd.function import once_differentiable
 
 from ..proxy import QuantProxy
 from .gemm_op import GemmOp
+from .gemm_rounding import GemmRounding, round_result
 
-__all__ = ["BackwardOperands", "GemmBackward", "quant_gemm", "quantized_backward_gemm", "quantized_backward_matmul"]
+__all__ = ["BackwardOperands", "GemmBackward", "TOKEN_GROUPS", "gemm_forward", "matmul_forward", "quant_gemm",
+           "quantized_backward_gemm", "quantized_backward_matmul"]
+
+#: How a linear layer's grad-weight GEMM groups its operands (``dY`` and ``x``) along the tokens:
+#: ``"tokens"`` all tokens of the flattened ``[tokens, features]`` view; ``"sequence"`` along dim -2
+#: of the tensor as given, each leading index on its own (microxcaling's ``Linear``: a 3-d input's
+#: blocks never span two sequences). The two agree on 2-d input.
+TOKEN_GROUPS = ("tokens", "sequence")
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,11 +78,16 @@ class GemmBackward:
         quantizes the weight inside, the backward takes the forward-quantized input and weight as
         ``A`` and ``B``), or None for the quantized backward (forward-quantized weight given, the
         backward re-quantizes the saved high-precision ``x`` and ``W``).
+    rounding: the element-wise roundings of the GEMM's output and gradients
+        (:class:`~.gemm_rounding.GemmRounding`), or None.
+    token_groups: how a linear layer's grad-weight operands group along the tokens (:data:`TOKEN_GROUPS`).
     """
 
     op: GemmOp
     operands: Optional[BackwardOperands] = None
     weight_quant: Optional[Any] = None
+    rounding: Optional[GemmRounding] = None
+    token_groups: str = "tokens"
 
     @property
     def lean(self) -> bool:
@@ -84,6 +97,32 @@ class GemmBackward:
 def _q(proxy: Optional[QuantProxy], t: torch.Tensor) -> torch.Tensor:
     """``t`` quantized by ``proxy`` (its dims are the GEMM's), or ``t`` itself."""
     return t if proxy is None else proxy.quant_value(t)
+
+
+def _q_tokens(proxy: Optional[QuantProxy], t: torch.Tensor, token_groups: str) -> torch.Tensor:
+    """``t`` ``[..., features]`` as the 2-d ``[tokens, features]`` operand of the grad-weight GEMM,
+    quantized by ``proxy`` along the tokens: all of them, or (``"sequence"``) along dim -2 of ``t``
+    for each leading index (the view ``[S, rest]`` grouped along its dim 0 has exactly those blocks)."""
+    if proxy is None or token_groups == "tokens" or t.dim() <= 2:
+        return _q(proxy, t.reshape(-1, t.shape[-1]))
+    by_sequence = t.movedim(-2, 0)
+    shape = by_sequence.shape
+    q = _q(proxy, by_sequence.reshape(shape[0], -1)).reshape(shape).movedim(0, -2)
+    return q.reshape(-1, t.shape[-1])
+
+
+def gemm_forward(op: GemmOp, xq: torch.Tensor, wq: torch.Tensor, bias: Optional[torch.Tensor],
+                 rounding: Optional[GemmRounding]) -> torch.Tensor:
+    """``op(xq, wq, bias)`` with the output rounding of ``rounding``: ``q(q(op(xq, wq)) + bias)``
+    (``bias_add="rounded"``) or ``q(op(xq, wq, bias))`` (``"inside"``); unrounded when None."""
+    if rounding is None or rounding.output is None:
+        return op.forward(xq, wq, bias)
+    if bias is None or rounding.bias_add == "inside":
+        return round_result(op.forward(xq, wq, bias), rounding.output)
+    out = round_result(op.forward(xq, wq, None), rounding.output)
+    shape = [1] * out.dim()
+    shape[1 if op.kind != "linear" else -1] = -1
+    return round_result(out + bias.reshape(shape), rounding.output)
 
 
 class _QuantGemm(torch.autograd.Function):
@@ -99,7 +138,7 @@ class _QuantGemm(torch.autograd.Function):
             wq = w_in
             ctx.save_for_backward(x, w)
         ctx.plan, ctx.has_bias = plan, bias is not None
-        return plan.op.forward(xq, wq, bias)
+        return gemm_forward(plan.op, xq, wq, bias, plan.rounding)
 
     @staticmethod
     @once_differentiable
@@ -114,17 +153,24 @@ class _QuantGemm(torch.autograd.Function):
                                    "run twice (retain_graph=True); set layer.memory_lean_backward = False for that")
             ctx.wq = None
         need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2])
+        rounding = plan.rounding
+        if rounding is not None:
+            grad = round_result(grad, rounding.grad_output)
         if plan.op.kind == "linear":
-            grads = _linear_backward(grad, a, w, spare, plan.operands or STRAIGHT_THROUGH, need)
+            grads = _linear_backward(grad, a, w, spare, plan, need)
         else:
             grads = _conv_backward(grad, a, w, spare, plan, need)
+        if rounding is not None:
+            grads = (round_result(grads[0], rounding.grad_input), round_result(grads[1], rounding.grad_weight),
+                     round_result(grads[2], rounding.grad_bias))
         return grads + (None, None, None)
 
 
 def _linear_backward(grad: torch.Tensor, a: torch.Tensor, w: torch.Tensor, wq: Optional[torch.Tensor],
-                     ops: BackwardOperands, need: Tuple[bool, bool, bool]) -> Tuple[Optional[torch.Tensor], ...]:
-    """dX = G(dY) B, dW = G'(dY)^T A (A: ``a`` 2-D over tokens; B: ``wq`` when given, else
-    ``w`` through its quantizer); db = the sum of dY over tokens."""
+                     plan: GemmBackward, need: Tuple[bool, bool, bool]) -> Tuple[Optional[torch.Tensor], ...]:
+    """dX = G(dY) B, dW = G'(dY)^T A (A: ``a`` 2-D over tokens, grouped as ``plan.token_groups``
+    says; B: ``wq`` when given, else ``w`` through its quantizer); db = the sum of dY over tokens."""
+    ops = plan.operands or STRAIGHT_THROUGH
     g2 = grad.reshape(-1, grad.shape[-1])
     grad_x = grad_w = None
     b = wq
@@ -135,8 +181,9 @@ def _linear_backward(grad: torch.Tensor, a: torch.Tensor, w: torch.Tensor, wq: O
         spare = b if b is not None and b is not w else None
         reuse = (spare is not None and spare.dtype == grad.dtype and spare.is_contiguous()
                  and not torch.compiler.is_compiling())
-        grad_w = torch.mm(_q(ops.grad_output_for_grad_b, g2).t(), _q(ops.a_for_grad_b, a.reshape(-1, a.shape[-1])),
-                          out=spare if reuse else None)  # over the no longer needed B
+        groups = plan.token_groups
+        grad_w = torch.mm(_q_tokens(ops.grad_output_for_grad_b, grad, groups).t(),
+                          _q_tokens(ops.a_for_grad_b, a, groups), out=spare if reuse else None)  # over the no longer needed B
     del b, wq
     return grad_x, grad_w, g2.sum(0) if need[2] else None
 
@@ -175,32 +222,59 @@ def quantized_backward_gemm(xq: torch.Tensor, wq: torch.Tensor, bias: Optional[t
     return quant_gemm(xq, wq, bias, x, w, GemmBackward(op, ops))
 
 
+def matmul_forward(aq: torch.Tensor, bq: torch.Tensor, bias: Optional[torch.Tensor],
+                   rounding: Optional[GemmRounding]) -> torch.Tensor:
+    """``aq @ bq (+ bias)`` with the output rounding of ``rounding``: ``q(q(aq @ bq) + bias)``."""
+    out = aq.matmul(bq)  # (tensor methods: microxcaling's injected torch entries do not replace them)
+    if rounding is None or rounding.output is None:
+        return out if bias is None else out + bias
+    out = round_result(out, rounding.output)
+    return out if bias is None else round_result(out + bias, rounding.output)
+
+
+def _bias_grad(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``grad`` summed to a bias of ``shape``: over every row for a bias of the last dim's size."""
+    if len(shape) <= 1 and shape.numel() == grad.shape[-1]:
+        return grad.reshape(-1, grad.shape[-1]).sum(0).reshape(shape)
+    return grad.sum_to_size(shape)
+
+
 class _QuantizedBackwardMatMul(torch.autograd.Function):
-    """``aq @ bq`` with dA = Q(dC | N) Q(B | N)^T and dB = Q(A | M)^T Q(dC | M)."""
+    """``aq @ bq (+ bias)`` with dA = Q(dC | N) Q(B | N)^T and dB = Q(A | M)^T Q(dC | M); with a
+    :class:`GemmRounding`, the output, ``dC`` and the results rounded (``grad_input``: dA,
+    ``grad_weight``: dB, before the sum over broadcast batch dims; ``grad_bias``: the bias's)."""
 
     @staticmethod
-    def forward(ctx, aq: torch.Tensor, bq: torch.Tensor, a: torch.Tensor, b: torch.Tensor,  # type: ignore[override]
-                ops: BackwardOperands) -> torch.Tensor:
+    def forward(ctx, aq: torch.Tensor, bq: torch.Tensor, bias: Optional[torch.Tensor],  # type: ignore[override]
+                a: torch.Tensor, b: torch.Tensor, ops: BackwardOperands, rounding: Optional[GemmRounding]) -> torch.Tensor:
         ctx.save_for_backward(a, b)
-        ctx.ops = ops
-        return torch.matmul(aq, bq)
+        ctx.ops, ctx.rounding, ctx.bias_shape = ops, rounding, None if bias is None else bias.shape
+        return matmul_forward(aq, bq, bias, rounding)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         a, b = ctx.saved_tensors
-        ops = ctx.ops
-        grad_a = grad_b = None
+        ops, rounding = ctx.ops, ctx.rounding
+        grad = grad if rounding is None else round_result(grad, rounding.grad_output)
+        grad_a = grad_b = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_a = torch.matmul(_q(ops.grad_output, grad), _q(ops.b_for_grad_a, b).transpose(-1, -2))
+            grad_a = _q(ops.grad_output, grad).matmul(_q(ops.b_for_grad_a, b).transpose(-1, -2))
+            grad_a = grad_a if rounding is None else round_result(grad_a, rounding.grad_input)
             grad_a = grad_a.sum_to_size(a.shape)
         if ctx.needs_input_grad[1]:
-            grad_b = torch.matmul(_q(ops.a_for_grad_b, a).transpose(-1, -2), _q(ops.grad_output_for_grad_b, grad))
+            grad_b = _q(ops.a_for_grad_b, a).transpose(-1, -2).matmul(_q(ops.grad_output_for_grad_b, grad))
+            grad_b = grad_b if rounding is None else round_result(grad_b, rounding.grad_weight)
             grad_b = grad_b.sum_to_size(b.shape)
-        return grad_a, grad_b, None, None, None
+        if ctx.bias_shape is not None and ctx.needs_input_grad[2]:
+            grad_bias = _bias_grad(grad, ctx.bias_shape)
+            grad_bias = grad_bias if rounding is None else round_result(grad_bias, rounding.grad_bias)
+        return grad_a, grad_b, grad_bias, None, None, None, None
 
 
 def quantized_backward_matmul(aq: torch.Tensor, bq: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                              ops: BackwardOperands) -> torch.Tensor:
-    """``torch.matmul(aq, bq)`` (both at least 2-D) whose backward quantizes from ``a`` and ``b``."""
-    return _QuantizedBackwardMatMul.apply(aq, bq, a.detach(), b.detach(), ops)
+                              ops: BackwardOperands, rounding: Optional[GemmRounding] = None,
+                              bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``torch.matmul(aq, bq) (+ bias)`` (both at least 2-D) whose backward quantizes from ``a`` and
+    ``b`` (output and gradients rounded by ``rounding`` when given)."""
+    return _QuantizedBackwardMatMul.apply(aq, bq, bias, a.detach(), b.detach(), ops, rounding)

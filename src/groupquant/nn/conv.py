@@ -1,4 +1,4 @@
-"""QuantConv1d / QuantConv2d: convolutions with quantized weight, bias, input and output."""
+"""QuantConv1d / QuantConv2d / QuantConv3d: convolutions with quantized weight, bias, input and output."""
 from __future__ import annotations
 
 from typing import Any, Optional, Union
@@ -10,7 +10,7 @@ from ..quant_tensor import QuantTensor, plain
 from .gemm_op import GemmOp
 from .quant_layer import QuantLayerMixin
 
-__all__ = ["QuantConv1d", "QuantConv2d"]
+__all__ = ["QuantConv1d", "QuantConv2d", "QuantConv3d"]
 
 _DOC = """Drop-in ``nn.Conv{n}d``: the same arguments, plus quantizers (None means float).
 
@@ -77,6 +77,21 @@ class QuantConv2d(_QuantConvMixin, nn.Conv2d):
                  input_quant: Optional[type] = None, output_quant: Optional[type] = None,
                  bias_quant: Optional[type] = None, return_quant_tensor: bool = False, **quant_kwargs: Any) -> None:
         nn.Conv2d.__init__(self, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                           padding_mode, device, dtype)
+        self._init_quant(weight_quant=weight_quant, bias_quant=bias_quant, input_quant=input_quant,
+                         output_quant=output_quant, feature_dim=1, return_quant_tensor=return_quant_tensor,
+                         quant_kwargs=quant_kwargs)
+
+
+class QuantConv3d(_QuantConvMixin, nn.Conv3d):
+    __doc__ = _DOC.format(n=3)
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0,
+                 dilation: Any = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device: Any = None, dtype: Any = None, *, weight_quant: Optional[type] = None,
+                 input_quant: Optional[type] = None, output_quant: Optional[type] = None,
+                 bias_quant: Optional[type] = None, return_quant_tensor: bool = False, **quant_kwargs: Any) -> None:
+        nn.Conv3d.__init__(self, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
                            padding_mode, device, dtype)
         self._init_quant(weight_quant=weight_quant, bias_quant=bias_quant, input_quant=input_quant,
                          output_quant=output_quant, feature_dim=1, return_quant_tensor=return_quant_tensor,

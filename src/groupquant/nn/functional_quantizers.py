@@ -15,18 +15,18 @@ learned scales) is in ``model.state_dict()`` under ``groupquant_functional.`` an
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
-from .gemm_op import LINEAR
+from .gemm_op import LINEAR, GemmOp
 from .grad_slots import GRAD_SLOTS, matmul_slots
 from .matmul import QuantMatMul
 from .quant_layer import QuantLayerMixin
 from .recipes import Recipe
 
-__all__ = ["FunctionalQuantizers", "FunctionalLinear"]
+__all__ = ["FunctionalQuantizers", "FunctionalLinear", "FunctionalConv"]
 
 _FORWARD = ("weight_quant", "input_quant", "output_quant", "bias_quant")
 
@@ -61,6 +61,30 @@ class FunctionalLinear(QuantLayerMixin, nn.Module):
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         return self._quant_gemm(x, LINEAR, weight, bias)
+
+
+class FunctionalConv(QuantLayerMixin, nn.Module):
+    """``F.conv{1,2,3}d(x, W, b, ...)`` with a recipe's quantizers for a weight of ``shape``
+    (``[O, I/groups, k...]``): like :class:`FunctionalLinear` it borrows ``W`` and ``b`` at each
+    call and computes through the quant layers' one route, activations grouped along the channels
+    (dim 1 of batched input). ``groups``: the convolution's groups (the backward set-up depends on it)."""
+
+    def __init__(self, shape: Tuple[int, ...], bias: bool, r: Recipe, groups: int = 1,
+                 device: Optional[torch.device] = None) -> None:
+        nn.Module.__init__(self)
+        self.groups, self.padding_mode = groups, "zeros"
+        kwargs = dict(r.layer_kwargs())
+        quants = {name: kwargs.pop(name, None) for name in _FORWARD}
+        stand_in = torch.empty((), device=device)
+        self.weight: Optional[torch.Tensor] = stand_in.expand(*shape)
+        self.bias: Optional[torch.Tensor] = stand_in.expand(shape[0]) if bias else None
+        self._init_quant(**quants, feature_dim=1, quant_kwargs=kwargs)
+        self.weight = self.bias = None  # borrowed per call
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Tuple[int, ...],
+                padding: Tuple[int, ...], dilation: Tuple[int, ...]) -> torch.Tensor:
+        """The convolution of batched ``x`` with zero ``padding`` given as ints per spatial dim."""
+        return self._quant_gemm(x, GemmOp("conv", stride, padding, dilation, self.groups), weight, bias)
 
 
 def _on_device(module: nn.Module, device: torch.device) -> nn.Module:

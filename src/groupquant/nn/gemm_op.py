@@ -9,6 +9,8 @@ import torch.nn.functional as F
 
 __all__ = ["GemmOp", "LINEAR"]
 
+_CONVS = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}  # by the weight's number of dims
+
 
 @dataclass(frozen=True)
 class GemmOp:
@@ -27,7 +29,7 @@ class GemmOp:
             return F.linear(x, w, b)
         if self.kind == "module":
             return self.module._conv_forward(x, w, b)
-        conv = F.conv1d if w.dim() == 3 else F.conv2d
+        conv = _CONVS[w.dim()]
         return conv(x, w, b, self.stride, self.padding, self.dilation, self.groups)
 
     def bias_grad(self, grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, as_autograd: bool) -> torch.Tensor:

@@ -117,7 +117,7 @@ MATMUL_GRAD_SLOTS = _slots("a", "b", matmul=True)
 GRAD_SLOTS: Dict[str, Tuple[str, Optional[str]]] = {s.name: (s.prefix, s.default_of) for s in LINEAR_GRAD_SLOTS}
 GRAD_PREFIXES = tuple(prefix for prefix, _ in GRAD_SLOTS.values())
 #: Keywords (and keyword prefixes) of a weight layer's backward slots, which layers without a GEMM refuse.
-GEMM_ONLY_KEYWORDS = GRAD_PREFIXES + tuple(GRAD_SLOTS) + ("quantize_backprop",)
+GEMM_ONLY_KEYWORDS = GRAD_PREFIXES + tuple(GRAD_SLOTS) + ("quantize_backprop", "gemm_rounding", "grad_weight_groups")
 
 
 def matmul_slots(layer_slots: Mapping[str, Any]) -> Dict[str, Any]:

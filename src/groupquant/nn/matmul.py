@@ -6,7 +6,10 @@ or ``quantize_backprop=True``): ``dA = Q(dC | N) Q(B | N)^T`` and ``dB = Q(A | M
 each operand quantized from its high-precision tensor; the per-GEMM slots ``b_quant_for_grad_a``,
 ``grad_output_quant_for_grad_b`` and ``a_quant_for_grad_b`` default to ``b_quant`` /
 ``grad_output_quant`` / ``a_quant`` (see :mod:`groupquant.nn.grad_slots`). Both operands need at
-least 2 dims; batch dims broadcast as in ``torch.matmul``.
+least 2 dims; batch dims broadcast as in ``torch.matmul``. ``gemm_rounding`` (a
+:class:`~groupquant.nn.GemmRounding`) rounds ``a`` (its ``input``), ``b`` (its ``weight``), the
+output and the gradients (``grad_input``: dA, ``grad_weight``: dB, ``grad_bias``); a bias given to
+``forward`` is added after the rounded product (``q(q(a @ b) + bias)``).
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from torch import nn
 
 from ..proxy import ActQuantProxy
 from ..quant_tensor import QuantTensor, plain
-from .backward_gemm import quantized_backward_matmul
+from .backward_gemm import matmul_forward, quantized_backward_matmul
+from .gemm_rounding import check_gemm_rounding, round_operand
 from .inside import in_quant_layer
 from .grad_slots import (MATMUL_GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands,
                          grad_slot_prefixes)
@@ -36,7 +40,7 @@ class QuantMatMul(nn.Module):
     """
 
     def __init__(self, *, a_quant: Optional[type] = None, b_quant: Optional[type] = None,
-                 quantize_backprop: Optional[bool] = None, **quant_kwargs: Any) -> None:
+                 quantize_backprop: Optional[bool] = None, gemm_rounding: Any = None, **quant_kwargs: Any) -> None:
         super().__init__()
         context = type(self).__name__
         slots = {s.name: quant_kwargs.pop(s.name) for s in MATMUL_GRAD_SLOTS if s.name in quant_kwargs}
@@ -51,20 +55,30 @@ class QuantMatMul(nn.Module):
             proxies = build_backward_operands(slots, forward, routed, context, MATMUL_GRAD_SLOTS)
             for name, proxy in proxies.items():
                 setattr(self, name, proxy)
+        self.gemm_rounding = check_gemm_rounding(gemm_rounding, self.quantize_backprop, context)
 
-    def forward(self, a: torch.Tensor | QuantTensor, b: torch.Tensor | QuantTensor) -> torch.Tensor:
+    def forward(self, a: torch.Tensor | QuantTensor, b: torch.Tensor | QuantTensor,
+                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``a_quant(a) @ b_quant(b)``, plus ``bias`` (float, broadcast as in ``torch.addmm``) when given."""
         with in_quant_layer():
-            return self._matmul(plain(a), plain(b))
+            return self._matmul(plain(a), plain(b), bias)
 
-    def _matmul(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def _matmul(self, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         if a.dim() < 2 or b.dim() < 2:
             raise ValueError(f"QuantMatMul needs operands with at least 2 dims (groups run along K), got "
                              f"{tuple(a.shape)} @ {tuple(b.shape)}; unsqueeze vectors first")
+        rounding = self.gemm_rounding
+        if rounding is not None:  # operands rounded first (straight through), see .gemm_rounding
+            given = (a, b)
+            a, b = round_operand(a, rounding.input), round_operand(b, rounding.weight)
+            bias = round_operand(bias, rounding.bias)
+        a_hp, b_hp = (a, b) if rounding is None or rounding.backward_operands == "rounded" else given
         aq, bq = self.a_quant.quant_value(a), self.b_quant.quant_value(b)
-        if self.quantize_backprop and torch.is_grad_enabled() and (aq.requires_grad or bq.requires_grad):
+        needs_grad = aq.requires_grad or bq.requires_grad or (bias is not None and bias.requires_grad)
+        if self.quantize_backprop and torch.is_grad_enabled() and needs_grad:
             ops = backward_operands({s.name: getattr(self, s.name) for s in MATMUL_GRAD_SLOTS}, MATMUL_GRAD_SLOTS)
-            return quantized_backward_matmul(aq, bq, a, b, ops)
-        return torch.matmul(aq, bq)
+            return quantized_backward_matmul(aq, bq, a_hp, b_hp, ops, rounding, bias)
+        return matmul_forward(aq, bq, bias, rounding)
 
 
 @functools.lru_cache(maxsize=256)

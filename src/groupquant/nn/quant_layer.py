@@ -11,8 +11,9 @@ from ..inject import ConfigError
 from ..ops import GroupQuantized
 from ..proxy import ActQuantProxy, BiasQuantProxy, WeightQuantProxy
 from ..quant_tensor import QuantTensor, plain
-from .backward_gemm import GemmBackward, quant_gemm
+from .backward_gemm import TOKEN_GROUPS, GemmBackward, gemm_forward, quant_gemm
 from .gemm_op import GemmOp
+from .gemm_rounding import GemmRounding, check_gemm_rounding, round_operand
 from .group_quantized_weight import group_quantized_weight
 from .grad_slots import GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands, grad_slot_prefixes
 from .keywords import route_keywords
@@ -50,10 +51,17 @@ class QuantLayerMixin:
     ``input_quant_for_grad_weight`` and ``quantize_backprop`` (see :mod:`groupquant.nn.grad_slots`)
     quantize each operand of each backward GEMM from its high-precision tensor, grouped along that
     GEMM's reduction dim (:mod:`groupquant.nn.backward_gemm`).
+
+    Layers with a weight also take ``gemm_rounding`` (a :class:`groupquant.nn.GemmRounding`: the
+    element-wise roundings of the operands, the output and the gradients, :mod:`.gemm_rounding`)
+    and ``grad_weight_groups`` (``"tokens"``, default, or ``"sequence"``: the grad-weight GEMM's
+    operands grouped along dim -2 of the input as given, :data:`~.backward_gemm.TOKEN_GROUPS`).
     """
 
     memory_lean_backward: bool = True
     quantize_backprop: bool = False
+    gemm_rounding: Optional[GemmRounding] = None
+    grad_weight_groups: str = "tokens"
 
     def _init_quant(self, *, weight_quant: Optional[type] = None, bias_quant: Optional[type] = None,
                     input_quant: Optional[type] = None, output_quant: Optional[type] = None,
@@ -64,6 +72,8 @@ class QuantLayerMixin:
         quant_kwargs = dict(quant_kwargs)
         slots = {name: quant_kwargs.pop(name) for name in GRAD_SLOTS if name in quant_kwargs} if has_weight else {}
         backprop = quant_kwargs.pop("quantize_backprop", None) if has_weight else None
+        rounding = quant_kwargs.pop("gemm_rounding", None) if has_weight else None
+        token_groups = quant_kwargs.pop("grad_weight_groups", "tokens") if has_weight else "tokens"
         quants: Dict[str, Optional[type]] = {"input_": input_quant, "output_": output_quant}
         if has_weight:
             quants.update({"weight_": weight_quant, "bias_": bias_quant})
@@ -83,6 +93,7 @@ class QuantLayerMixin:
             self.bias_quant = BiasQuantProxy(bias_quant, bias.shape if bias is not None else (0,),
                                              routed["bias_"] if bias is not None else {}, context)
             self._init_backward(slots, backprop, routed, context)
+            self._init_rounding(rounding, token_groups, context)
             if weight.device.type != "cpu":  # quantizer state (learned scales, running stats) beside the weight
                 for proxy in (self.weight_quant, self.bias_quant, self.input_quant, self.output_quant):
                     proxy.to(weight.device)
@@ -114,6 +125,18 @@ class QuantLayerMixin:
         for name, proxy in proxies.items():
             setattr(self, name, proxy)
         self.quantize_backprop = True
+
+    def _init_rounding(self, rounding: Any, token_groups: Any, context: str) -> None:
+        """``gemm_rounding`` and ``grad_weight_groups`` checked against the backward set-up: output
+        and gradient roundings and sequence groups run in the quantized backward."""
+        self.gemm_rounding = check_gemm_rounding(rounding, self.quantize_backprop, context)
+        if token_groups not in TOKEN_GROUPS:
+            raise ConfigError("grad_weight_groups", f"{context}: grad_weight_groups must be one of {TOKEN_GROUPS}, "
+                                                    f"got {token_groups!r}")
+        if token_groups != "tokens" and not self.quantize_backprop:
+            raise ConfigError("grad_weight_groups", f"{context}: grad_weight_groups={token_groups!r} groups the "
+                                                    "quantized backward's operands: set quantize_backprop=True")
+        self.grad_weight_groups = token_groups
 
     def quant_weight(self) -> Union[torch.Tensor, QuantTensor]:
         """The quantized weight: a quant tensor (``GroupwiseFloatQuantTensor`` for MXFP weights,
@@ -173,15 +196,23 @@ class QuantLayerMixin:
         rotation = proxies.get(ROTATION_ATTR)  # online rotation of the input (groupquant.calib.rotate_model)
         if rotation is not None:
             x = rotation(plain(x))
+        rounding = self.gemm_rounding
+        x_given, w_given = x, weight
+        if rounding is not None:  # the operands rounded first (straight through); see .gemm_rounding
+            x = round_operand(plain(x), rounding.input)
+            weight, bias = round_operand(weight, rounding.weight), round_operand(bias, rounding.bias)
+            if rounding.backward_operands == "rounded":
+                x_given, w_given = x, weight
         qx = proxies["input_quant"].quant_value(x)
         bias_quant = proxies["bias_quant"]
         qb = bias if bias is None or bias_quant.tensor_quant is None else bias_quant.quant_value(bias)
         weight_quant = proxies["weight_quant"]
         if not (torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
-            y = op.forward(qx, weight_quant.quant_value(weight), qb)
+            y = gemm_forward(op, qx, weight_quant.quant_value(weight), qb, rounding)
         elif self.quantize_backprop:
-            plan = GemmBackward(op, backward_operands({name: getattr(self, name) for name in GRAD_SLOTS}))
-            y = quant_gemm(qx, weight_quant.quant_value(weight), qb, plain(x), weight, plan)
+            plan = GemmBackward(op, backward_operands({name: getattr(self, name) for name in GRAD_SLOTS}),
+                                rounding=rounding, token_groups=self.grad_weight_groups)
+            y = quant_gemm(qx, weight_quant.quant_value(weight), qb, plain(x_given), w_given, plan)
         elif self._lean(qx, op, weight):
             y = lean_quant_gemm(qx, weight, qb, weight_quant, op)
         else:

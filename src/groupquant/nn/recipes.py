@@ -33,6 +33,8 @@ from ..quantizers import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, 
                           MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Act, MXInt8Act,
                           MXInt8Weight, NVFP4Act, NVFP4Weight)
 from ..ops.precision import resolve_precision
+from .backward_gemm import TOKEN_GROUPS
+from .gemm_rounding import GemmRounding
 from .grad_slots import GRAD_SLOTS, SAME, check_grad_slot
 
 __all__ = ["Recipe", "RECIPES", "recipe"]
@@ -43,6 +45,8 @@ _SLOTS = ("weight_quant", "input_quant", *GRAD_SLOTS)
 
 
 def _name(given: Any) -> str:
+    if isinstance(given, GemmRounding):
+        return given.describe()
     return given.__name__ if isinstance(given, type) else repr(given)
 
 
@@ -59,10 +63,18 @@ class Recipe:
     input_quant_for_grad_weight: Any = SAME
     quantize_backprop: Optional[bool] = None
     elementwise: Optional[str] = None  # e.g. "bfloat16": element-wise ops of the forward in that precision
+    gemm_rounding: Optional[GemmRounding] = None  # operands / output / gradients rounded (see .gemm_rounding)
+    grad_weight_groups: str = "tokens"  # or "sequence" (see .backward_gemm.TOKEN_GROUPS)
 
     def __post_init__(self) -> None:
         for slot in _SLOTS:
             check_grad_slot(slot, getattr(self, slot), f"Recipe {self.name!r}")
+        if self.gemm_rounding is not None and not isinstance(self.gemm_rounding, GemmRounding):
+            raise TypeError(f"Recipe {self.name!r}: gemm_rounding must be a groupquant.nn.GemmRounding or None, "
+                            f"got {self.gemm_rounding!r}")
+        if self.grad_weight_groups not in TOKEN_GROUPS:
+            raise ConfigError("grad_weight_groups", f"Recipe {self.name!r}: grad_weight_groups must be one of "
+                                                    f"{TOKEN_GROUPS}, got {self.grad_weight_groups!r}")
         if self.elementwise is not None:
             try:
                 resolve_precision(self.elementwise)
@@ -82,7 +94,8 @@ class Recipe:
     def layer_kwargs(self) -> Dict[str, Any]:
         """The keywords a GEMM layer takes for this recipe (slots left at their default omitted)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("name", "elementwise")}
-        return {k: v for k, v in out.items() if v is not SAME and not (k == "quantize_backprop" and v is None)}
+        defaults = {"quantize_backprop": None, "gemm_rounding": None, "grad_weight_groups": "tokens"}
+        return {k: v for k, v in out.items() if v is not SAME and not (k in defaults and v == defaults[k])}
 
     def describe(self) -> str:
         """Every slot and its quantizer, one per line."""

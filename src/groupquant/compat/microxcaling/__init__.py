@@ -13,10 +13,13 @@ the MX settings into a groupquant recipe for the native path (``groupquant.quant
 
 Underneath: the element-wise settings (``bfloat`` / ``fp``, ``round``, ``vec_use_recip``,
 ``vec_use_exp2``, ``quantize_backprop``) become one rounding kit,
-:class:`groupquant.elementwise.RoundedMath` (:func:`.mapping.rounding_kit`); softmax, the
-activations and ``simd_exp`` / ``log`` / ``square`` / ``reduce_sum`` are :mod:`groupquant.elementwise`'s
-ops run with it; the GEMM layers, norms and the remaining ``simd_*`` ops keep microxcaling's own order
-and backward, written with the same kit; MX quantization is :func:`groupquant.fake_quant`.
+:class:`groupquant.elementwise.RoundedMath` (:func:`.mapping.rounding_kit`, with microxcaling's
+formulas); softmax, the activations, the norms and the ``simd_*`` ops are
+:mod:`groupquant.elementwise`'s ops run with it; ``Linear``, the convolutions and ``matmul`` are
+groupquant quant layers built from :func:`.recipe.recipe_from_mx_specs` (roundings around the GEMM:
+:class:`groupquant.nn.GemmRounding`); the GEMMs under settings no quantizer expresses keep autograd
+functions of their own, written with the same kit and :mod:`.quantize`; MX quantization is
+:func:`groupquant.fake_quant`.
 
 The MX shared exponent is OCP's exact ``floor(log2(amax))``; microxcaling's float-log2 exponent is
 ``MxSpecs(shared_exp_from_float_log2=True)`` (see :mod:`.quantize`).

@@ -10,15 +10,25 @@ and dY along its channels (dim 1, ``a_elem_format``); results rounded (``round_g
 
 As in microxcaling: convolutions use the forward formats in backward (not the ``*_bp*`` ones),
 and their MX rounding is always ``nearest`` (the ``round_mx_*`` settings are not read here).
+
+This is ``recipe._recipe(specs, gemm="conv")`` run by groupquant's quant-layer route
+(:class:`groupquant.nn.functional_quantizers.FunctionalConv`, borrowing ``W`` and ``b``).
+:class:`ConvFunction` (the same order with the block-by-block quantizer of :mod:`.quantize`) is
+taken only for what no recipe carries: the settings of :func:`.recipe.native_problem`, and
+``groups`` other than 1 (groupquant's backward quantization keeps a block inside one reduction).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 import torch
 from torch.nn import grad as nn_grad
 
 from . import _torch
+from ._torch import native_torch
+from ...nn.functional_quantizers import FunctionalConv
+from .recipe import _recipe, native_problem
 from .mapping import check_settings
 from .module_specs import MxSpecsMixin
 from .quantize import quantize_elemwise_op, quantize_mx_op
@@ -97,7 +107,26 @@ def _conv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
     specs = apply_mx_specs(mx_specs)
     check_settings(specs, ("a_elem_format", "w_elem_format"), (), ("round_output", "round_weight",
                                                                    "round_grad_input", "round_grad_weight"))
-    return ConvFunction.apply(x, weight, bias, (stride, padding, dilation, groups), specs)
+    if groups != 1 or native_problem(specs) is not None:
+        return ConvFunction.apply(x, weight, bias, (stride, padding, dilation, groups), specs)
+    layer = _layer(tuple(sorted(specs.items(), key=lambda item: item[0])), tuple(weight.shape), bias is not None,
+                   weight.device)
+    geometry = {name: tuple(int(v) for v in _ntuple(spatial)(g))
+                for name, g in (("stride", stride), ("padding", padding), ("dilation", dilation))}
+    with native_torch():
+        return layer(x, weight, bias, **geometry)
+
+
+def _ntuple(n: int) -> Callable[[Any], Tuple[Any, ...]]:
+    """A setting given as one number or one per spatial dim, as a tuple of ``n``."""
+    return lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+@functools.lru_cache(maxsize=128)
+def _layer(key: Tuple[Tuple[str, Any], ...], shape: Tuple[int, ...], bias: bool,
+           device: torch.device) -> FunctionalConv:
+    """The quant layer of one ``mx_specs`` for a weight of ``shape`` (stateless: dynamic MX scales)."""
+    return FunctionalConv(shape, bias, _recipe(MxSpecs(dict(key)), "mx_specs", gemm="conv"), device=device)
 
 
 def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,

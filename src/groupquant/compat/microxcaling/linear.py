@@ -10,18 +10,26 @@ microxcaling groups them); grad-input GEMM ``dY W`` with dY in ``a_elem_format_b
 outputs) and W in ``w_elem_format_bp`` (along dim 0); each result rounded (``round_grad_weight``,
 ``round_grad_input``), and the bias gradient is the rounded sum of the rounded dY.
 
-These are groupquant's slots (``input_quant``, ``weight_quant``, ``input_quant_for_grad_weight``,
-``grad_output_quant_for_grad_weight``, ``weight_quant_for_grad_input``, ``grad_output_quant``); for
-the native path (``QuantLinear`` with quantizers) see :func:`.recipe.recipe_from_mx_specs`.
+This is :func:`.recipe.recipe_from_mx_specs` run by groupquant's quant-layer route
+(:class:`groupquant.nn.functional_quantizers.FunctionalLinear`, the layer that borrows ``W`` and
+``b``): the slots, ``gemm_rounding`` and ``grad_weight_groups="sequence"`` of the recipe are the
+order above. Settings no recipe carries (:func:`.recipe.native_problem`: ``block_size=0``,
+``scale_bits`` other than 8, ``shared_exp_from_float_log2``,
+``mx_flush_fp32_subnorms``, ``int4`` / ``int2``) take :class:`LinearFunction`, the same order with
+the block-by-block quantizer of :mod:`.quantize`.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Optional, Tuple
 
 import torch
 
 from . import _torch
+from ._torch import native_torch
+from ...nn.functional_quantizers import FunctionalLinear
 from .mapping import check_settings
+from .recipe import _recipe, native_problem
 from .module_specs import MxSpecsMixin
 from .quantize import quantize_elemwise_op, quantize_mx_op
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
@@ -95,7 +103,23 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         return linear(input.unsqueeze(0), weight, bias, mx_specs=mx_specs).squeeze(0)
     specs = apply_mx_specs(mx_specs)
     check_settings(specs, _FORMATS, _MX_ROUNDS, _ELEMENT_ROUNDS)
-    return LinearFunction.apply(input, weight, bias, specs)
+    if native_problem(specs) is not None:
+        return LinearFunction.apply(input, weight, bias, specs)
+    layer = _layer(_key(specs), tuple(weight.shape), bias is not None, weight.device)
+    with native_torch():
+        return layer(input, weight, bias)
+
+
+def _key(specs: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+    """The settings as a hashable key (one layer per distinct ``mx_specs``)."""
+    return tuple(sorted(specs.items(), key=lambda item: item[0]))
+
+
+@functools.lru_cache(maxsize=128)
+def _layer(key: Tuple[Tuple[str, Any], ...], shape: Tuple[int, int], bias: bool,
+           device: torch.device) -> FunctionalLinear:
+    """The quant layer of one ``mx_specs`` for a weight of ``shape`` (stateless: dynamic MX scales)."""
+    return FunctionalLinear(shape[0], shape[1], bias, _recipe(MxSpecs(dict(key)), "mx_specs"), device=device)
 
 
 class Linear(MxSpecsMixin, torch.nn.Linear):

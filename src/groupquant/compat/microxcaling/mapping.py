@@ -92,11 +92,12 @@ def rounding_kit(mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = N
     ``bfloat`` / ``fp`` precision with ``round`` (default ``mx_specs['round']``; no rounding when both
     are 0 or ``mx_specs`` is None), library functions and sums in float32 (torch's kernels, as
     microxcaling), ``a / b`` as ``a * q(1 / b)`` with ``vec_use_recip``, ``e**x`` as ``2**q(x log2 e)``
-    with ``vec_use_exp2``, and constants rounded to bfloat16 (microxcaling's ``log2(e)``, ``ln 2``).
+    with ``vec_use_exp2``, constants rounded to bfloat16 (microxcaling's ``log2(e)``, ``ln 2``), and
+    microxcaling's formulas where its ops differ (``formulas="microxcaling"``).
     ``grad``: the (backward) specs of the gradient kit; None: this kit."""
     flags = mx_specs or {}
     precision = None if mx_specs is None else element_precision(mx_specs, round, setting="round")
     return RoundedMath(precision, library="float32", accumulate="float32",
                        division="reciprocal" if flags.get("vec_use_recip") else "divide",
-                       exp_via_exp2=bool(flags.get("vec_use_exp2")), constants=_BFLOAT16,
+                       exp_via_exp2=bool(flags.get("vec_use_exp2")), constants=_BFLOAT16, formulas="microxcaling",
                        grad=None if grad is None else rounding_kit(grad, round))

@@ -11,14 +11,22 @@ with dY in ``a_elem_format_bp_os`` (along dim -1 for dA, dim -2 for dB), the sav
 -1 of ``b``, rounded by ``round_mx_input_grad_input`` / ``round_mx_grad_output_grad_input``; each
 gradient rounded (``round_grad_input``). microxcaling uses ``a_elem_format_bp_os`` for dY in both
 backward GEMMs of a matmul (``a_elem_format_bp_ex`` only in ``Linear``); so does this module.
+
+This is :class:`groupquant.nn.QuantMatMul` with :func:`.recipe.matmul_settings` (a bias, as
+``addmm`` gives one, added after the rounded product); :class:`MatMulFunction` (the block-by-block
+quantizer of :mod:`.quantize`) is taken for the settings of :func:`.recipe.native_problem`.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Optional, Tuple
 
 import torch
 
 from . import _torch
+from ._torch import native_torch
+from ...nn import QuantMatMul
+from .recipe import matmul_settings, native_problem
 from .mapping import check_settings
 from .quantize import quantize_elemwise_op, quantize_mx_op
 from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
@@ -103,7 +111,17 @@ def matmul(in1: torch.Tensor, in2: torch.Tensor, bias: Optional[torch.Tensor] = 
     check_settings(specs, formats + ["a_elem_format_bp_os"],
                    ("round_mx_output", "round_mx_input_grad_input", "round_mx_grad_output_grad_input"),
                    ("round_output", "round_weight", "round_grad_input", "round_grad_weight"))
-    return MatMulFunction.apply(in1, in2, bias, specs, mode_config)
+    if native_problem(specs) is not None:
+        return MatMulFunction.apply(in1, in2, bias, specs, mode_config)
+    layer = _layer(tuple(sorted(specs.items(), key=lambda item: item[0])), mode_config)
+    with native_torch():
+        return layer(in1, in2, bias)
+
+
+@functools.lru_cache(maxsize=128)
+def _layer(key: Tuple[Tuple[str, Any], ...], mode: str) -> QuantMatMul:
+    """The QuantMatMul of one ``mx_specs`` and ``mode_config`` (stateless: dynamic MX scales)."""
+    return QuantMatMul(**matmul_settings(MxSpecs(dict(key)), mode))
 
 
 def bmm(in1: torch.Tensor, in2: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None,

@@ -1,5 +1,8 @@
 """``LayerNorm`` / ``RMSNorm`` / ``layer_norm`` / ``GroupNorm`` / ``BatchNorm1d`` / ``2d`` / ``3d``
-taking ``mx_specs``, each step rounded in microxcaling's order (see :mod:`.norm_steps`).
+taking ``mx_specs``: :mod:`groupquant.elementwise.normalization`'s ops run with the rounding kit of
+``mx_specs`` (:func:`.mapping.rounding_kit`, microxcaling's formulas: every step rounded in its order,
+its LayerNorm and RMSNorm backward, its running-statistics update), the kit of the backward specs
+for the gradient; the result keeps the input's dtype.
 
 RMSNorm: ``x = q(x)``; ``ms = mean(q(x * x))``; ``inv = q(1 / q(sqrt(q(ms + eps))))``;
 ``norm = q(x * inv)``; ``out = q(q(w * norm) + b)``. LayerNorm normalizes over the last dim
@@ -10,109 +13,27 @@ does (torch keeps the unbiased variance). As in microxcaling, ``LayerNorm`` / ``
 """
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
+from ... import elementwise as ew
 from . import _torch
-from .module_specs import MxSpecsMixin
-from .norm_steps import norm_backward, norm_backward_ln, norm_forward
-from .specs import MxSpecs, apply_mx_specs, get_backwards_mx_specs
-from ...elementwise.rounded_math import RoundedMath
 from .mapping import rounding_kit
+from .module_specs import MxSpecsMixin
+from .specs import apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["LayerNorm", "RMSNorm", "layer_norm", "GroupNorm", "group_norm", "BatchNorm1d", "BatchNorm2d",
            "BatchNorm3d", "batch_norm"]
 
 
-def _param_grads(ctx: Any, v: RoundedMath, g: torch.Tensor, norm: torch.Tensor,
-                 axes: List[int]) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """(grad weight, grad bias): rounded sums over ``axes`` of ``g * norm`` and of ``g`` (None for a
-    weight or bias that was not given: inputs 1 and 2 of the autograd function)."""
-    gw = v.sum(v.mul(g, norm), axes) if ctx.needs_input_grad[1] else None
-    return gw, (v.sum(g, axes) if ctx.needs_input_grad[2] else None)
-
-
-def _saved_weight(specs: MxSpecs, bf: Optional[torch.Tensor], raw: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The weight the backward reads: rounded with ``quantize_backprop``, else as given."""
-    return bf if specs["quantize_backprop"] else raw
-
-
-def _q_opt(v: RoundedMath, t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    return None if t is None else v.q(t)
-
-
-class _LayerNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps: float, specs: MxSpecs):  # type: ignore[override]
-        v = rounding_kit(specs)
-        bf_w = _q_opt(v, weight)
-        st = norm_forward(v, v.q(x), [x.ndim - 1], bf_w, _q_opt(v, bias), eps)
-        ctx.save_for_backward(st.norm, st.vare, _saved_weight(specs, bf_w, weight))
-        ctx.specs = get_backwards_mx_specs(specs)
-        return st.out
-
-    @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
-        norm, vare, weight = ctx.saved_tensors
-        v = rounding_kit(ctx.specs)
-        g = v.q(g)
-        gw, gb = _param_grads(ctx, v, g, norm, list(range(g.ndim - 1)))
-        return norm_backward_ln(v, g, [g.ndim - 1], weight, norm, vare), gw, gb, None, None
-
-
-class _RMSNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps: float, specs: MxSpecs):  # type: ignore[override]
-        v = rounding_kit(specs)
-        x = v.q(x)
-        inv = v.recip(v.sqrt(v.add(v.mean(v.mul(x, x), -1, keepdim=True), eps)))
-        norm = v.mul(x, inv)
-        bf_w, bf_b = _q_opt(v, weight), _q_opt(v, bias)
-        out = norm if bf_w is None else v.mul(bf_w, norm)
-        out = out if bf_b is None else v.add(out, bf_b)
-        ctx.save_for_backward(norm, inv, _saved_weight(specs, bf_w, weight))
-        ctx.specs = get_backwards_mx_specs(specs)
-        return out
-
-    @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
-        norm, inv, weight = ctx.saved_tensors
-        v = rounding_kit(ctx.specs)
-        g = v.q(g)
-        gw, gb = _param_grads(ctx, v, g, norm, list(range(g.ndim - 1)))
-        dx1 = v.mul(g if weight is None else v.mul(g, weight), inv)
-        proj = v.mean(v.mul(dx1, norm), -1, keepdim=True)
-        return v.sub(dx1, v.mul(norm, proj)), gw, gb, None, None
-
-
-class _ChannelNorm(torch.autograd.Function):
-    """GroupNorm (``groups`` set) and BatchNorm (``running`` / ``training`` set) over (N, C, ...)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps: float, groups: Optional[int], running: Any,  # type: ignore[override]
-                training: bool, momentum: float, specs: MxSpecs):
-        v = rounding_kit(specs)
-        bf_w = _q_opt(v, weight)
-        axes = list(range(1, x.ndim)) if groups else [0] + list(range(2, x.ndim))
-        stats = None if (groups or training) else running
-        st = norm_forward(v, v.q(x), axes, bf_w, _q_opt(v, bias), eps, groups=groups, weight_axis=1, running=stats)
-        if not groups and training and running is not None:
-            for buf, batch in zip(running, (st.mean, st.vare)):
-                if buf is not None:
-                    buf.copy_(v.add(v.mul(1 - momentum, buf), v.mul(momentum, batch.reshape(buf.shape))))
-        ctx.save_for_backward(st.shift, st.norm, st.inv, _saved_weight(specs, bf_w, weight))
-        ctx.axes, ctx.groups, ctx.specs = axes, groups, get_backwards_mx_specs(specs)
-        return st.out
-
-    @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
-        shift, norm, inv, weight = ctx.saved_tensors
-        v = rounding_kit(ctx.specs)
-        g = v.q(g)
-        gw, gb = _param_grads(ctx, v, g, norm, [0] + list(range(2, g.ndim)))
-        dx = norm_backward(v, g, ctx.axes, weight, shift, inv, groups=ctx.groups, weight_axis=1)
-        return dx, gw, gb, None, None, None, None, None, None
+def _rounded(op: Callable[..., torch.Tensor], input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
+             *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``op(input, *args, precision=kit, **kwargs)`` with the rounding kit of ``mx_specs``, in
+    ``input``'s dtype."""
+    specs = apply_mx_specs(mx_specs)
+    kit = rounding_kit(specs, grad=get_backwards_mx_specs(specs))
+    return op(input, *args, precision=kit, **kwargs).to(input.dtype)
 
 
 def layer_norm(input: torch.Tensor, normalized_shape: Any, weight: Optional[torch.Tensor] = None,
@@ -125,7 +46,7 @@ def layer_norm(input: torch.Tensor, normalized_shape: Any, weight: Optional[torc
     if len(shape) != 1 or shape[0] != input.shape[-1]:
         raise NotImplementedError(f"layer_norm with mx_specs normalizes the last dim only; got normalized_shape="
                                   f"{normalized_shape!r} for an input of shape {tuple(input.shape)}")
-    return _LayerNorm.apply(input, weight, bias, eps, apply_mx_specs(mx_specs))
+    return _rounded(ew.layer_norm, input, mx_specs, shape, weight, bias, eps)
 
 
 def group_norm(x: torch.Tensor, num_groups: int, weight: Optional[torch.Tensor] = None,
@@ -134,7 +55,7 @@ def group_norm(x: torch.Tensor, num_groups: int, weight: Optional[torch.Tensor] 
     """``F.group_norm`` with ``mx_specs`` (plain when None)."""
     if mx_specs is None:
         return _torch.group_norm(x, num_groups, weight, bias, eps)
-    return _ChannelNorm.apply(x, weight, bias, eps, num_groups, None, False, 0.0, apply_mx_specs(mx_specs))
+    return _rounded(ew.group_norm, x, mx_specs, num_groups, weight, bias, eps)
 
 
 def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor], running_var: Optional[torch.Tensor],
@@ -145,7 +66,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor], running_va
         return _torch.batch_norm(x, running_mean, running_var, weight, bias, is_training, momentum, eps)
     if not is_training and (running_mean is None or running_var is None):
         raise ValueError("batch_norm(is_training=False) needs running_mean and running_var")
-    return _ChannelNorm.apply(x, weight, bias, eps, None, (running_mean, running_var), is_training, momentum, apply_mx_specs(mx_specs))
+    return _rounded(ew.batch_norm, x, mx_specs, running_mean, running_var, weight, bias, is_training, momentum, eps)
 
 
 class LayerNorm(MxSpecsMixin, torch.nn.LayerNorm):
@@ -170,7 +91,7 @@ class RMSNorm(MxSpecsMixin, torch.nn.LayerNorm):
         self._init_mx(mx_specs, name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _RMSNorm.apply(x, self.weight, self.bias, self.eps, self.mx_specs)
+        return _rounded(ew.rms_norm, x, self.mx_specs, self.normalized_shape, self.weight, self.eps, bias=self.bias)
 
 
 class GroupNorm(MxSpecsMixin, torch.nn.GroupNorm):

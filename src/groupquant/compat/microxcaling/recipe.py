@@ -1,4 +1,5 @@
-"""``mx_specs`` as a groupquant training recipe: the native path for a migrated program.
+"""``mx_specs`` as a groupquant training recipe: the route of the compat ``Linear`` and the native
+path for a migrated program.
 
 :func:`recipe_from_mx_specs` fills the slots of :class:`groupquant.nn.Recipe` from the MX settings,
 each an MX quantizer of that format with ``group_size=block_size`` and the slot's MX round mode:
@@ -21,41 +22,56 @@ its largest exponent saturates there, where microxcaling makes it NaN).
 UserWarning names them). ``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
 GEMMs in float from the saved high-precision ``x`` and ``W`` (``dX = dY W``), which groupquant's
 backward does with every operand disabled; the recipe's ``quantize_backprop=False`` would instead
-pass the gradient straight through the quantized forward (``dX = dY Q(W)``). ``bfloat`` / ``fp`` become each quantizer's
-``element_precision`` (rounded with ``round_weight`` for weights, ``round_output`` for inputs,
-``round_grad_input`` for output gradients), so every GEMM operand is rounded as the compat
-``Linear`` rounds it. Not carried: the element-wise rounding of the GEMM results (output, bias sum,
-gradients; a UserWarning names the setting), and microxcaling's grouping of the backward GEMMs
-along dim -2 of a 3-d input (groupquant groups along all tokens); ``Linear`` of this package keeps both.
+pass the gradient straight through the quantized forward (``dX = dY Q(W)``).
+
+``bfloat`` / ``fp`` become the recipe's ``gemm_rounding`` (:class:`groupquant.nn.GemmRounding`):
+``x`` rounded with ``round_output``, ``W`` and ``b`` with ``round_weight``, the output (and the
+bias sum) with ``round_output``; from the backward specs ``dY`` and ``dX`` with
+``round_grad_input``, ``dW`` and ``db`` with ``round_grad_weight``; with ``quantize_backprop=False``
+the backward re-reads the operands as given. ``grad_weight_groups="sequence"``: the grad-weight
+GEMM groups a 3-d input along dim -2, each sequence on its own, as microxcaling. The element-wise
+ops outside the GEMM layers (norms, activations, softmax, residual adds) are not in the recipe
+(a UserWarning names ``bfloat`` / ``fp``).
+
+:func:`native_problem` says which settings no recipe carries (the compat ops then quantize block by
+block, :mod:`.quantize`).
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Mapping, Optional
 
-from ...nn import DISABLED, Recipe
+from ...nn import DISABLED, GemmRounding, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
 from .mapping import elem_format, element_precision, mx_rounding
-from .specs import apply_mx_specs
+from .specs import ELEM_FORMAT_KEYS, apply_mx_specs, get_backwards_mx_specs
 
-__all__ = ["recipe_from_mx_specs"]
+__all__ = ["recipe_from_mx_specs", "native_problem", "gemm_rounding", "matmul_settings"]
 
 _SLOTS = (  # slot, format key, MX round key, weight or act quantizer, element-wise round key
-    ("weight_quant", "w_elem_format", "round_mx_output", "weight", "round_weight"),
-    ("input_quant", "a_elem_format", "round_mx_output", "act", "round_output"),
-    ("weight_quant_for_grad_input", "w_elem_format_bp", "round_mx_weight_grad_input", "weight", "round_weight"),
-    ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input", "act", "round_grad_input"),
-    ("grad_output_quant_for_grad_weight", "a_elem_format_bp_ex", "round_mx_grad_output_grad_weight", "act",
-     "round_grad_input"),
-    ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act", "round_output"),
+    ("weight_quant", "w_elem_format", "round_mx_output", "weight"),
+    ("input_quant", "a_elem_format", "round_mx_output", "act"),
+    ("weight_quant_for_grad_input", "w_elem_format_bp", "round_mx_weight_grad_input", "weight"),
+    ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input", "act"),
+    ("grad_output_quant_for_grad_weight", "a_elem_format_bp_ex", "round_mx_grad_output_grad_weight", "act"),
+    ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act"),
+)
+#: microxcaling's convolution: the forward formats in every GEMM, MX rounding always nearest (no round key)
+_CONV_SLOTS = (
+    ("weight_quant", "w_elem_format", None, "weight"),
+    ("input_quant", "a_elem_format", None, "act"),
+    ("weight_quant_for_grad_input", "w_elem_format", None, "weight"),
+    ("grad_output_quant", "a_elem_format", None, "act"),
+    ("grad_output_quant_for_grad_weight", "a_elem_format", None, "act"),
+    ("input_quant_for_grad_weight", "a_elem_format", None, "act"),
 )
 _FORWARD = ("weight_quant", "input_quant")
 
 
-def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str, element_round: str) -> Optional[type]:
-    """The MX quantizer class of one slot (rounded to ``bfloat`` / ``fp`` first when set), or None for an
-    unset format."""
+def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str], kind: str) -> Optional[type]:
+    """The MX quantizer class of one slot (``round_key`` None: nearest), or None for an unset format."""
     fmt = elem_format(specs[fmt_key], fmt_key)
     if fmt is None:
         return None
@@ -63,27 +79,62 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: str, kind: str
         raise ValueError(f"mx_specs {fmt_key}={specs[fmt_key]!r} has no groupquant MX quantizer "
                          f"(those with one: {', '.join(MX_QUANTIZERS)})")
     pair = MX_QUANTIZERS[fmt.name]
-    settings: dict = {"group_size": specs["block_size"],
-                      "float_to_int_rounding": FloatToIntRounding(mx_rounding(specs[round_key], round_key))}
-    precision = element_precision(specs, specs[element_round], setting=element_round)
-    if precision is not None:
-        settings["element_precision"] = precision
+    size = 1 if specs["shared_exp_method"] == "none" else specs["block_size"]  # 'none': one exponent per element
+    settings: dict = {"group_size": size,
+                      "float_to_int_rounding": FloatToIntRounding(
+                          "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))}
     if specs["scale_bits"] not in (0, 8):
         settings["scale_format"] = f"e{specs['scale_bits']}m0"
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
+
+
+def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Optional[GemmRounding]:
+    """The element-wise roundings of ``bfloat`` / ``fp`` around a GEMM (module notes), or None.
+    ``bias_add``: ``"rounded"`` (linear, matmul) or ``"inside"`` (convolution)."""
+    back = get_backwards_mx_specs(specs)
+
+    def p(source: Mapping[str, Any], key: str) -> Any:
+        return element_precision(source, source[key], setting=key)
+
+    rounding = GemmRounding(input=p(specs, "round_output"), weight=p(specs, "round_weight"),
+                            bias=p(specs, "round_weight"), output=p(specs, "round_output"),
+                            grad_output=p(back, "round_grad_input"), grad_input=p(back, "round_grad_input"),
+                            grad_weight=p(back, "round_grad_weight"), grad_bias=p(back, "round_grad_weight"),
+                            bias_add=bias_add, backward_operands="rounded" if specs["quantize_backprop"] else "given")
+    return None if rounding.input is None else rounding
+
+
+def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
+    """Why no recipe computes what the compat ops compute for ``specs`` (None: one does): the
+    settings quantized block by block in :mod:`.quantize` (ValueError naming a bad value)."""
+    if specs["shared_exp_method"] not in ("max", "none"):
+        return f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'"
+    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] <= 0):
+        return f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0"
+    if specs["scale_bits"] not in (0, 8):
+        return (f"mx_specs scale_bits={specs['scale_bits']!r}: the recipe's scale format saturates where "
+                "microxcaling's is NaN")
+    for key in ("shared_exp_from_float_log2", "mx_flush_fp32_subnorms"):
+        if specs[key]:
+            return f"mx_specs {key}=True has no recipe setting"
+    for key in ELEM_FORMAT_KEYS:
+        fmt = elem_format(specs[key], key)
+        if fmt is not None and fmt.name not in MX_QUANTIZERS:
+            return f"mx_specs {key}={specs[key]!r} has no groupquant MX quantizer"
+    return None
 
 
 def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") -> Recipe:
     """A :class:`groupquant.nn.Recipe` with the MX settings of ``mx_specs`` (see the module table).
 
     ValueError naming the setting for ``block_size`` 0 (microxcaling's whole-axis block has no
-    native slot), ``shared_exp_method='none'`` or an element format without an MX quantizer."""
+    native slot) or an element format without an MX quantizer; ``shared_exp_method='none'`` is
+    ``group_size=1``."""
     specs = apply_mx_specs(mx_specs)
-    if not isinstance(specs["block_size"], int) or specs["block_size"] <= 0:
+    if specs["shared_exp_method"] not in ("max", "none"):
+        raise ValueError(f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'")
+    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] <= 0):
         raise ValueError(f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0")
-    if specs["shared_exp_method"] != "max":
-        raise ValueError(f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: recipes share one "
-                         "exponent per block ('max')")
     if not isinstance(specs["scale_bits"], int) or isinstance(specs["scale_bits"], bool) or not (
             specs["scale_bits"] == 0 or 2 <= specs["scale_bits"] <= 8):
         raise ValueError(f"mx_specs scale_bits={specs['scale_bits']!r}: use 0 (8) or an int in 2..8")
@@ -94,18 +145,52 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
                           UserWarning, stacklevel=2)
     for key in ("bfloat", "fp"):
         if specs[key]:
-            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} rounds every GEMM operand before its "
-                          "MX quantizer (element_precision), but the recipe's layers do not round the GEMM results "
-                          "(output, bias sum, gradients) as the compat Linear does: results differ by that rounding",
-                          UserWarning, stacklevel=2)
+            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} rounds the GEMM layers' operands, "
+                          "outputs and gradients (the recipe's gemm_rounding), but not the element-wise ops outside "
+                          "them (norms, activations, softmax, residual adds), which microxcaling's injected ops "
+                          "round too: use the compat ops there", UserWarning, stacklevel=2)
+    return _recipe(specs, name)
+
+
+def _recipe(specs: Mapping[str, Any], name: str, gemm: str = "linear") -> Recipe:
+    """The recipe of checked ``specs`` (no warnings: the compat layers call it) for microxcaling's
+    ``gemm``: ``"linear"`` (the module table) or ``"conv"`` (its convolution's order: the forward
+    formats in the backward GEMMs too, MX rounding nearest, the bias inside the rounded output)."""
     backprop = bool(specs["quantize_backprop"])
     slots = {}
-    for slot, fmt_key, round_key, kind, element_round in _SLOTS:
-        quant = _quantizer(specs, fmt_key, round_key, kind, element_round)
+    for slot, fmt_key, round_key, kind in (_SLOTS if gemm == "linear" else _CONV_SLOTS):
+        quant = _quantizer(specs, fmt_key, round_key, kind)
         if slot not in _FORWARD and (quant is None or not backprop):
             quant = DISABLED
         slots[slot] = quant
     # microxcaling's quantize_backprop=False is a float backward on the saved high-precision operands
     # (dX = dY W, dW = dY^T x): groupquant's backward GEMMs with every operand DISABLED, not the
     # straight-through gradient of the quantized forward (which quantize_backprop=False means here)
-    return Recipe(name, quantize_backprop=True, **slots)
+    rounding = gemm_rounding(specs, "rounded" if gemm == "linear" else "inside")
+    return Recipe(name, quantize_backprop=True, gemm_rounding=rounding,
+                  grad_weight_groups="sequence" if gemm == "linear" else "tokens", **slots)
+
+
+def matmul_settings(specs: Mapping[str, Any], mode: str) -> dict:
+    """The :class:`groupquant.nn.QuantMatMul` keywords of microxcaling's ``matmul`` (``mode``: the
+    ``mode_config`` ``'aa'`` / ``'aw'`` / ``'wa'``): each side in its ``a_`` / ``w_elem_format``
+    forward and ``*_bp`` backward, ``dY`` in ``a_elem_format_bp_os`` in both backward GEMMs; both
+    operands and the output rounded with ``round_output``, both gradients with ``round_grad_input``
+    (a bias: ``round_weight``, its gradient ``round_grad_weight``)."""
+    side = {"a": ("a_elem_format", "a_elem_format_bp"), "w": ("w_elem_format", "w_elem_format_bp")}
+    backprop = bool(specs["quantize_backprop"])
+    table = (("a_quant", side[mode[0]][0], "round_mx_output"), ("b_quant", side[mode[1]][0], "round_mx_output"),
+             ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input"),
+             ("grad_output_quant_for_grad_b", "a_elem_format_bp_os", "round_mx_grad_output_grad_input"),
+             ("b_quant_for_grad_a", side[mode[1]][1], "round_mx_input_grad_input"),
+             ("a_quant_for_grad_b", side[mode[0]][1], "round_mx_input_grad_input"))
+    out: dict = {"quantize_backprop": True}
+    for slot, fmt_key, round_key in table:
+        quant = _quantizer(specs, fmt_key, round_key, "act")
+        out[slot] = DISABLED if slot not in ("a_quant", "b_quant") and (quant is None or not backprop) else quant
+    rounding = gemm_rounding(specs)
+    if rounding is not None:
+        back = get_backwards_mx_specs(specs)
+        grad = element_precision(back, back["round_grad_input"], setting="round_grad_input")
+        out["gemm_rounding"] = dataclasses.replace(rounding, weight=rounding.input, grad_weight=grad)
+    return out

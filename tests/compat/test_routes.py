@@ -1,0 +1,52 @@
+"""The compat Linear / conv run groupquant's quant-layer route (recipe_from_mx_specs through
+FunctionalLinear / FunctionalConv): 3-d input with bias, forward and backward, against compositions of
+fake_quant, float GEMMs and torch's bfloat16 cast in microxcaling's order."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from groupquant import fake_quant
+from groupquant.compat.microxcaling import conv1d, finalize_mx_specs, linear, recipe_from_mx_specs
+
+
+def bf(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.bfloat16).float()
+
+
+def fq(t: torch.Tensor, fmt: str, dim: int, rounding: str = "even") -> torch.Tensor:
+    return fake_quant(t, fmt, 32, dim=dim, rounding=rounding)
+
+
+def test_linear_3d_with_bias_rounds_and_groups_each_sequence():
+    specs = finalize_mx_specs(dict(w_elem_format="fp4_e2m1", a_elem_format="fp8_e4m3", a_elem_format_bp_ex="fp8_e5m2",
+                                   block_size=32, bfloat=16, round="even"))
+    torch.manual_seed(0)
+    x = (torch.randn(3, 20, 64) * 3).requires_grad_()
+    w, b = torch.randn(24, 64).requires_grad_(), torch.randn(24).requires_grad_()
+    g = torch.randn(3, 20, 24)
+    y = linear(x, w, b, mx_specs=specs)
+    y.backward(g)
+    xr, wr, gr = bf(x.detach()), bf(w.detach()), bf(g)
+    assert torch.equal(y, bf(bf(F.linear(fq(xr, "fp8_e4m3", -1), fq(wr, "fp4_e2m1", -1))) + bf(b.detach())))
+    assert torch.equal(x.grad, bf(fq(gr, "fp8_e4m3", -1) @ fq(wr, "fp4_e2m1", 0)))
+    dw = fq(gr, "fp8_e5m2", -2).reshape(-1, 24).t() @ fq(xr, "fp8_e4m3", -2).reshape(-1, 64)
+    assert torch.equal(w.grad, bf(dw)) and torch.equal(b.grad, bf(gr.reshape(-1, 24).sum(0)))
+
+
+def test_conv1d_with_bias_rounds_once_with_the_bias_inside():
+    specs = finalize_mx_specs(dict(w_elem_format="fp8_e4m3", a_elem_format="fp8_e4m3", block_size=32, bfloat=16,
+                                   round="even"))
+    torch.manual_seed(1)
+    x, w, b = torch.randn(2, 32, 9) * 2, torch.randn(5, 32, 3), torch.randn(5)
+    want = bf(F.conv1d(fq(bf(x), "fp8_e4m3", 1, "nearest"), fq(bf(w), "fp8_e4m3", 1, "nearest"), bf(b), padding=1))
+    assert torch.equal(conv1d(x, w, b, padding=1, mx_specs=specs), want)
+
+
+def test_one_exponent_per_element_is_group_size_one():
+    specs = finalize_mx_specs(dict(w_elem_format="fp4_e2m1", a_elem_format="fp8_e4m3", shared_exp_method="none"))
+    torch.manual_seed(2)
+    x, w = torch.randn(5, 40) * 3, torch.randn(8, 40)
+    want = F.linear(fake_quant(x, "fp8_e4m3", 1, dim=-1), fake_quant(w, "fp4_e2m1", 1, dim=-1))
+    assert torch.equal(linear(x, w, mx_specs=specs), want)
+    assert "group_size=1" in recipe_from_mx_specs(specs).weight_quant.__name__
