@@ -66,3 +66,22 @@ def test_float_model_to_compressed_tensors_is_refused(tmp_path):
     pytest.importorskip("compressed_tensors")
     with pytest.raises(CheckpointError, match="no NVFP4 or MXFP4 quantized layer"):
         gq.save(nn.Sequential(nn.Linear(4, 4)), tmp_path / "ckpt", format="compressed-tensors")
+
+
+def test_a_file_without_the_tied_head_loads_into_a_tied_model(tmp_path, tiny_llama):
+    pytest.importorskip("compressed_tensors")
+    import json
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    model = tiny_llama(Q.MXFloat4e2m1Weight)
+    gq.save(model, tmp_path / "ckpt", format="compressed-tensors")
+    weights = tmp_path / "ckpt" / "model.safetensors"
+    with safe_open(str(weights), framework="pt") as f:  # as another writer would: no groupquant metadata
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        extra = json.loads(f.metadata()["groupquant"])
+    assert extra["aliases"] == {"lm_head.weight": "model.embed_tokens.weight"}
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    twin = tiny_llama()
+    gq.load(tmp_path / "ckpt", twin)  # strict: lm_head.weight comes from the tie, not from the file
+    assert twin.lm_head.weight is twin.model.embed_tokens.weight
+    assert torch.equal(twin.lm_head.weight, model.model.embed_tokens.weight)

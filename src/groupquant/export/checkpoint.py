@@ -129,6 +129,22 @@ def _packed_layers(state: Dict[str, Any], fmt: str) -> LoadedCheckpoint:
     return LoadedCheckpoint(layers, tensors, None, fmt)
 
 
+def _tied_in_model(model: nn.Module, state: Dict[str, Any]) -> Dict[str, Any]:
+    """``state`` with an alias for each model entry the file lacks whose tensor is tied to an entry
+    the file holds (a tied output head that a file stores once, as Hugging Face checkpoints do)."""
+    held = set(state["packed"]) | set(state["tensors"])
+    known = held | set(state["aliases"])
+    groups: Dict[int, list] = {}
+    for key, t in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(t), []).append(key)
+    aliases = dict(state["aliases"])
+    for keys in groups.values():
+        source = next((k for k in keys if k in held), None)
+        if source is not None:
+            aliases.update({k: source for k in keys if k not in known})
+    return dict(state, aliases=aliases)
+
+
 def load(path: PathLike, model: Optional[nn.Module] = None, *, strict: bool = True
          ) -> Union[nn.Module, LoadedCheckpoint]:
     """Read checkpoint ``path`` (any of :data:`CHECKPOINT_FORMATS`) into ``model`` and return it, or,
@@ -145,5 +161,5 @@ def load(path: PathLike, model: Optional[nn.Module] = None, *, strict: bool = Tr
         return LoadedCheckpoint(loaded.layers, loaded.tensors, contents.config, fmt)
     if not isinstance(model, nn.Module):
         raise TypeError(f"groupquant.load: model must be a torch.nn.Module or None, got {type(model).__name__}")
-    load_packed_state_dict(model, contents.state, strict=strict)
+    load_packed_state_dict(model, _tied_in_model(model, contents.state), strict=strict)
     return model
