@@ -160,7 +160,8 @@ def read_gguf(path: Path) -> CheckpointContents:
     by_name = {t.name: t for t in reader.tensors}
     fp4 = {gguf.GGMLQuantizationType.MXFP4: "MXFP4", gguf.GGMLQuantizationType.NVFP4: "NVFP4"}
     floats = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16)
-    scale_of = {f"{n.removesuffix('.weight')}.scale": n for n, t in by_name.items() if fp4.get(t.tensor_type) == "NVFP4"}
+    scale_of = {f"{n.removesuffix('.weight')}.scale": n for n, t in by_name.items()
+                if fp4.get(t.tensor_type) == "NVFP4"}
     packed: Dict[str, Dict[str, Any]] = {}
     tensors: Dict[str, torch.Tensor] = {}
     for t in reader.tensors:
