@@ -98,3 +98,22 @@ def test_nvfp4_rows_not_a_multiple_of_the_super_block_refused(tmp_path):
     model = torch.nn.Sequential(gq.nn.QuantLinear(48, 8, weight_quant=Q.NVFP4Weight))
     with pytest.raises(CheckpointError, match=r"^0.weight: GGUF NVFP4 .* multiple of 64; got shape \(8, 48\)"):
         gq.save(model, tmp_path / "m.gguf", format="gguf")
+
+
+def test_tokenizer_keys_copied_from_another_gguf(tmp_path, linear_stack):
+    source = gguf.GGUFWriter(str(tmp_path / "tok.gguf"), "llama")
+    source.add_tokenizer_model("gpt2")
+    source.add_token_list(["a", "b", "<s>"])
+    source.add_token_types([1, 1, 3])
+    source.add_bos_token_id(2)
+    for step in (source.write_header_to_file, source.write_kv_data_to_file, source.write_tensors_to_file, source.close):
+        step()
+    path = gq.save(linear_stack([Q.MXFloat4e2m1Weight]), tmp_path / "m.gguf", format="gguf",
+                   tokenizer_from=tmp_path / "tok.gguf")
+    fields = gguf.GGUFReader(str(path)).fields
+    assert fields["tokenizer.ggml.model"].contents() == "gpt2"
+    assert fields["tokenizer.ggml.tokens"].contents() == ["a", "b", "<s>"]
+    assert fields["tokenizer.ggml.token_type"].contents() == [1, 1, 3]
+    assert fields["tokenizer.ggml.bos_token_id"].contents() == 2
+    with pytest.raises(ValueError, match="tokenizer_from is for format='gguf'"):
+        gq.save(linear_stack([Q.MXFloat4e2m1Weight]), tmp_path / "m.safetensors", tokenizer_from=tmp_path / "tok.gguf")

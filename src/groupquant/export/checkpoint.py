@@ -74,15 +74,22 @@ def _writer(fmt: str):
     raise ValueError(f"groupquant.save: format={fmt!r} is not one of {list(CHECKPOINT_FORMATS)}")
 
 
-def save(model: nn.Module, path: PathLike, format: str = "safetensors") -> Path:
+def save(model: nn.Module, path: PathLike, format: str = "safetensors", *,
+         tokenizer_from: Optional[PathLike] = None) -> Path:
     """Write ``model`` to ``path`` in ``format`` (see the module docstring); returns the path.
 
-    A layer whose weight format the target cannot hold raises :class:`CheckpointError` naming the
-    layer and the format (e.g. an MXFP6 layer to GGUF)."""
+    ``tokenizer_from`` (GGUF only): a GGUF file (e.g. the one the model was loaded from) whose
+    ``tokenizer.*`` keys are copied, which llama.cpp needs to run the file. A layer whose weight
+    format the target cannot hold raises :class:`CheckpointError` naming the layer and the format
+    (e.g. an MXFP6 layer to GGUF)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"groupquant.save: model must be a torch.nn.Module, got {type(model).__name__}")
     write = _writer(format)
-    contents = CheckpointContents(packed_state_dict(model), model_config(model))
+    if tokenizer_from is not None and format != "gguf":
+        raise ValueError(f"groupquant.save: tokenizer_from is for format='gguf' (GGUF tokenizer keys), got "
+                         f"format={format!r}")
+    contents = CheckpointContents(packed_state_dict(model), model_config(model),
+                                  None if tokenizer_from is None else Path(tokenizer_from))
     path = Path(path)
     write(contents, path)
     return path

@@ -11,6 +11,7 @@ builds :class:`~.packed_linear.PackedLinear` layers from it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, Optional
 
 import torch
@@ -28,11 +29,13 @@ class CheckpointError(ValueError):
 @dataclass(frozen=True)
 class CheckpointContents:
     """A packed state dict (``groupquant.export.packed_state_dict``'s dict: ``packed`` records,
-    float ``tensors``, ``aliases``, ``quantizer_keys``) and the model's config as a plain dict
-    (a Hugging Face ``config.to_dict()``), or None for a model without one."""
+    float ``tensors``, ``aliases``, ``quantizer_keys``), the model's config as a plain dict
+    (a Hugging Face ``config.to_dict()``), or None for a model without one, and (GGUF writer
+    only) a GGUF file whose ``tokenizer.*`` keys are copied into the file written."""
 
     state: Dict[str, Any]
     config: Optional[Dict[str, Any]] = field(default=None)
+    tokenizer_from: Optional[Path] = field(default=None)
 
 
 def packed_tensors(state: Dict[str, Any]) -> Dict[str, PackedTensor]:

@@ -11,6 +11,7 @@
   query / key row order (:mod:`.gguf_llama`; no tokenizer); any other model gets its state-dict
   keys as tensor names (at most 63 characters) and ``general.architecture = groupquant``, which
   llama.cpp does not run.
+- ``tokenizer_from``: a GGUF file whose ``tokenizer.*`` keys are copied (llama.cpp needs them).
 - The string key ``groupquant.checkpoint`` holds a JSON header (GGUF name -> state key, dtypes,
   tied / shared aliases, permuted rows) so that groupquant reads its files back bit for bit; a
   GGUF file without it is read with its tensor names as keys.
@@ -85,6 +86,20 @@ def _rows(t: torch.Tensor, heads: Optional[int]) -> torch.Tensor:
     return t if heads is None else t[row_permutation(t.shape[0], heads)]
 
 
+def _copy_tokenizer(writer: Any, source: Path) -> None:
+    """Every ``tokenizer.*`` key of GGUF file ``source`` onto ``writer`` (values and types as they are)."""
+    gguf = _gguf()
+    if not source.is_file():
+        raise FileNotFoundError(f"groupquant.save: tokenizer_from={str(source)!r} is not a file")
+    fields = [f for name, f in gguf.GGUFReader(str(source)).fields.items() if name.startswith("tokenizer.")]
+    if not fields:
+        raise CheckpointError(f"groupquant.save: tokenizer_from={str(source)!r} has no tokenizer.* keys")
+    for f in fields:
+        main = f.types[0]
+        sub = f.types[-1] if main == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(f.name, f.contents(), main, sub)
+
+
 def write_gguf(contents: CheckpointContents, path: Path) -> None:
     """Write ``contents`` to the GGUF file ``path`` (see the module docstring)."""
     from .. import __version__
@@ -93,6 +108,8 @@ def write_gguf(contents: CheckpointContents, path: Path) -> None:
     writer = gguf.GGUFWriter(str(path), "llama" if llama is not None else "groupquant")
     if llama is not None:
         llama.write_keys(writer)
+    if contents.tokenizer_from is not None:
+        _copy_tokenizer(writer, contents.tokenizer_from)
     header: Dict[str, Any] = {"format_version": 1, "groupquant_version": __version__, "names": {}, "dtypes": {},
                               "aliases": state["aliases"], "permuted": {}}
     for key, p in packed_tensors(state).items():
