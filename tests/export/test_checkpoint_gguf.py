@@ -117,3 +117,18 @@ def test_tokenizer_keys_copied_from_another_gguf(tmp_path, linear_stack):
     assert fields["tokenizer.ggml.bos_token_id"].contents() == 2
     with pytest.raises(ValueError, match="tokenizer_from is for format='gguf'"):
         gq.save(linear_stack([Q.MXFloat4e2m1Weight]), tmp_path / "m.safetensors", tokenizer_from=tmp_path / "tok.gguf")
+
+
+def test_transformers_gguf_loader_reads_the_llama_file(tmp_path, tiny_llama):
+    """transformers' own GGUF loader (llama.cpp names, keys and q / k row order undone) gives the
+    quantized model's weights and logits from an MXFP4 file."""
+    transformers = pytest.importorskip("transformers")
+    model = tiny_llama(Q.MXFloat4e2m1Weight)
+    gq.save(model, tmp_path / "m.gguf", format="gguf")
+    read = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file="m.gguf",
+                                                             dtype=torch.float32).eval()
+    q_proj = model.model.layers[0].self_attn.q_proj
+    assert torch.equal(read.model.layers[0].self_attn.q_proj.weight, q_proj.group_quantized_weight().dequantize())
+    ids = torch.randint(0, 128, (1, 8))
+    with torch.no_grad():
+        assert torch.equal(read(ids).logits, model(ids).logits)

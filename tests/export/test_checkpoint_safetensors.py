@@ -100,3 +100,15 @@ def test_other_files_refused_by_name(tmp_path):
     st.save_file({"w": torch.zeros(2)}, str(tmp_path / "plain.safetensors"))
     with pytest.raises(gq.export.CheckpointError, match="not a groupquant safetensors checkpoint"):
         gq.load(tmp_path / "plain.safetensors")
+
+
+def test_conv_weights_need_the_model(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(gq.nn.QuantConv2d(3, 4, 3, weight_quant=Q.MXFloat8e4m3Weight))
+    path = gq.save(model, tmp_path / "m.safetensors")
+    with pytest.raises(gq.export.CheckpointError, match=r"^groupquant.load: 0: a packed linear weight is 2-D .*pass the "
+                                                        "model to load it into"):
+        gq.load(path)
+    fresh = nn.Sequential(gq.nn.QuantConv2d(3, 4, 3, weight_quant=Q.MXFloat8e4m3Weight))
+    gq.load(path, fresh)
+    assert torch.equal(fresh[0].weight, model[0].group_quantized_weight().dequantize())
