@@ -30,18 +30,17 @@ __all__ = ["LlamaGGUF", "llama_gguf", "row_permutation"]
 
 @dataclass(frozen=True)
 class LlamaGGUF:
-    """A Llama config resolved for GGUF: block count, heads, and the tensor-name map."""
+    """A Llama config resolved for GGUF: block count, heads, the config and gguf's tensor-name map."""
 
     n_blocks: int
     n_head: int
     n_head_kv: int
     config: Dict[str, Any]
+    name_map: Any
 
     def tensor_name(self, key: str) -> Optional[str]:
         """llama.cpp's name of state-dict entry ``key`` (None where the map has none)."""
-        import gguf
-        return gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, self.n_blocks).get_name(key, try_suffixes=(".weight",
-                                                                                                          ".bias"))
+        return self.name_map.get_name(key, try_suffixes=(".weight", ".bias"))
 
     def heads_of(self, key: str) -> Optional[int]:
         """The head count whose rotary row order ``key`` (a q / k projection weight or bias) is permuted by, or None."""
@@ -72,9 +71,10 @@ def llama_gguf(config: Optional[Dict[str, Any]]) -> Optional[LlamaGGUF]:
     """The Llama GGUF conventions of a Hugging Face config dict with ``model_type == 'llama'``, else None."""
     if not config or config.get("model_type") != "llama":
         return None
-    n_head = int(config["num_attention_heads"])
-    return LlamaGGUF(int(config["num_hidden_layers"]), n_head, int(config.get("num_key_value_heads") or n_head),
-                     config)
+    import gguf
+    n_head, n_blocks = int(config["num_attention_heads"]), int(config["num_hidden_layers"])
+    return LlamaGGUF(n_blocks, n_head, int(config.get("num_key_value_heads") or n_head), config,
+                     gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_blocks))
 
 
 def row_permutation(n_rows: int, n_head: int) -> torch.Tensor:
