@@ -19,7 +19,7 @@ HOMES = {
     "PackedTensor": "groupquant.packing", "pack": "groupquant.packing", "quantize_model": "groupquant.nn",
     "pack_model": "groupquant.export", "unpack_model": "groupquant.export", "describe": "groupquant.quantizers",
     "fake_quant": "groupquant.ops", "quantize": "groupquant.ops", "GroupQuantized": "groupquant.ops",
-    "ptq": "groupquant.calib",
+    "ptq": "groupquant.calib", "save": "groupquant.export", "load": "groupquant.export",
 }
 SUBMODULES = ("nn", "proxy", "quantizers", "quant_tensor", "calib", "eval")
 

@@ -8,6 +8,7 @@ Quick use::
     p = gq.pack(q)                            # storage form: float8_e4m3fn codes + E8M0 bytes
     z = gq.fake_quant(x, "nvfp4")             # NVFP4: FP4 in blocks of 16, UE4M3 scales, FP32 tensor scale
     model = gq.pack_model(model)              # QuantLinear -> PackedLinear (inference from packed weights)
+    gq.save(model, "m.gguf", format="gguf")   # also "safetensors", "compressed-tensors"; gq.load(path, model)
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ _LAZY: Dict[str, Tuple[str, Any]] = {
     "calib": (".calib", None),
     "ptq": (".calib", "ptq"),
     "eval": (".eval", None),
+    "save": (".export.checkpoint", "save"),
+    "load": (".export.checkpoint", "load"),
 }
 
 __all__ = [
@@ -44,7 +47,7 @@ __all__ = [
     "NVFP4", "UE4M3", "ExponentScale", "FloatScale", "get_scale_format", "known_scale_formats",
     "GroupQuantized", "fake_quant", "quantize", "PackedTensor", "pack", "__version__", "describe",
     "quantize_model", "pack_model", "unpack_model", "nn", "proxy", "quantizers", "quant_tensor",
-    "calib", "ptq", "eval",
+    "calib", "ptq", "eval", "save", "load",
 ]
 
 

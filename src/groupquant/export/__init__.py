@@ -5,6 +5,9 @@
 - :func:`pack_model` / :func:`unpack_model`: packed inference layers (:class:`PackedLinear`, the
   weight decoded inside the GEMM kernel) and the way back; :func:`mxfp4_linear` reads gpt-oss
   MXFP4 ``*_blocks`` / ``*_scales`` tensors.
+- :func:`save` / :func:`load` (``groupquant.save`` / ``groupquant.load``): checkpoints in
+  safetensors (groupquant's packed layout), compressed-tensors (vLLM) and GGUF (llama.cpp); the
+  packages each format needs are imported on use.
 - :func:`export_onnx` and :class:`ExportError` need the ``export`` extra (``pip install
   'groupquant[export]'``: onnx, onnxruntime); they are loaded on first use, so this package
   imports without onnx.
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .checkpoint import CHECKPOINT_FORMATS, LoadedCheckpoint, load, save
+from .checkpoint_contents import CheckpointError
 from .export_error import ExportError
 from .mxfp4_checkpoint import mxfp4_blocks, mxfp4_linear, mxfp4_packed_tensor
 from .pack_model import pack_model, packed_layers, unpack_model
@@ -21,7 +26,8 @@ from .packed_state_dict import load_packed_state_dict, packed_state_dict, unpack
 
 __all__ = ["ExportError", "export_onnx", "load_packed_state_dict", "packed_state_dict", "unpacked_state_dict",
            "pack_model", "unpack_model", "packed_layers", "PackedLinear", "PackError", "mxfp4_linear",
-           "mxfp4_packed_tensor", "mxfp4_blocks"]
+           "mxfp4_packed_tensor", "mxfp4_blocks", "save", "load", "LoadedCheckpoint", "CheckpointError",
+           "CHECKPOINT_FORMATS"]
 
 
 def __getattr__(name: str) -> Any:

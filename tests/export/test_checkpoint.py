@@ -1,0 +1,87 @@
+"""groupquant.save / groupquant.load: one entry for the three formats, and its errors."""
+import pytest
+import torch
+from torch import nn
+
+import groupquant as gq
+import groupquant.quantizers as Q
+from groupquant.export import CHECKPOINT_FORMATS, CheckpointError, LoadedCheckpoint, PackError, pack_model
+
+pytest.importorskip("safetensors", reason="the checkpoint tests need safetensors")
+FILES = {"safetensors": "m.safetensors", "compressed-tensors": "ckpt", "gguf": "m.gguf"}
+
+
+def test_public_names():
+    assert {"save", "load"} <= set(gq.__all__) and gq.save is gq.export.save and gq.load is gq.export.load
+    assert CHECKPOINT_FORMATS == ("safetensors", "compressed-tensors", "gguf")
+
+
+@pytest.mark.parametrize("fmt", CHECKPOINT_FORMATS)
+def test_every_format_round_trips_through_one_entry(tmp_path, linear_stack, fmt):
+    pytest.importorskip({"safetensors": "safetensors", "compressed-tensors": "compressed_tensors", "gguf": "gguf"}[fmt])
+    model = linear_stack([Q.MXFloat4e2m1Weight, Q.NVFP4Weight])
+    path = gq.save(model, tmp_path / FILES[fmt], format=fmt)
+    loaded = gq.load(path)
+    assert isinstance(loaded, LoadedCheckpoint) and loaded.format == fmt
+    x = torch.randn(3, 64)
+    rebuilt = nn.Sequential(loaded.layers["0"], nn.ReLU(), loaded.layers["2"])
+    assert torch.equal(rebuilt(x), pack_model(model)(x))
+    packed = pack_model(linear_stack([Q.MXFloat4e2m1Weight, Q.NVFP4Weight]))
+    assert gq.load(path, packed) is packed
+    assert torch.equal(packed(x), rebuilt(x))
+
+
+def test_unknown_format_named(tmp_path, linear_stack):
+    with pytest.raises(ValueError, match=r"format='onnx' is not one of \['safetensors', 'compressed-tensors', "):
+        gq.save(linear_stack([Q.MXFloat4e2m1Weight]), tmp_path / "m", format="onnx")
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        gq.save("model", tmp_path / "m")
+
+
+def test_missing_file_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint at .*nothing.safetensors"):
+        gq.load(tmp_path / "nothing.safetensors")
+
+
+@pytest.mark.parametrize("fmt", CHECKPOINT_FORMATS)
+def test_another_shape_refused_by_layer(tmp_path, linear_stack, fmt):
+    pytest.importorskip({"safetensors": "safetensors", "compressed-tensors": "compressed_tensors", "gguf": "gguf"}[fmt])
+    path = gq.save(linear_stack([Q.MXFloat4e2m1Weight]), tmp_path / FILES[fmt], format=fmt)
+    small = pack_model(linear_stack([Q.MXFloat4e2m1Weight], features=32))
+    with pytest.raises(PackError, match=r"^0: packed weight of format fp4_e2m1, shape \(64, 64\).*shape \(32, 32\)"):
+        gq.load(path, small)
+
+
+@pytest.mark.parametrize("fmt", ["compressed-tensors", "gguf"])
+def test_nan_weights_refused_by_layer(tmp_path, linear_stack, fmt):
+    pytest.importorskip({"compressed-tensors": "compressed_tensors", "gguf": "gguf"}[fmt])
+    model = linear_stack([Q.MXFloat4e2m1Weight])
+    with torch.no_grad():
+        model[0].weight[3, 5] = float("nan")
+    with pytest.raises(CheckpointError, match=r"^0(\.weight)?: the weight has NaN or Inf in a block"):
+        gq.save(model, tmp_path / FILES[fmt], format=fmt)
+
+
+def test_float_model_to_compressed_tensors_is_refused(tmp_path):
+    pytest.importorskip("compressed_tensors")
+    with pytest.raises(CheckpointError, match="no NVFP4 or MXFP4 quantized layer"):
+        gq.save(nn.Sequential(nn.Linear(4, 4)), tmp_path / "ckpt", format="compressed-tensors")
+
+
+def test_a_file_without_the_tied_head_loads_into_a_tied_model(tmp_path, tiny_llama):
+    pytest.importorskip("compressed_tensors")
+    import json
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    model = tiny_llama(Q.MXFloat4e2m1Weight)
+    gq.save(model, tmp_path / "ckpt", format="compressed-tensors")
+    weights = tmp_path / "ckpt" / "model.safetensors"
+    with safe_open(str(weights), framework="pt") as f:  # as another writer would: no groupquant metadata
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        extra = json.loads(f.metadata()["groupquant"])
+    assert extra["aliases"] == {"lm_head.weight": "model.embed_tokens.weight"}
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    twin = tiny_llama()
+    gq.load(tmp_path / "ckpt", twin)  # strict: lm_head.weight comes from the tie, not from the file
+    assert twin.lm_head.weight is twin.model.embed_tokens.weight
+    assert torch.equal(twin.lm_head.weight, model.model.embed_tokens.weight)
