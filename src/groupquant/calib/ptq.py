@@ -1,7 +1,7 @@
 """ptq(): convert a model like quantize_model and calibrate it, block by block.
 
-Steps: (1) :func:`groupquant.quantize_model` with the recipe (``exclude`` as there; keep a language
-model's output head in float, e.g. ``exclude=["lm_head"]``); (2) model-level methods (``smooth``,
+Steps: (1) :func:`groupquant.quantize_model` with the recipe (``exclude`` and ``quantize_head`` as
+there: a language model's output head stays float unless ``quantize_head=True``); (2) model-level methods (``smooth``,
 ``rotate``) on the converted model; (3) block by block (:mod:`groupquant.calib.blocks`): the
 block's quant linear layers accumulate their input second moments ``H`` on the calibration data
 (inputs computed by the already-calibrated earlier blocks), each layer runs ``scale_search`` then
@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..nn import quantize_model
+from ..nn.output_head import check_quantize_head
 from ..nn.recipes import recipe as recipe_of
 from .blocks import capture_block_inputs, call_model, check_calibration_data, find_blocks, run_block
 from .hessian import HessianAccumulator
@@ -106,7 +107,8 @@ def calibrate(model: nn.Module, items: List[Any], layer_methods: Dict[str, Dict[
 
 
 def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = None, exclude: Any = None,
-        progress: bool = True, seed: int = 0, functional: Optional[bool] = None) -> nn.Module:
+        progress: bool = True, seed: int = 0, functional: Optional[bool] = None,
+        quantize_head: Optional[bool] = None) -> nn.Module:
     """Convert ``model`` (in place) by ``recipe`` and calibrate it on ``calibration_data``.
 
     Args:
@@ -121,10 +123,15 @@ def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = 
         seed: seeds torch's generator inside the call (the global generator state is restored after).
         functional: as :func:`groupquant.quantize_model`: None (the default) quantizes the functional
             GEMMs (attention's matmuls) by the recipe too; False converts the layers only.
+        quantize_head: as :func:`groupquant.quantize_model`: the output head (tied to the embeddings or
+            ``get_output_embeddings()``) stays float unless True; None says so in one line. A quantized
+            head whose weight is tied to the embedding is quantized round to nearest, never calibrated
+            (rewriting the shared weight would change the embeddings too; its report says so).
 
     Returns the model, with ``model.calibration_report``: the list of
     :class:`~groupquant.calib.report.LayerReport`.
     """
+    check_quantize_head(quantize_head, "ptq")
     items = check_calibration_data(calibration_data)
     r = recipe_of(recipe)
     chosen = resolve_methods(methods, r.name)
@@ -135,7 +142,7 @@ def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = 
     reports: List[LayerReport] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = quantize_model(model, recipe=r, exclude=exclude, functional=functional)
+        model = quantize_model(model, recipe=r, exclude=exclude, functional=functional, quantize_head=quantize_head)
         for name in MODEL_METHODS:
             if name not in chosen:
                 continue
