@@ -1,6 +1,7 @@
 """Greedy generation (transformers' generate, KV cache) from a packed Llama gives the fake-quant
 model's tokens: MXFP4 / NVFP4 weight-only, MXFP4 / MXFP8 with the recipe's input quantizers, tied and
 untied head, batch 1 and 2; every projection is packed."""
+import contextlib
 import copy
 
 import pytest
@@ -51,7 +52,8 @@ def test_packed_model_generates_the_fake_quant_tokens(recipe, tie, batch):
     assert names == set(PROJECTIONS) | (set() if tie else {"lm_head"})
     assert sum(isinstance(m, PackedLinear) for m in packed.modules()) == 2 * len(PROJECTIONS) + (not tie)
     assert isinstance(packed.lm_head, QuantLinear if tie else PackedLinear)
-    assert (packed.lm_head.weight is packed.model.embed_tokens.weight) if tie else True
+    if tie:
+        assert packed.lm_head.weight is packed.model.embed_tokens.weight
     got = greedy(packed, prompt)
     assert got.shape == (batch, 15) and torch.equal(got, expected)
     assert all(len(set(row[5:].tolist())) > 3 for row in got)  # a real continuation, not one token repeated
@@ -62,3 +64,30 @@ def test_float_head_is_left_float_and_every_projection_is_packed():
     assert type(model.lm_head) is torch.nn.Linear and model.lm_head.weight is model.model.embed_tokens.weight
     packed = [n for n, m in model.named_modules() if isinstance(m, PackedLinear)]
     assert len(packed) == 2 * len(PROJECTIONS) and all(n.endswith(PROJECTIONS) for n in packed)
+
+
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_packed_state_dict_round_trip_keeps_the_tie_and_the_tokens(tie):
+    """Saving (packed_state_dict through torch.save / weights_only load) and loading into a packed
+    skeleton of other weights: the head stays tied to the embeddings and generation is unchanged."""
+    import io
+    from groupquant.export import load_packed_state_dict, packed_state_dict
+
+    def packed_llama(seed):
+        model = gq.quantize_model(tiny_llama(tie, seed=seed), recipe="mxfp4_weight_only", quantize_head=True)
+        with pytest.warns(UserWarning, match="tied") if tie else contextlib.nullcontext():
+            return gq.pack_model(model)
+
+    source = packed_llama(0)
+    prompt = torch.randint(3, 96, (1, 5), generator=torch.Generator().manual_seed(3))
+    buffer = io.BytesIO()
+    torch.save(packed_state_dict(source), buffer)
+    buffer.seek(0)
+    target = packed_llama(7)
+    load_packed_state_dict(target, torch.load(buffer, weights_only=True))
+    if tie:
+        assert target.lm_head.weight is target.model.embed_tokens.weight
+    else:
+        assert isinstance(target.lm_head, PackedLinear)
+    assert torch.equal(target.model.embed_tokens.weight, source.model.embed_tokens.weight)
+    assert torch.equal(greedy(target, prompt), greedy(source, prompt))
