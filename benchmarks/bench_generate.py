@@ -111,9 +111,15 @@ def weight_bytes(model: torch.nn.Module) -> int:
 
 def build(fmt: str, folder: str) -> torch.nn.Module:
     """The model in format ``fmt`` from the float32 copy saved in ``folder``."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
     import groupquant as gq
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    saved = torch.load(os.path.join(folder, "float32.pt"), weights_only=True)
+    config = AutoConfig.for_model(**saved["config"])
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(saved["state"], strict=False)  # the tied head is the embedding (tie_word_embeddings)
+    model.tie_weights()
+    model.eval()
+    del saved
     if fmt == "float32":
         return model
     if fmt == "bf16":
@@ -190,10 +196,13 @@ def worker(fmt: str, folder: str, conn) -> None:
 # ---- the parent ---------------------------------------------------------------------------------
 
 def save_float_copy(folder: str) -> None:
-    """SmolLM2 (GGUF -> float32, ~30 s) saved as safetensors in ``folder`` (workers load it in ~1 s)."""
+    """SmolLM2 (GGUF -> float32, ~30 s) saved in ``folder`` as a plain state dict and config (the
+    GGUF-loaded model refuses ``save_pretrained``); workers load it in seconds."""
     from llm_models import load_smollm2
     model, tok = load_smollm2()
-    model.save_pretrained(folder)
+    config = {k: v for k, v in model.config.to_dict().items() if k != "quantization_config"}
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight" or not model.config.tie_word_embeddings}
+    torch.save({"config": config, "state": state}, os.path.join(folder, "float32.pt"))
     tok.save_pretrained(folder)
 
 
