@@ -58,17 +58,37 @@ def _quant_linears(module: nn.Module, prefix: str) -> Dict[str, nn.Module]:
     return out
 
 
+def _shared_weights(model: nn.Module) -> Dict[int, List[str]]:
+    """``id(weight) -> names of the modules holding it``, for weights held by more than one module
+    (a head tied to the embedding)."""
+    holders: Dict[int, List[str]] = {}
+    for name, m in model.named_modules():
+        weight = m._parameters.get("weight")
+        if weight is not None:
+            holders.setdefault(id(weight), []).append(name)
+    return {k: v for k, v in holders.items() if len(v) > 1}
+
+
 def _calibrate_unit(model: nn.Module, unit: nn.Module, prefix: str, feed: Any,
-                    layer_methods: Dict[str, Dict[str, Any]]) -> List[LayerReport]:
-    """Accumulate H for the quant linears of ``unit`` with ``feed()``, then calibrate each."""
+                    layer_methods: Dict[str, Dict[str, Any]], shared: Dict[int, List[str]]) -> List[LayerReport]:
+    """Accumulate H for the quant linears of ``unit`` with ``feed()``, then calibrate each; a layer
+    whose weight another module holds too (``shared``) is left round to nearest: rewriting it would
+    change that module (the embedding of a tied head)."""
     layers = _quant_linears(unit, prefix)
+    skipped = {}
+    for name, layer in list(layers.items()):
+        others = [n for n in shared.get(id(layer.weight), []) if n != name]
+        if others:
+            skipped[name] = f"skipped: weight tied to {', '.join(others)} (calibrating it would change them too)"
+            del layers[name]
     accumulators = {name: HessianAccumulator(layer).attach() for name, layer in layers.items()}
     try:
         feed()
     finally:
         for acc in accumulators.values():
             acc.detach()
-    reports: List[LayerReport] = []
+    reports = [LayerReport(name, "+".join(layer_methods), float("nan"), float("nan"), why)
+               for name, why in skipped.items()]
     for name, layer in layers.items():
         acc = accumulators[name]
         if acc.tokens == 0:
@@ -86,10 +106,11 @@ def calibrate(model: nn.Module, items: List[Any], layer_methods: Dict[str, Dict[
     if not layer_methods:
         return []
     found = find_blocks(model)
+    shared = _shared_weights(model)
     if found is None:
         bar = _progress(1, progress, "calibrating")
         reports = _calibrate_unit(model, model, "", lambda: [call_model(model, it, i) for i, it in enumerate(items)],
-                                  layer_methods)
+                                  layer_methods, shared)
         bar.update()
         bar.close()
         return reports
@@ -99,7 +120,7 @@ def calibrate(model: nn.Module, items: List[Any], layer_methods: Dict[str, Dict[
     bar = _progress(len(blocks), progress, "calibrating blocks")
     for index, block in enumerate(blocks):
         reports.extend(_calibrate_unit(model, block, f"{prefix}.{index}",
-                                       lambda: run_block(model, block, inputs), layer_methods))
+                                       lambda: run_block(model, block, inputs), layer_methods, shared))
         inputs = run_block(model, block, inputs)
         bar.update()
     bar.close()
