@@ -8,7 +8,9 @@ Each format lives in its own worker process (so that its peak resident memory is
 parent sends them the same run in turn (formats interleaved, each repeat, each thread count), so
 a noisy machine slows them alike. A packed format is ``quantize_model(recipe="<fmt>_weight_only",
 functional=False)`` then ``pack_model``: every projection (q/k/v/o, gate/up/down) a PackedLinear,
-the output head (tied to the embeddings) kept float32 by the LLM rule of ``quantize_model``.
+the output head (tied to the embeddings) kept float32 by the LLM rule of ``quantize_model``;
+``mxfp4_bf16`` is packed MXFP4 with the model then cast to bfloat16 (the embedding / head, norms
+and activations in bfloat16; the packed layers take bfloat16 input).
 Columns:
 
 - decode tokens/s: ``(N - 1) / (t(N new tokens) - t(1 new token))`` of ``model.generate`` (greedy,
@@ -44,8 +46,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-FORMATS = ["float32", "bf16", "mxfp4", "nvfp4", "mxfp8"]
-PACKED_RECIPES = {"mxfp4": "mxfp4_weight_only", "nvfp4": "nvfp4_weight_only", "mxfp8": "mxfp8_weight_only"}
+FORMATS = ["float32", "bf16", "mxfp4", "nvfp4", "mxfp8", "mxfp4_bf16"]
+PACKED_RECIPES = {"mxfp4": "mxfp4_weight_only", "nvfp4": "nvfp4_weight_only", "mxfp8": "mxfp8_weight_only",
+                  "mxfp4_bf16": "mxfp4_weight_only"}
 PROMPT = "The history of the printing press begins"
 
 
@@ -126,6 +129,8 @@ def build(fmt: str, folder: str) -> torch.nn.Module:
         return model.to(torch.bfloat16)
     model = gq.quantize_model(model, recipe=PACKED_RECIPES[fmt], functional=False, quantize_head=False)
     gq.pack_model(model, progress=False)
+    if fmt.endswith("_bf16"):  # the float rest (embedding / head, norms) and the activations in bfloat16
+        model.to(torch.bfloat16)
     return model
 
 
@@ -270,7 +275,9 @@ def report(formats, args, info, rates, peak, texts) -> List[str]:
     lines = [f"SmolLM2-135M-Instruct (weights stored as Q4_1 in its GGUF file), greedy decode, batch 1, "
              f"{args.new_tokens} new tokens, median of {args.repeats} interleaved repeats",
              f"CPU: {cpu_description()}",
-             f"float32 subnormals flush to zero: {info['float32']['flush']}; torch {torch.__version__}",
+             f"float32 subnormals flush to zero: {info['float32']['flush']}; torch {torch.__version__}; a worker's "
+             f"resident memory before loading the model (torch, transformers): "
+             f"{(info['float32']['base_rss_kb'] or 0) / 1024:.0f} MB",
              f"packed formats: quantize_model(recipe='<fmt>_weight_only', functional=False) + pack_model; output "
              f"head tied to the embeddings kept float32 (49152 x 576 = 113 MB, shared with the embedding)", "",
              "| format | threads | decode tok/s | x float32 | weight MB | x float32 | peak RSS MB" + marked + " |",
