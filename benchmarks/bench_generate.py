@@ -10,7 +10,10 @@ a noisy machine slows them alike. A packed format is ``quantize_model(recipe="<f
 functional=False)`` then ``pack_model``: every projection (q/k/v/o, gate/up/down) a PackedLinear,
 the output head (tied to the embeddings) kept float32 by the LLM rule of ``quantize_model``;
 ``mxfp4_bf16`` is packed MXFP4 with the model then cast to bfloat16 (the embedding / head, norms
-and activations in bfloat16; the packed layers take bfloat16 input).
+and activations in bfloat16; the packed layers take bfloat16 input). ``mxfp4_functional`` (only when
+named) leaves ``quantize_model``'s function mode on, as it is by default with a recipe: with a
+weight-only recipe it quantizes nothing in a Llama model (attention's matmuls are between
+activations) but intercepts every torch call of the forward.
 Columns:
 
 - decode tokens/s: ``(N - 1) / (t(N new tokens) - t(1 new token))`` of ``model.generate`` (greedy,
@@ -47,8 +50,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 FORMATS = ["float32", "bf16", "mxfp4", "nvfp4", "mxfp8", "mxfp4_bf16"]
+#: formats run only when named: mxfp4 with quantize_model's function mode left on (its default with a recipe)
+EXTRA_FORMATS = ["mxfp4_functional"]
 PACKED_RECIPES = {"mxfp4": "mxfp4_weight_only", "nvfp4": "nvfp4_weight_only", "mxfp8": "mxfp8_weight_only",
-                  "mxfp4_bf16": "mxfp4_weight_only"}
+                  "mxfp4_bf16": "mxfp4_weight_only", "mxfp4_functional": "mxfp4_weight_only"}
 PROMPT = "The history of the printing press begins"
 
 
@@ -127,7 +132,8 @@ def build(fmt: str, folder: str) -> torch.nn.Module:
         return model
     if fmt == "bf16":
         return model.to(torch.bfloat16)
-    model = gq.quantize_model(model, recipe=PACKED_RECIPES[fmt], functional=False, quantize_head=False)
+    model = gq.quantize_model(model, recipe=PACKED_RECIPES[fmt], functional=fmt.endswith("_functional"),
+                              quantize_head=False)
     gq.pack_model(model, progress=False)
     if fmt.endswith("_bf16"):  # the float rest (embedding / head, norms) and the activations in bfloat16
         model.to(torch.bfloat16)
@@ -213,11 +219,11 @@ def save_float_copy(folder: str) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--formats", nargs="+", default=FORMATS, choices=FORMATS)
+    p.add_argument("--formats", nargs="+", default=FORMATS, choices=FORMATS + EXTRA_FORMATS)
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--profile", choices=[f for f in FORMATS], default=None,
+    p.add_argument("--profile", choices=FORMATS + EXTRA_FORMATS, default=None,
                    help="also profile one decode step of this format")
     p.add_argument("--markdown", default=None, help="write the table to this file too")
     args = p.parse_args(argv)
