@@ -13,7 +13,8 @@ the input embedding table (``tie_word_embeddings``), so every LLM flow keeps it 
   ``groupquant.nn.output_head`` at INFO; printed to stderr as well when logging would not show
   that record, so it is seen by default); ``quantize_head=False`` keeps it float silently; ``True`` quantizes it;
 - an ``include`` pattern that matches a head's name selects it (the user named it), an
-  ``exclude`` pattern always wins; ``filter_fn`` sees the head as any layer.
+  ``exclude`` pattern always wins; ``filter_fn`` can leave a head float but not select one (use
+  ``quantize_head=True`` or ``include``).
 
 The embeddings themselves are never converted (``quantize_model`` converts Linear / Conv layers
 only), so they stay float either way; a quantized tied head stays tied (the quant layer keeps the
