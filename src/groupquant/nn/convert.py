@@ -9,7 +9,7 @@ from .conv import QuantConv1d, QuantConv2d
 from .linear import QuantLinear
 from .name_patterns import Patterns, as_patterns, matches_any
 from .functional_mode import quantize_functional
-from .output_head import announce_kept_heads, check_quantize_head, output_heads
+from .output_head import announce_kept_heads, check_quantize_head, head_kept_float, output_heads
 from .recipes import Recipe, recipe as recipe_of
 
 __all__ = ["quantize_model", "remove_functional", "REPLACEMENTS"]
@@ -76,19 +76,6 @@ def _shared_choice(module: nn.Module, names: List[str], include_p: Optional[List
     return bool(chosen)
 
 
-def _head_choice(module: nn.Module, names: List[str], heads: Dict[int, str], include_p: Optional[List[str]],
-                 quantize_head: Optional[bool]) -> Optional[str]:
-    """``"name (why)"`` when the selected layer is an output head kept float by the head rule
-    (:mod:`groupquant.nn.output_head`: not ``quantize_head=True``, not named by an ``include``
-    pattern), else None (the layer follows the patterns)."""
-    why = heads.get(id(module))
-    if why is None or quantize_head:
-        return None
-    if include_p is not None and any(matches_any(name, include_p) for name in names):
-        return None
-    return f"{names[0]!r} ({why})"
-
-
 def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_quant: Optional[type] = None,
                    output_quant: Optional[type] = None, bias_quant: Optional[type] = None, *,
                    include: Patterns = None, exclude: Patterns = None,
@@ -152,7 +139,7 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
     heads = output_heads(model)
     kept: List[str] = []
     for i, (module, slot_names, chosen) in enumerate(choices):
-        note = _head_choice(module, slot_names, heads, include_p, quantize_head) if chosen else None
+        note = head_kept_float(module, slot_names, heads, include_p, quantize_head) if chosen else None
         if note is not None:
             kept.append(note)
             choices[i] = (module, slot_names, False)

@@ -28,7 +28,9 @@ from typing import Dict, List, Optional
 
 from torch import nn
 
-__all__ = ["output_heads", "check_quantize_head", "announce_kept_heads", "logger"]
+from .name_patterns import matches_any
+
+__all__ = ["output_heads", "head_kept_float", "check_quantize_head", "announce_kept_heads", "logger"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,19 @@ def output_heads(model: nn.Module) -> Dict[int, str]:
         if not isinstance(m, nn.Embedding) and weight is not None and id(weight) in embeddings:
             heads[id(m)] = f"tied to {embeddings[id(weight)]}"
     return heads
+
+
+def head_kept_float(module: nn.Module, names: List[str], heads: Dict[int, str], include: Optional[List[str]],
+                    quantize_head: Optional[bool]) -> Optional[str]:
+    """``"'name' (why)"`` when ``module`` (registered under ``names``) is one of ``heads`` (from
+    :func:`output_heads`) and the rule keeps it float: ``quantize_head`` is not True and no
+    ``include`` pattern names it; else None (the layer follows the patterns)."""
+    why = heads.get(id(module))
+    if why is None or quantize_head:
+        return None
+    if include is not None and any(matches_any(name, include) for name in names):
+        return None
+    return f"{names[0]!r} ({why})"
 
 
 def announce_kept_heads(kept: List[str], caller: str) -> None:
