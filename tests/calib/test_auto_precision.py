@@ -77,3 +77,27 @@ def test_auto_precision_bad_input_is_named() -> None:
         auto_precision(_mlp(), data, candidates=[], budget_bits=5.0, progress=False)
     with pytest.raises(ValueError, match="calibration_data is empty"):
         auto_precision(_mlp(), [], candidates=["mxfp4"], budget_bits=5.0, progress=False)
+
+
+class _TiedLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.embed = torch.nn.Embedding(40, 64)
+        self.body = torch.nn.Linear(64, 64)
+        self.head = torch.nn.Linear(64, 40, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(torch.relu(self.body(self.embed(ids))))
+
+
+def test_auto_precision_leaves_a_tied_head_float_unless_asked(capsys) -> None:
+    data = [torch.randint(0, 40, (2, 16), generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    model = auto_precision(_TiedLM(), data, candidates=["mxfp4", "mxfp8"], budget_bits=8.5, progress=False)
+    assert set(model.precision_assignment) == {"body"} and type(model.head) is torch.nn.Linear
+    assert "'head' (tied to embed.weight)" in capsys.readouterr().err
+    model = auto_precision(_TiedLM(), data, candidates=["mxfp4", "mxfp8"], budget_bits=8.5, progress=False,
+                           quantize_head=True)
+    assert set(model.precision_assignment) == {"body", "head"}
+    assert isinstance(model.head, gq.nn.QuantLinear) and model.head.weight is model.embed.weight

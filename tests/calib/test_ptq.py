@@ -143,3 +143,31 @@ def test_ptq_progress_prints_the_report_table(capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:4] == ["layer", "method", "before", "after"]
     assert [line.split()[:2] for line in lines[1:]] == [["0", "scale_search"], ["2", "scale_search"]]
+
+
+class _TiedLM(torch.nn.Module):
+    """A model without repeated blocks (calibrated as one unit) whose output head is tied to its embedding."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.embed = torch.nn.Embedding(100, 64)
+        self.body = torch.nn.Linear(64, 64)
+        self.head = torch.nn.Linear(64, 100, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(torch.relu(self.body(self.embed(ids))))
+
+
+def test_a_quantized_tied_head_is_not_calibrated_so_the_embedding_keeps_its_values() -> None:
+    model = _TiedLM().eval()
+    emb = model.embed.weight.detach().clone()
+    body = model.body.weight.detach().clone()
+    model = gq.ptq(model, token_data(), recipe="mxfp4_weight_only", methods=["gptq"], quantize_head=True,
+                   progress=False)
+    assert isinstance(model.head, gq.nn.QuantLinear) and model.head.weight is model.embed.weight
+    assert torch.equal(model.embed.weight, emb)
+    assert not torch.equal(model.body.weight, body)  # the other layer was calibrated
+    (report,) = [r for r in model.calibration_report if r.layer == "head"]
+    assert report.detail.startswith("skipped: weight tied to embed")

@@ -54,7 +54,7 @@ def test_rotated_model_equals_the_original_in_float(fused, tie, heads, kv, recip
 
 
 def test_per_layer_rotation_matches_the_quantizer_block():
-    q = gq.quantize_model(tiny_llama(), recipe="nvfp4", functional=False)
+    q = gq.quantize_model(tiny_llama(), recipe="nvfp4", functional=False, quantize_head=True)  # a quant head
     reports = {r.layer: r for r in rotate_model(q, exclude=["lm_head"])}
     assert q.model.layers[0].mlp.down_proj.input_rotation.block_size == 16  # NVFP4 blocks
     assert "excluded" in reports["lm_head"].detail and getattr(q.lm_head, "input_rotation", None) is None

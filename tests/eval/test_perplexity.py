@@ -68,3 +68,23 @@ def test_token_sets_are_disjoint_documents_in_order():
 def test_token_sets_too_short_text_is_an_error():
     with pytest.raises(ValueError, match="fewer than calibration_windows"):
         token_sets(["a" * 100, "b" * 10], list, seq_len=10, evaluation_windows=10, calibration_windows=5)
+
+
+def test_token_ids_outside_the_vocabulary_are_named():
+    model = tiny_llama()
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, vocab_size=50\), got ids from 0 to 50"):
+        perplexity(model, torch.arange(51), seq_len=8, progress=False)
+    with pytest.raises(ValueError, match="got ids from -1"):
+        perplexity(model, torch.arange(-1, 20), seq_len=8, progress=False)
+
+
+def test_a_model_in_training_mode_is_evaluated_without_dropout_and_keeps_its_mode():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                                   attention_dropout=0.5)
+    model = transformers.LlamaForCausalLM(cfg).train()
+    ids = torch.randint(0, 50, (48,), generator=torch.Generator().manual_seed(2))
+    got = perplexity(model, ids, seq_len=16, progress=False)
+    assert model.training
+    assert got == pytest.approx(hand_perplexity(model.eval(), ids, 16), rel=1e-10)

@@ -145,8 +145,24 @@ def test_unsupported_weight_quantizers_are_named(weight_quant, setting):
     m = nn.Sequential(nn.Linear(4, 4), QuantLinear(64, 8, weight_quant=weight_quant))
     with pytest.raises(PackError, match=rf"^1: .*{setting}"):
         gq.pack_model(m)
-    kept = gq.pack_model(m, skip_unsupported=True)
+    with pytest.warns(UserWarning, match=rf"'1' stays fake-quant \(skip_unsupported\): 1: .*{setting}"):
+        kept = gq.pack_model(m, skip_unsupported=True)
     assert isinstance(kept[1], QuantLinear)
+
+
+def test_a_quant_layer_the_packer_does_not_know_stays_fake_quant_with_a_warning_naming_it():
+    from groupquant.nn import QuantConv2d
+    torch.manual_seed(6)
+    m = nn.Sequential(QuantConv2d(3, 4, 3, weight_quant=MXFloat4e2m1Weight), nn.Flatten(),
+                      QuantLinear(64, 8, weight_quant=MXFloat4e2m1Weight)).eval()
+    x = torch.randn(2, 3, 6, 6)
+    with torch.no_grad():
+        ref = m(x)
+    with pytest.warns(UserWarning, match=r"'0' \(QuantConv2d\) stays fake-quant: the packer packs QuantLinear"):
+        pm = gq.pack_model(m)
+    assert type(pm[0]) is QuantConv2d and isinstance(pm[2], PackedLinear)
+    with torch.no_grad():
+        assert rel_err(pm(x), ref) < 1e-5
 
 
 def test_float_layers_stay_and_bad_dtype_is_named():

@@ -105,3 +105,19 @@ def test_onnx_export_of_a_packed_model_gives_the_quant_model_graph():
         ref = model(x)
     assert torch.allclose(torch.from_numpy(y), ref, rtol=1e-5, atol=1e-5)
     assert onnx.checker.check_model(proto) is None
+
+
+def test_a_replaced_buffer_is_seen_by_the_next_forward():
+    """The layer keeps its kernel view between calls; a buffer put in its place (not copied into
+    the old tensor) must still reach the kernel."""
+    a, b = gq.pack_model(quant_layer(Q.MXFloat4e2m1Weight)), gq.pack_model(quant_layer(Q.MXFloat4e2m1Weight))
+    with torch.no_grad():
+        b.weight_codes.copy_(torch.randint(0, 256, b.weight_codes.shape, dtype=torch.uint8))
+    x = torch.randn(3, 40)
+    with torch.no_grad():
+        a(x)  # the view of a's own buffers is made
+        for name in ("weight_codes", "weight_scale"):
+            setattr(a, name, getattr(b, name).clone())
+        assert torch.equal(a(x), b(x))
+        ref = F.linear(x.double(), b.dequantized_weight().double(), b.bias.double())
+        assert torch.allclose(a(x).double(), ref, rtol=1e-6, atol=1e-6)

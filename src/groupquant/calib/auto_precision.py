@@ -28,6 +28,7 @@ from torch import nn
 
 from ..nn import quantize_model
 from ..nn.name_patterns import as_patterns, matches_any
+from ..nn.output_head import announce_kept_heads, check_quantize_head, head_kept_float, output_heads
 from ..nn.recipes import recipe as recipe_of
 from ..quantizers.resolve import quantizer_spec
 from .blocks import call_model, check_calibration_data
@@ -149,7 +150,8 @@ def _table(names: List[str], sizes: List[int], labels: List[str], sens: Dict[str
 
 
 def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Sequence[Any], budget_bits: float,
-                   exclude: Any = None, methods: Any = (), progress: bool = True) -> nn.Module:
+                   exclude: Any = None, methods: Any = (), progress: bool = True,
+                   quantize_head: Optional[bool] = None) -> nn.Module:
     """Convert ``model`` (in place) with one candidate recipe per linear layer, the assignment of
     least total sensitivity within ``budget_bits`` average bits per weight (module doc).
 
@@ -160,6 +162,9 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
         exclude: module-name patterns (fnmatch) left in float and outside the budget (e.g. ``"lm_head"``).
         methods: layer calibration methods run after the conversion (``"gptq"``, ``"scale_search"``).
         progress: progress bars, and print the per-layer table.
+        quantize_head: as :func:`groupquant.quantize_model`: a language model's output head (tied to
+            an embedding, or ``get_output_embeddings()``) is left float and outside the budget unless
+            True; None says so in one line.
 
     Returns the model with ``model.precision_assignment`` (layer name -> candidate name) and
     ``model.precision_table`` (the printed table).
@@ -174,8 +179,15 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
     layer_methods = resolve_methods(list(methods) if not isinstance(methods, (str, dict)) else methods, None)
     if any(name not in LAYER_METHODS for name in layer_methods):
         raise ValueError(f"auto_precision: methods may only be {', '.join(LAYER_METHODS)}, got {list(layer_methods)}")
+    check_quantize_head(quantize_head, "auto_precision")
     patterns = as_patterns(exclude, "exclude")
     layers = {name: m for name, m in model.named_modules() if type(m) is nn.Linear and not matches_any(name, patterns)}
+    heads = output_heads(model)
+    kept = {name: note for name, m in layers.items()
+            if (note := head_kept_float(m, [name], heads, None, quantize_head)) is not None}
+    layers = {name: m for name, m in layers.items() if name not in kept}
+    if quantize_head is None:
+        announce_kept_heads(list(kept.values()), "auto_precision")
     if not layers:
         raise ValueError("auto_precision: the model has no nn.Linear layer left to assign (after exclude)")
     names = list(layers)

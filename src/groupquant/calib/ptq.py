@@ -1,7 +1,7 @@
 """ptq(): convert a model like quantize_model and calibrate it, block by block.
 
-Steps: (1) :func:`groupquant.quantize_model` with the recipe (``exclude`` as there; keep a language
-model's output head in float, e.g. ``exclude=["lm_head"]``); (2) model-level methods (``smooth``,
+Steps: (1) :func:`groupquant.quantize_model` with the recipe (``exclude`` and ``quantize_head`` as
+there: a language model's output head stays float unless ``quantize_head=True``); (2) model-level methods (``smooth``,
 ``rotate``) on the converted model; (3) block by block (:mod:`groupquant.calib.blocks`): the
 block's quant linear layers accumulate their input second moments ``H`` on the calibration data
 (inputs computed by the already-calibrated earlier blocks), each layer runs ``scale_search`` then
@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..nn import quantize_model
+from ..nn.output_head import check_quantize_head
 from ..nn.recipes import recipe as recipe_of
 from .blocks import capture_block_inputs, call_model, check_calibration_data, find_blocks, run_block
 from .hessian import HessianAccumulator
@@ -57,17 +58,37 @@ def _quant_linears(module: nn.Module, prefix: str) -> Dict[str, nn.Module]:
     return out
 
 
+def _shared_weights(model: nn.Module) -> Dict[int, List[str]]:
+    """``id(weight) -> names of the modules holding it``, for weights held by more than one module
+    (a head tied to the embedding)."""
+    holders: Dict[int, List[str]] = {}
+    for name, m in model.named_modules():
+        weight = m._parameters.get("weight")
+        if weight is not None:
+            holders.setdefault(id(weight), []).append(name)
+    return {k: v for k, v in holders.items() if len(v) > 1}
+
+
 def _calibrate_unit(model: nn.Module, unit: nn.Module, prefix: str, feed: Any,
-                    layer_methods: Dict[str, Dict[str, Any]]) -> List[LayerReport]:
-    """Accumulate H for the quant linears of ``unit`` with ``feed()``, then calibrate each."""
+                    layer_methods: Dict[str, Dict[str, Any]], shared: Dict[int, List[str]]) -> List[LayerReport]:
+    """Accumulate H for the quant linears of ``unit`` with ``feed()``, then calibrate each; a layer
+    whose weight another module holds too (``shared``) is left round to nearest: rewriting it would
+    change that module (the embedding of a tied head)."""
     layers = _quant_linears(unit, prefix)
+    skipped = {}
+    for name, layer in list(layers.items()):
+        others = [n for n in shared.get(id(layer.weight), []) if n != name]
+        if others:
+            skipped[name] = f"skipped: weight tied to {', '.join(others)} (calibrating it would change them too)"
+            del layers[name]
     accumulators = {name: HessianAccumulator(layer).attach() for name, layer in layers.items()}
     try:
         feed()
     finally:
         for acc in accumulators.values():
             acc.detach()
-    reports: List[LayerReport] = []
+    reports = [LayerReport(name, "+".join(layer_methods), float("nan"), float("nan"), why)
+               for name, why in skipped.items()]
     for name, layer in layers.items():
         acc = accumulators[name]
         if acc.tokens == 0:
@@ -85,10 +106,11 @@ def calibrate(model: nn.Module, items: List[Any], layer_methods: Dict[str, Dict[
     if not layer_methods:
         return []
     found = find_blocks(model)
+    shared = _shared_weights(model)
     if found is None:
         bar = _progress(1, progress, "calibrating")
         reports = _calibrate_unit(model, model, "", lambda: [call_model(model, it, i) for i, it in enumerate(items)],
-                                  layer_methods)
+                                  layer_methods, shared)
         bar.update()
         bar.close()
         return reports
@@ -98,7 +120,7 @@ def calibrate(model: nn.Module, items: List[Any], layer_methods: Dict[str, Dict[
     bar = _progress(len(blocks), progress, "calibrating blocks")
     for index, block in enumerate(blocks):
         reports.extend(_calibrate_unit(model, block, f"{prefix}.{index}",
-                                       lambda: run_block(model, block, inputs), layer_methods))
+                                       lambda: run_block(model, block, inputs), layer_methods, shared))
         inputs = run_block(model, block, inputs)
         bar.update()
     bar.close()
@@ -106,7 +128,8 @@ def calibrate(model: nn.Module, items: List[Any], layer_methods: Dict[str, Dict[
 
 
 def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = None, exclude: Any = None,
-        progress: bool = True, seed: int = 0, functional: Optional[bool] = None) -> nn.Module:
+        progress: bool = True, seed: int = 0, functional: Optional[bool] = None,
+        quantize_head: Optional[bool] = None) -> nn.Module:
     """Convert ``model`` (in place) by ``recipe`` and calibrate it on ``calibration_data``.
 
     Args:
@@ -121,10 +144,15 @@ def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = 
         seed: seeds torch's generator inside the call (the global generator state is restored after).
         functional: as :func:`groupquant.quantize_model`: None (the default) quantizes the functional
             GEMMs (attention's matmuls) by the recipe too; False converts the layers only.
+        quantize_head: as :func:`groupquant.quantize_model`: the output head (tied to the embeddings or
+            ``get_output_embeddings()``) stays float unless True; None says so in one line. A quantized
+            head whose weight is tied to the embedding is quantized round to nearest, never calibrated
+            (rewriting the shared weight would change the embeddings too; its report says so).
 
     Returns the model, with ``model.calibration_report``: the list of
     :class:`~groupquant.calib.report.LayerReport`.
     """
+    check_quantize_head(quantize_head, "ptq")
     items = check_calibration_data(calibration_data)
     r = recipe_of(recipe)
     chosen = resolve_methods(methods, r.name)
@@ -135,7 +163,7 @@ def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = 
     reports: List[LayerReport] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = quantize_model(model, recipe=r, exclude=exclude, functional=functional)
+        model = quantize_model(model, recipe=r, exclude=exclude, functional=functional, quantize_head=quantize_head)
         for name in MODEL_METHODS:
             if name not in chosen:
                 continue

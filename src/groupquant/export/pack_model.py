@@ -11,6 +11,9 @@ trainable QuantLinears.
 - A layer whose weight is tied to another module (an ``nn.Embedding`` sharing the output head's
   weight) stays a QuantLinear, with a warning: packing would give the head its own copy and untie
   them (the embedding needs the float values; only the head's quantizer sees them quantized).
+- A quant layer the packer does not know (``QuantConv1d`` / ``QuantConv2d``, any other quant layer
+  with a quantized weight that is not a QuantLinear) stays as it is, fake-quant, with a warning
+  naming it; so does a QuantLinear skipped by ``skip_unsupported`` (the warning says why).
 - A model with no quantized QuantLinear (a float model) is a :class:`PackError`: nothing to pack.
 - ``progress``: a bar over the layers (tqdm, where installed) for models with many layers.
 """
@@ -21,7 +24,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from torch import nn
 
-from ..nn import QuantLinear
+from ..nn import QuantLayerMixin, QuantLinear
 from ..proxy import QuantProxy
 from .packed_linear import PackedLinear, PackError
 
@@ -111,17 +114,32 @@ def pack_model(model: nn.Module, *, skip_unsupported: bool = False, progress: Op
             continue
         try:
             packed = PackedLinear.from_quant_linear(layer, name=label)
-        except PackError:
+        except PackError as e:
             if skip_unsupported:
+                warnings.warn(f"pack_model: {label!r} stays fake-quant (skip_unsupported): {e}", UserWarning,
+                              stacklevel=2)
                 continue
             raise
         for name in names:
             model = _replace(model, name, packed)
         packed_any = True
+    _warn_unknown_layers(model)
     if not packed_any:
         warnings.warn(f"pack_model: no layer of {type(model).__name__} was packed (every quantized QuantLinear is "
                       "unsupported or tied); the model is returned as it is", UserWarning, stacklevel=2)
     return model
+
+
+def _warn_unknown_layers(model: nn.Module) -> None:
+    """One warning per quant layer with a quantized weight that pack_model does not pack (not a
+    QuantLinear: QuantConv1d / QuantConv2d, other quant layers), naming it: it stays fake-quant."""
+    for name, m in model.named_modules():
+        if isinstance(m, (QuantLinear, PackedLinear)) or not isinstance(m, QuantLayerMixin):
+            continue
+        proxy = getattr(m, "weight_quant", None)
+        if isinstance(proxy, QuantProxy) and proxy.is_quant_enabled:
+            warnings.warn(f"pack_model: {name or type(m).__name__!r} ({type(m).__name__}) stays fake-quant: the "
+                          "packer packs QuantLinear layers only", UserWarning, stacklevel=3)
 
 
 def unpack_model(model: nn.Module) -> nn.Module:

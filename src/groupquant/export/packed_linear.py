@@ -218,13 +218,25 @@ class PackedLinear(QuantLayerMixin, nn.Module):
         return self.packed_weight().dequantize()
 
     def _weight(self) -> PackedWeight:
-        """The kernel's view of the weight; the record is made again when the tensor scale changed in place."""
+        """The kernel's view of the weight, made once and kept: made again when a buffer it holds was
+        replaced (``_apply``, assignment) or the tensor scale changed in place (the record holds it).
+        A decode step calls every layer once per token, so the per-call cost is a few identity checks."""
         ts = self.weight_tensor_scale
-        if ts is not None and not torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():
+            return PackedWeight(self.weight_codes, self.weight_scale, self.value_table, self.scale_table, self.params)
+        if ts is not None:
             made_from = self._params_of
             if made_from is None or made_from[0] is not ts or made_from[1] != ts._version:
                 self.params = self._params()
-        return PackedWeight(self.weight_codes, self.weight_scale, self.value_table, self.scale_table, self.params)
+        kept: Optional[PackedWeight] = self.__dict__.get("_kernel_weight")
+        buffers = self._buffers
+        if (kept is None or kept.params is not self.params or kept.data is not buffers["weight_codes"]
+                or kept.scale is not buffers["weight_scale"] or kept.value_table is not buffers["value_table"]
+                or kept.scale_table is not buffers["scale_table"]):
+            kept = PackedWeight(buffers["weight_codes"], buffers["weight_scale"], buffers["value_table"],
+                                buffers["scale_table"], self.params)
+            self.__dict__["_kernel_weight"] = kept
+        return kept
 
     @property
     def nbytes(self) -> int:

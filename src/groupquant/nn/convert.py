@@ -9,6 +9,7 @@ from .conv import QuantConv1d, QuantConv2d
 from .linear import QuantLinear
 from .name_patterns import Patterns, as_patterns, matches_any
 from .functional_mode import quantize_functional
+from .output_head import announce_kept_heads, check_quantize_head, head_kept_float, output_heads
 from .recipes import Recipe, recipe as recipe_of
 
 __all__ = ["quantize_model", "remove_functional", "REPLACEMENTS"]
@@ -79,7 +80,8 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
                    output_quant: Optional[type] = None, bias_quant: Optional[type] = None, *,
                    include: Patterns = None, exclude: Patterns = None,
                    filter_fn: Optional[Callable[[str, nn.Module], bool]] = None, recipe: Any = None,
-                   functional: Optional[bool] = None, **quant_kwargs: Any) -> nn.Module:
+                   functional: Optional[bool] = None, quantize_head: Optional[bool] = None,
+                   **quant_kwargs: Any) -> nn.Module:
     """Replace every ``nn.Linear``, ``nn.Conv1d`` and ``nn.Conv2d`` of ``model`` (in place) by its
     quant layer with the given quantizers and prefixed keywords (``weight_bit_width=4``), keeping
     the weight and bias parameters themselves (so optimizers and tied weights keep working).
@@ -96,6 +98,11 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
             through a torch function mode entered around ``model``'s forward
             (:mod:`groupquant.nn.functional_mode`). Default: on when a recipe is given.
             ``groupquant.nn.remove_functional(model)`` takes it off again.
+        quantize_head: a language model's output head (``model.get_output_embeddings()``, or a
+            layer whose weight is an ``nn.Embedding``'s weight) stays float unless this is True or an
+            ``include`` pattern names it; None (default) says so in one line (logger
+            ``groupquant.nn.output_head``, and stderr when logging does not show INFO), False keeps it
+            float silently (:mod:`groupquant.nn.output_head`).
     Every include / exclude pattern must match some layer (a ValueError lists the names). A layer
     not chosen stays float on every route: with the functional mode on, nothing that runs inside it
     (its own ``F.linear`` included) is quantized by the mode.
@@ -111,6 +118,7 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
     guessing).
     Returns the model (or the new layer when ``model`` itself is a Linear/Conv).
     """
+    check_quantize_head(quantize_head, "quantize_model")
     r = recipe_of(recipe) if recipe is not None else None
     _check_not_requantized(model, r, functional)
     include_p, exclude_p = as_patterns(include, "include"), as_patterns(exclude, "exclude")
@@ -128,6 +136,15 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
                          "to a layer that quantizes nothing")
     choices = [(module, slot_names, _shared_choice(module, slot_names, include_p, exclude_p, filter_fn))
                for module, slot_names in slots]
+    heads = output_heads(model)
+    kept: List[str] = []
+    for i, (module, slot_names, chosen) in enumerate(choices):
+        note = head_kept_float(module, slot_names, heads, include_p, quantize_head) if chosen else None
+        if note is not None:
+            kept.append(note)
+            choices[i] = (module, slot_names, False)
+    if quantize_head is None:
+        announce_kept_heads(kept, "quantize_model")
     for module, slot_names, chosen in choices:
         if not chosen:
             continue
