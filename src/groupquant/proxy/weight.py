@@ -1,10 +1,11 @@
 """WeightQuantProxy: quantizes a layer's weight (``[O, I, ...]``), caching the result in eval."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ..core import LearnedScale, stat_sync
 from ..quant_tensor import QuantTensor, plain
 from .base import QuantProxy
 from .weight_cache import CachedWeight, cache_supported
@@ -32,6 +33,27 @@ class WeightQuantProxy(QuantProxy):
                  overrides: Optional[Mapping[str, Any]] = None, context: str = "") -> None:
         super().__init__(quant, overrides, context, (1, 0), weight_shape)
         self._cache: Optional[CachedWeight] = None
+
+    def learned_scales(self) -> Tuple[LearnedScale, ...]:
+        """The quantizer's learned scales (none for statistics-based quantizers)."""
+        tensor_quant = self._modules.get("tensor_quant")
+        return () if tensor_quant is None else tuple(m for m in tensor_quant.modules() if isinstance(m, LearnedScale))
+
+    @torch.no_grad()
+    def init_learned_scales(self, w: torch.Tensor) -> None:
+        """Set the learned scales (if any) from weight ``w`` now, as a first call on ``w`` would
+        (this rank's statistics, not reduced across ranks: a weight is the same on every rank).
+        Layers call it when they are built and given a weight, so that the initialisation does
+        not wait for a first forward (which FSDP2 runs on a gathered copy it does not keep). A
+        weight on the meta device is skipped (the first call initialises it then)."""
+        learned = self.learned_scales()
+        if not learned or not isinstance(w, torch.Tensor) or w.is_meta:
+            return
+        for scale in learned:
+            scale.forget()
+        with stat_sync(False):
+            self.tensor_quant(w.detach())
+        self._cache = None
 
     def clear_cache(self) -> None:
         """Forget the cached quantized weight."""
