@@ -1,0 +1,240 @@
+"""What each rank runs in the 2-process tests, and the single-process references they are held to.
+
+Every model is built from a seed, so the ranks and the reference start from the same values. The
+whole batch ``X`` has 2 sequences of 16 tokens; rank r trains on ``X[r:r+1]`` (16 tokens per rank,
+half an MX block along the tokens). The reference "accumulates the per-rank halves": it runs each
+half alone and averages the two gradients, which is what DDP's and FSDP2's mean reduction compute.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Dict, List
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import groupquant as gq
+from groupquant.core import stat_sync
+from groupquant.nn import QuantLinear
+from groupquant.quantizers import Int8ActPerTensor, LearnedScaling, MXFloat4e2m1Weight, MXFloat8e4m3Act
+
+D = 64
+
+
+class LearnedMXFP4Weight(LearnedScaling, MXFloat4e2m1Weight):
+    """MXFP4 weight with learned E8M0 group scales."""
+
+
+class LearnedInt8ActPerTensor(LearnedScaling, Int8ActPerTensor):
+    """Int8 activations with one learned per-tensor scale."""
+
+
+class LearnedMXFP8Act(LearnedScaling, MXFloat8e4m3Act):
+    """MXFP8 activations with learned per-group scales (their shape: the batch's)."""
+
+
+def batch(step: int = 0) -> torch.Tensor:
+    """The whole batch of a step, [2, 16, D], with rows spanning binades (rank r takes row r)."""
+    g = torch.Generator().manual_seed(100 + step)
+    return torch.randn(2, 16, D, generator=g) * torch.logspace(-2, 3, D, base=2.0)
+
+
+def mlp(kind: str) -> nn.Module:
+    """The model of a scenario, built the same on every process (seeded)."""
+    torch.manual_seed(0)
+    if kind in ("recipe", "plain"):
+        model = nn.Sequential(nn.Linear(D, D), nn.GELU(), nn.Linear(D, 32))
+        if kind == "recipe":
+            gq.quantize_model(model, recipe="mxfp4_fwd_mxfp8_bwd")
+        else:
+            gq.quantize_model(model, weight_quant=MXFloat4e2m1Weight, input_quant=MXFloat8e4m3Act)
+        return model
+    if kind == "learned_weight":
+        model = nn.Sequential(nn.Linear(D, D), nn.GELU(), nn.Linear(D, 32))
+        gq.quantize_model(model, weight_quant=LearnedMXFP4Weight)
+        return model
+    if kind == "learned_act_tensor":
+        return nn.Sequential(QuantLinear(D, 32, input_quant=LearnedInt8ActPerTensor))
+    if kind == "learned_act_group":
+        return nn.Sequential(QuantLinear(D, 32, input_quant=LearnedMXFP8Act))
+    if kind == "running":
+        return nn.Sequential(QuantLinear(D, D, input_quant=Int8ActPerTensor), nn.GELU(),
+                             QuantLinear(D, 32, input_quant=Int8ActPerTensor))
+    raise ValueError(kind)
+
+
+def loss_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x).square().mean()
+
+
+def grads(model: nn.Module) -> Dict[str, torch.Tensor]:
+    return {n: _full(p.grad).clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def params(model: nn.Module) -> Dict[str, torch.Tensor]:
+    return {n: _full(p.detach()).clone() for n, p in model.named_parameters()}
+
+
+def buffers(model: nn.Module) -> Dict[str, torch.Tensor]:
+    return {n: b.detach().clone() for n, b in model.named_buffers()}
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's full value (FSDP2), or the tensor."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def train_steps(model: nn.Module, xs: List[torch.Tensor], lr: float = 0.05) -> List[float]:
+    """SGD on ``xs`` (one tensor per step), the losses."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for x in xs:
+        opt.zero_grad()
+        loss = loss_of(model, x)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def reference_steps(model: nn.Module, steps: int, lr: float = 0.05) -> Dict[str, Any]:
+    """One process accumulating the per-rank halves: each half's gradient alone, averaged; SGD."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    first_grads = None
+    for step in range(steps):
+        halves = []
+        for r in range(2):
+            opt.zero_grad()
+            loss_of(model, batch(step)[r:r + 1]).backward()
+            halves.append(grads(model))
+        mean = {n: (halves[0][n] + halves[1][n]) / 2 for n in halves[0]}
+        first_grads = first_grads or mean
+        for n, p in model.named_parameters():
+            p.grad = mean[n].clone() if n in mean else None
+        opt.step()
+    return {"grads": first_grads, "params": params(model)}
+
+
+# ---------------------------------------------------------------------------------------------
+# what the ranks run
+
+
+def _ddp(model: nn.Module) -> nn.Module:
+    return nn.parallel.DistributedDataParallel(model)
+
+
+def _fsdp(model: nn.Module) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+    for layer in model:
+        if any(True for _ in layer.parameters(recurse=False)):
+            fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def rank_main(rank: int, world: int) -> Dict[str, Any]:
+    """Every scenario on this rank; a dict of what the test compares."""
+    out: Dict[str, Any] = {}
+    mine = lambda step: batch(step)[rank:rank + 1]  # noqa: E731
+    # DDP and FSDP2, plain quantizers and a recipe: the first step's gradients, the params after 2 steps
+    for kind in ("plain", "recipe"):
+        for wrap, name in ((_ddp, "ddp"), (_fsdp, "fsdp")):
+            model = wrap(mlp(kind))
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+            for step in range(2):
+                opt.zero_grad()
+                loss_of(model, mine(step)).backward()
+                if step == 0:
+                    out[f"{name}_{kind}_grads"] = {n.replace("module.", ""): g for n, g in grads(model).items()}
+                opt.step()
+            out[f"{name}_{kind}_params"] = {n.replace("module.", ""): p for n, p in params(model).items()}
+    # learned weight scales under FSDP2, sharded before any forward
+    model = _fsdp(mlp("learned_weight"))
+    out["fsdp_learned_start"] = params(model)
+    out["fsdp_learned_losses"] = train_steps(model, [mine(s % 2) for s in range(6)])
+    out["fsdp_learned_end"] = params(model)
+    # learned per-tensor activation scale: initialised from the global statistic; FSDP2 takes it
+    model = _fsdp(mlp("learned_act_tensor"))
+    train_steps(model, [mine(0)])
+    out["fsdp_learned_act_tensor"] = params(model)
+    # learned per-group activation scale under DDP (one forward before wrapping creates it)
+    model = mlp("learned_act_group")
+    model(mine(0))
+    model = _ddp(model)
+    train_steps(model, [mine(0), mine(1)])
+    out["ddp_learned_act_group"] = {n.replace("module.", ""): p for n, p in params(model).items()}
+    # running statistics: DDP, FSDP2, the opt-out
+    for wrap, name in ((_ddp, "ddp"), (_fsdp, "fsdp")):
+        model = wrap(mlp("running"))
+        train_steps(model, [mine(0), mine(1)])
+        out[f"{name}_running"] = {n.replace("module.", ""): b for n, b in buffers(model).items()}
+    model = mlp("running")
+    with stat_sync(False):
+        train_steps(_ddp(model), [mine(0)])
+    out["unsynced_running"] = buffers(model)
+    out.update(_dcp_round_trip(rank))
+    out.update(_eval_cache_under_fsdp(rank))
+    return out
+
+
+def _dcp_round_trip(rank: int) -> Dict[str, Any]:
+    """Train under FSDP2, save with DCP, load in place into a fresh model: eval outputs equal."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    model = _fsdp(mlp("running"))
+    train_steps(model, [batch(0)[rank:rank + 1]])
+    model.eval()
+    probe = batch(5)[rank:rank + 1]
+    with torch.no_grad():
+        before = model(probe)
+    path = os.path.join(tempfile.gettempdir(), f"gq_dcp_{os.environ['MASTER_PORT']}")
+    dcp.save(get_model_state_dict(model), checkpoint_id=path)
+    fresh = _fsdp(mlp("running")).eval()
+    state = fresh.state_dict()  # loaded in place: the fresh model's own tensors are written
+    dcp.load(state, checkpoint_id=path)
+    with torch.no_grad():
+        after = fresh(probe)
+    return {"dcp_before": before, "dcp_after": after, "dcp_buffers": buffers(fresh)}
+
+
+def _eval_cache_under_fsdp(rank: int) -> Dict[str, Any]:
+    """Eval outputs under FSDP2 after ``set_model_state_dict`` and after an optimizer step in eval."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    model = _fsdp(mlp("plain"))
+    probe = batch(6)[rank:rank + 1]
+    loss_of(model, batch(0)[rank:rank + 1]).backward()  # gradients for the step taken in eval below
+    model.eval()
+    with torch.no_grad():
+        first = model(probe)
+    new = {n: p * 1.5 for n, p in mlp("plain").state_dict().items()}
+    set_model_state_dict(model, new, options=StateDictOptions(full_state_dict=True))
+    with torch.no_grad():
+        loaded = model(probe)
+    torch.optim.SGD(model.parameters(), lr=0.05).step()  # the gradients of the first weights
+    with torch.no_grad():
+        stepped = model(probe)
+    return {"cache_first": first, "cache_loaded": loaded, "cache_stepped": stepped}
+
+
+def eval_cache_reference(rank: int) -> Dict[str, torch.Tensor]:
+    """The single-process outputs ``_eval_cache_under_fsdp`` must give on ``rank``."""
+    model = mlp("plain")
+    halves = []
+    for r in range(2):
+        model.zero_grad()
+        loss_of(model, batch(0)[r:r + 1]).backward()
+        halves.append(grads(model))
+    model.eval()
+    probe = batch(6)[rank:rank + 1]
+    with torch.no_grad():
+        first = model(probe)
+        for n, p in model.named_parameters():
+            p.mul_(1.5)
+            p.grad = (halves[0][n] + halves[1][n]) / 2
+        loaded = model(probe)
+    torch.optim.SGD(model.parameters(), lr=0.05).step()
+    with torch.no_grad():
+        stepped = model(probe)
+    return {"cache_first": first, "cache_loaded": loaded, "cache_stepped": stepped}
