@@ -47,3 +47,90 @@ def test_gradients_and_steps_equal_one_process_accumulating_halves(ranks, kind, 
     for out in ranks:
         _assert_equal_dicts(out[f"{wrap}_{kind}_grads"], ref["grads"])
         _assert_equal_dicts(out[f"{wrap}_{kind}_params"], ref["params"])
+
+
+def _scale(model, index=0, slot="weight_quant"):
+    return getattr(model[index], slot).tensor_quant.scale_impl
+
+
+def test_learned_weight_scales_under_fsdp2_start_from_the_weight_and_train(ranks):
+    """Sharded before any forward: the exponents are the floor rule's of the weight (on main they
+    stayed 0: the first-call initialisation ran on FSDP2's gathered copy and was lost)."""
+    ref = workers.mlp("learned_weight")
+    start = workers.params(ref)
+    expected = torch.floor(torch.log2(ref[0].weight.detach().reshape(64, 2, 32).abs().amax(-1, keepdim=True))) - 2
+    assert torch.equal(start["0.weight_quant.tensor_quant.scale_impl.learned_scale"], expected)  # fp4: emax 2
+    end = workers.reference_steps(ref, [s % 2 for s in range(6)])["params"]
+    for out in ranks:
+        _assert_equal_dicts(out["fsdp_learned_start"], start)
+        _assert_equal_dicts(out["fsdp_learned_end"], end)
+        losses = out["fsdp_learned_losses"]
+        assert losses[-1] < losses[0] and losses[-2] < losses[1]
+
+
+def test_learned_per_tensor_activation_scale_starts_from_the_global_statistic(ranks):
+    """Each rank sees its half; the scale starts from the whole batch's abs-max (the max over the
+    ranks), a [1] parameter FSDP2 shards (it refuses 0-d ones), and trains as one process would."""
+    ref = workers.mlp("learned_act_tensor")
+    impl = _scale(ref, slot="input_quant")
+    impl.init_from(workers.batch(0), sync=False)
+    assert impl.learned_scale.shape == (1,)
+    own = [workers.mlp("learned_act_tensor") for _ in range(2)]
+    for r, model in enumerate(own):
+        _scale(model, slot="input_quant").init_from(workers.batch(0)[r:r + 1], sync=False)
+    assert not torch.equal(*(_scale(m, slot="input_quant").learned_scale for m in own))  # the halves differ
+    want = workers.reference_steps(ref, 1)["params"]
+    for out in ranks:
+        _assert_equal_dicts(out["fsdp_learned_act_tensor"], want)
+
+
+def test_learned_per_group_activation_scale_under_ddp_does_not_drift(ranks):
+    """Created by a forward before DDP wraps the model (its shape is the batch's), from the
+    statistic reduced over the ranks; DDP then averages its gradient like any parameter's."""
+    ref = workers.mlp("learned_act_group")
+    x0, x1 = workers.batch(0)[0:1], workers.batch(0)[1:2]
+    _scale(ref, slot="input_quant").init_from(torch.maximum(x0.abs(), x1.abs()), sync=False)
+    want = workers.reference_steps(ref, 2)["params"]
+    for out in ranks:
+        _assert_equal_dicts(out["ddp_learned_act_group"], want)
+
+
+def _ema(stats, momentum=0.1):
+    running = stats[0].clone()
+    for s in stats[1:]:
+        running = running * (1.0 - momentum) + s * momentum
+    return running
+
+
+@pytest.mark.parametrize("wrap", ["ddp", "fsdp"])
+def test_running_statistics_are_reduced_across_ranks(ranks, wrap):
+    """The first layer's running abs-max is the whole batches' (max over the ranks' halves) in an
+    EMA over the steps, the same on both ranks (main kept each rank's own)."""
+    key = "0.input_quant.tensor_quant.scale_impl.running_stat"
+    want = _ema([workers.batch(s).abs().amax() for s in range(2)])
+    for out in ranks:
+        assert torch.equal(out[f"{wrap}_running"][key], want)
+    assert all(torch.equal(ranks[0][f"{wrap}_running"][k], ranks[1][f"{wrap}_running"][k])
+               for k in ranks[0][f"{wrap}_running"])
+
+
+def test_stat_sync_false_keeps_each_ranks_own_statistic(ranks):
+    key = "0.input_quant.tensor_quant.scale_impl.running_stat"
+    for r, out in enumerate(ranks):
+        assert torch.equal(out["unsynced_running"][key], workers.batch(0)[r].abs().amax())
+
+
+def test_dcp_round_trip_in_place_gives_the_same_eval(ranks):
+    """``dcp.load`` into a fresh FSDP2 model's state dict (in place): its eval uses the loaded
+    running statistics (main used each eval batch's own until a training step)."""
+    for out in ranks:
+        assert torch.equal(out["dcp_after"], out["dcp_before"])
+    assert torch.equal(ranks[0]["dcp_buffers"]["0.input_quant.tensor_quant.scale_impl.running_stat"],
+                       workers.batch(0).abs().amax())
+
+
+def test_eval_outputs_follow_state_dict_loads_and_optimizer_steps_under_fsdp2(ranks):
+    for r, out in enumerate(ranks):
+        want = workers.eval_cache_reference(r)
+        for name in want:
+            assert torch.equal(out[name], want[name]), name

@@ -99,11 +99,12 @@ def train_steps(model: nn.Module, xs: List[torch.Tensor], lr: float = 0.05) -> L
     return losses
 
 
-def reference_steps(model: nn.Module, steps: int, lr: float = 0.05) -> Dict[str, Any]:
-    """One process accumulating the per-rank halves: each half's gradient alone, averaged; SGD."""
+def reference_steps(model: nn.Module, steps: Any, lr: float = 0.05) -> Dict[str, Any]:
+    """One process accumulating the per-rank halves: each half's gradient alone, averaged; SGD
+    (``steps``: how many, on batches 0, 1, ..., or the list of batch numbers)."""
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     first_grads = None
-    for step in range(steps):
+    for step in (range(steps) if isinstance(steps, int) else steps):
         halves = []
         for r in range(2):
             opt.zero_grad()

@@ -11,7 +11,8 @@ statistic of the tensor it sees and marks the ``initialized`` buffer, so weights
 construction are what it starts from; both are saved in the state dict. A layer's weight scale is
 set from the weight by the layer (:meth:`LearnedScale.init_from`, ``sync=False``) when it is built and
 when it is given a weight, so it does not depend on a first call (which FSDP2 would not keep: it
-runs on the gathered copy of the parameter). An activation scale's first statistic is reduced
+runs on the gathered copy of the parameter; a first call under FSDP2 writes into the shard too,
+:mod:`.sharded_param`). An activation scale's first statistic is reduced
 across data-parallel ranks (:mod:`.dist_reduce`), so every rank starts from the global batch's.
 The ``initialized`` buffer is read again when the parameter was not yet set (an in-place
 ``torch.distributed.checkpoint.load`` writes into it). State dicts saved before the parameter was
@@ -26,6 +27,7 @@ from torch import nn
 
 from .dist_reduce import reduce_stat, reduction_for
 from .quant_spec import QuantSpec
+from .sharded_param import write_through
 from .restrict import from_learned, scale_from_stat, to_learned
 from .stats import ScalingStats
 
@@ -88,7 +90,7 @@ class LearnedScale(nn.Module):
         if tuple(scale.shape) != tuple(self.learned_scale.shape):
             raise ValueError(f"a tensor of shape {tuple(x.shape)} has scale shape {tuple(scale.shape)}, "
                              f"but this learned scale was built for {tuple(self.learned_scale.shape)}")
-        self.learned_scale.copy_(to_learned(scale, self.restrict).to(self.learned_scale))
+        write_through(self, "learned_scale", to_learned(scale, self.restrict))  # (FSDP2: into the shard too)
         self.initialized.fill_(True)
         self._ready = True
 
