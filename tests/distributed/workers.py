@@ -65,6 +65,30 @@ def mlp(kind: str) -> nn.Module:
     raise ValueError(kind)
 
 
+class Block(nn.Module):
+    """A small pre-norm transformer block: attention (SDPA) and an MLP, for the recipe under compile."""
+
+    def __init__(self, d: int = 32, heads: int = 2) -> None:
+        super().__init__()
+        self.heads, self.norm = heads, nn.LayerNorm(d)
+        self.qkv, self.out, self.ff = nn.Linear(d, 3 * d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in self.qkv(self.norm(x)).split(d, -1))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.ff(F.gelu(x))
+
+
+def block(recipe: str = "mxfp8") -> nn.Module:
+    """The block with ``recipe`` on its layers and its functional calls (seeded)."""
+    torch.manual_seed(0)
+    model = Block()
+    gq.quantize_model(model, recipe=recipe, functional=True)
+    return model
+
+
 def loss_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return model(x).square().mean()
 
@@ -175,9 +199,21 @@ def rank_main(rank: int, world: int) -> Dict[str, Any]:
     with stat_sync(False):
         train_steps(_ddp(model), [mine(0)])
     out["unsynced_running"] = buffers(model)
+    out.update(_compiled_ddp(rank))
     out.update(_dcp_round_trip(rank))
     out.update(_eval_cache_under_fsdp(rank))
     return out
+
+
+def _compiled_ddp(rank: int) -> Dict[str, Any]:
+    """The recipe block compiled around DDP: output and (averaged) gradients."""
+    model = _ddp(block())
+    compiled = torch.compile(model, backend="aot_eager")
+    x = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(rank))
+    out = compiled(x)
+    out.square().mean().backward()
+    return {"compiled_out": out.detach(), "compiled_grads": {n.replace("module.", ""): g
+                                                              for n, g in grads(model).items()}}
 
 
 def _dcp_round_trip(rank: int) -> Dict[str, Any]:
