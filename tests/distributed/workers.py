@@ -18,6 +18,7 @@ from torch import nn
 import groupquant as gq
 from groupquant.core import stat_sync
 from groupquant.nn import QuantLinear
+from groupquant.proxy import WeightQuantProxy
 from groupquant.quantizers import Int8ActPerTensor, LearnedScaling, MXFloat4e2m1Weight, MXFloat8e4m3Act
 
 D = 64
@@ -245,6 +246,7 @@ def _eval_cache_under_fsdp(rank: int) -> Dict[str, Any]:
     model.eval()
     with torch.no_grad():
         first = model(probe)
+    held = sum(m._cache is not None for m in model.modules() if isinstance(m, WeightQuantProxy))
     new = {n: p * 1.5 for n, p in mlp("plain").state_dict().items()}
     set_model_state_dict(model, new, options=StateDictOptions(full_state_dict=True))
     with torch.no_grad():
@@ -252,7 +254,7 @@ def _eval_cache_under_fsdp(rank: int) -> Dict[str, Any]:
     torch.optim.SGD(model.parameters(), lr=0.05).step()  # the gradients of the first weights
     with torch.no_grad():
         stepped = model(probe)
-    return {"cache_first": first, "cache_loaded": loaded, "cache_stepped": stepped}
+    return {"cache_first": first, "cache_loaded": loaded, "cache_stepped": stepped, "cache_held": held}
 
 
 def eval_cache_reference(rank: int) -> Dict[str, torch.Tensor]:

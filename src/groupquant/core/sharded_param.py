@@ -16,24 +16,38 @@ from typing import Optional
 import torch
 from torch import nn
 
-__all__ = ["write_through", "fsdp_sharded_param"]
+__all__ = ["write_through", "fsdp_sharded_param", "is_sharded"]
+
+
+def _fsdp_records():
+    """FSDP2's parameter records of every live FSDP2 state (none without FSDP2)."""
+    try:
+        from torch.distributed._composable_state import _module_state_mapping
+    except ImportError:
+        return
+    for ref in list(_module_state_mapping.values()):
+        state = ref()
+        for group in getattr(state, "_fsdp_param_groups", None) or ():
+            yield from getattr(group, "fsdp_params", ())
+
+
+def is_sharded(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a sharded parameter (a ``DTensor``) or FSDP2's gathered copy of one."""
+    if hasattr(t, "full_tensor") or hasattr(t, "device_mesh"):
+        return True
+    if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+        return False
+    return any(getattr(record, "_unsharded_param", None) is t for record in _fsdp_records())
 
 
 def fsdp_sharded_param(module: nn.Module, name: str) -> Optional[torch.Tensor]:
     """The sharded parameter FSDP2 keeps for ``module.<name>``, or None when FSDP2 does not manage it."""
     if not torch.distributed.is_available() or not torch.distributed.is_initialized():
         return None
-    try:
-        from torch.distributed._composable_state import _module_state_mapping
-    except ImportError:
-        return None
-    for ref in list(_module_state_mapping.values()):
-        state = ref()
-        for group in getattr(state, "_fsdp_param_groups", None) or ():
-            for record in getattr(group, "fsdp_params", ()):
-                info = getattr(record, "_module_info", None)
-                if info is not None and info.module is module and info.param_name == name:
-                    return record.sharded_param
+    for record in _fsdp_records():
+        info = getattr(record, "_module_info", None)
+        if info is not None and info.module is module and info.param_name == name:
+            return record.sharded_param
     return None
 
 

@@ -6,6 +6,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 import torch
 
 from ..core import LearnedScale, stat_sync
+from ..core.sharded_param import is_sharded
 from ..quant_tensor import QuantTensor, plain
 from .base import QuantProxy
 from .weight_cache import CachedWeight, cache_supported
@@ -25,6 +26,9 @@ class WeightQuantProxy(QuantProxy):
     shape, and the quantizer's own parameters and buffers are unchanged; ``train()`` or
     :meth:`clear_cache` drop it. The cache holds a copy of the weight beside its quantized values
     (see :mod:`groupquant.proxy.weight_cache`); on other devices the weight is quantized on each call.
+    Under sharding (a ``DTensor`` weight, or FSDP2's gathered copy of one) there is no cache: it
+    would hold a full copy of every layer's weight on every rank, undoing the sharding; FSDP2
+    frees each gathered weight after its layer, so at most one layer's full weight is held.
     """
 
     prefix = "weight_"
@@ -33,6 +37,7 @@ class WeightQuantProxy(QuantProxy):
                  overrides: Optional[Mapping[str, Any]] = None, context: str = "") -> None:
         super().__init__(quant, overrides, context, (1, 0), weight_shape)
         self._cache: Optional[CachedWeight] = None
+        self._sharded = False  # (set once a sharded weight was seen: FSDP2, no cache)
 
     def learned_scales(self) -> Tuple[LearnedScale, ...]:
         """The quantizer's learned scales (none for statistics-based quantizers)."""
@@ -83,7 +88,10 @@ class WeightQuantProxy(QuantProxy):
         cache = self._cache
         if cache is not None and cache.holds_for(w):
             return cache
-        if not cache_supported(w):
+        if not cache_supported(w) or getattr(self, "_sharded", False):  # (older pickles lack it)
+            return None
+        if is_sharded(w):  # FSDP2: a cache would keep every layer's full weight on every rank
+            self._sharded = True
             return None
         out = super().forward(w)
         own = tuple(tensor_quant.parameters()) + tuple(tensor_quant.buffers())  # after a first-call init
