@@ -93,6 +93,7 @@ def test_learned_per_group_activation_scale_under_ddp_does_not_drift(ranks):
     want = workers.reference_steps(ref, 2)["params"]
     for out in ranks:
         _assert_equal_dicts(out["ddp_learned_act_group"], want)
+        assert any("run one forward before wrapping it" in w for w in out["group_warnings"])
 
 
 def _ema(stats, momentum=0.1):

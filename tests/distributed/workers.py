@@ -8,6 +8,7 @@ half alone and averages the two gradients, which is what DDP's and FSDP2's mean 
 from __future__ import annotations
 
 import os
+import warnings
 import tempfile
 from typing import Any, Dict, List
 
@@ -187,7 +188,10 @@ def rank_main(rank: int, world: int) -> Dict[str, Any]:
     out["fsdp_learned_act_tensor"] = params(model)
     # learned per-group activation scale under DDP (one forward before wrapping creates it)
     model = mlp("learned_act_group")
-    model(mine(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model(mine(0))
+    out["group_warnings"] = [str(w.message) for w in caught]
     model = _ddp(model)
     train_steps(model, [mine(0), mine(1)])
     out["ddp_learned_act_group"] = {n.replace("module.", ""): p for n, p in params(model).items()}

@@ -20,6 +20,7 @@ renamed (``...scale_impl.value``) or with a 0-d per-tensor scale still load.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional, Sequence
 
 import torch
@@ -32,6 +33,12 @@ from .restrict import from_learned, scale_from_stat, to_learned
 from .stats import ScalingStats
 
 __all__ = ["LearnedScale"]
+
+
+def _data_parallel() -> bool:
+    """Whether torch.distributed runs with more than one rank."""
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 _OLD_NAME = "value"
 
@@ -84,6 +91,11 @@ class LearnedScale(nn.Module):
             stat = reduce_stat(stat, reduction_for(self.spec.stats_op))
         scale = scale_from_stat(stat, self.spec.fmt, self.spec.scale_mode)
         if not self.shape_known:
+            if _data_parallel():
+                warnings.warn(f"{self.spec.name}: a learned scale of shape {tuple(scale.shape)} is created by this "
+                              "first call while torch.distributed runs; DDP / FSDP2 only know parameters that "
+                              "existed when they wrapped the model: run one forward before wrapping it",
+                              UserWarning, stacklevel=2)
             self.learned_scale = nn.Parameter(self._placeholder(scale.shape).to(self.learned_scale.device))
             self.shape_known = True
         scale = scale.reshape(self._stored(scale.shape))
