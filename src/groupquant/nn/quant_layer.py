@@ -83,10 +83,10 @@ class QuantLayerMixin:
             self.bias_quant = BiasQuantProxy(bias_quant, bias.shape if bias is not None else (0,),
                                              routed["bias_"] if bias is not None else {}, context)
             self._init_backward(slots, backprop, routed, context)
-            self.weight_quant.init_learned_scales(weight)  # (learned scales start from the weight)
             if weight.device.type != "cpu":  # quantizer state (learned scales, running stats) beside the weight
                 for proxy in (self.weight_quant, self.bias_quant, self.input_quant, self.output_quant):
                     proxy.to(weight.device)
+            self.weight_quant.init_learned_scales(weight)  # (learned scales start from the weight)
 
 
     def _init_backward(self, slots: Mapping[str, Any], backprop: Optional[bool],
