@@ -22,8 +22,24 @@ def _ranks(tmp: str):
 
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
+def all_ranks(tmp_path_factory):
     return _ranks(str(tmp_path_factory.mktemp("ranks")))
+
+
+#: the worker scenario each test reads (its traceback, if it raised, fails that test only)
+_SCENARIO = {"gradients_and_steps": "_plain_and_recipe", "learned_weight": "_learned_weight",
+             "per_tensor_activation": "_learned_act_tensor", "per_group_activation": "_learned_act_group",
+             "running_statistics": "_running", "stat_sync": "_running", "dcp": "_dcp_round_trip",
+             "eval_outputs": "_eval_cache_under_fsdp", "compiled": "_compiled_ddp", "blocks": "_plain_and_recipe"}
+
+
+@pytest.fixture
+def ranks(all_ranks, request):
+    names = [scenario for key, scenario in _SCENARIO.items() if key in request.node.name]
+    for r, out in enumerate(all_ranks):
+        for name in names:
+            assert name not in out["errors"], f"rank {r}, {name}:\n{out['errors'][name]}"
+    return all_ranks
 
 
 @pytest.fixture(autouse=True)

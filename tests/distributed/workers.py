@@ -8,6 +8,7 @@ half alone and averages the two gradients, which is what DDP's and FSDP2's mean 
 from __future__ import annotations
 
 import os
+import traceback
 import warnings
 import tempfile
 from typing import Any, Dict, List
@@ -162,51 +163,77 @@ def _fsdp(model: nn.Module) -> nn.Module:
 
 
 def rank_main(rank: int, world: int) -> Dict[str, Any]:
-    """Every scenario on this rank; a dict of what the test compares."""
+    """Every scenario on this rank; a dict of what the tests compare, and under ``errors`` the
+    traceback of each scenario that raised (the others still run; its test reports it)."""
+    out: Dict[str, Any] = {"errors": {}}
+    for scenario in (_plain_and_recipe, _learned_weight, _learned_act_tensor, _learned_act_group, _running,
+                     _compiled_ddp, _dcp_round_trip, _eval_cache_under_fsdp):
+        try:
+            out.update(scenario(rank))
+        except Exception:  # noqa: BLE001  (both ranks raise alike: no collective is left waiting)
+            out["errors"][scenario.__name__] = traceback.format_exc()
+    return out
+
+
+def _mine(rank: int, step: int) -> torch.Tensor:
+    return batch(step)[rank:rank + 1]
+
+
+def _plain_and_recipe(rank: int) -> Dict[str, Any]:
+    """DDP and FSDP2, plain quantizers and a recipe: the first step's gradients, the params after 2 steps."""
     out: Dict[str, Any] = {}
-    mine = lambda step: batch(step)[rank:rank + 1]  # noqa: E731
-    # DDP and FSDP2, plain quantizers and a recipe: the first step's gradients, the params after 2 steps
     for kind in ("plain", "recipe"):
         for wrap, name in ((_ddp, "ddp"), (_fsdp, "fsdp")):
             model = wrap(mlp(kind))
             opt = torch.optim.SGD(model.parameters(), lr=0.05)
             for step in range(2):
                 opt.zero_grad()
-                loss_of(model, mine(step)).backward()
+                loss_of(model, _mine(rank, step)).backward()
                 if step == 0:
                     out[f"{name}_{kind}_grads"] = {n.replace("module.", ""): g for n, g in grads(model).items()}
                 opt.step()
             out[f"{name}_{kind}_params"] = {n.replace("module.", ""): p for n, p in params(model).items()}
-    # learned weight scales under FSDP2, sharded before any forward
+    return out
+
+
+def _learned_weight(rank: int) -> Dict[str, Any]:
+    """Learned weight scales under FSDP2, sharded before any forward."""
     model = _fsdp(mlp("learned_weight"))
-    out["fsdp_learned_start"] = params(model)
-    out["fsdp_learned_losses"] = train_steps(model, [mine(s % 2) for s in range(6)])
-    out["fsdp_learned_end"] = params(model)
-    # learned per-tensor activation scale: initialised from the global statistic; FSDP2 takes it
+    start = params(model)
+    losses = train_steps(model, [_mine(rank, s % 2) for s in range(6)])
+    return {"fsdp_learned_start": start, "fsdp_learned_losses": losses, "fsdp_learned_end": params(model)}
+
+
+def _learned_act_tensor(rank: int) -> Dict[str, Any]:
+    """A learned per-tensor activation scale under FSDP2: initialised from the global statistic."""
     model = _fsdp(mlp("learned_act_tensor"))
-    train_steps(model, [mine(0)])
-    out["fsdp_learned_act_tensor"] = params(model)
-    # learned per-group activation scale under DDP (one forward before wrapping creates it)
+    train_steps(model, [_mine(rank, 0)])
+    return {"fsdp_learned_act_tensor": params(model)}
+
+
+def _learned_act_group(rank: int) -> Dict[str, Any]:
+    """A learned per-group activation scale under DDP (one forward before wrapping creates it)."""
     model = mlp("learned_act_group")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model(mine(0))
-    out["group_warnings"] = [str(w.message) for w in caught]
+        model(_mine(rank, 0))
     model = _ddp(model)
-    train_steps(model, [mine(0), mine(1)])
-    out["ddp_learned_act_group"] = {n.replace("module.", ""): p for n, p in params(model).items()}
-    # running statistics: DDP, FSDP2, the opt-out
+    train_steps(model, [_mine(rank, 0), _mine(rank, 1)])
+    return {"group_warnings": [str(w.message) for w in caught],
+            "ddp_learned_act_group": {n.replace("module.", ""): p for n, p in params(model).items()}}
+
+
+def _running(rank: int) -> Dict[str, Any]:
+    """Running statistics: DDP, FSDP2, the opt-out."""
+    out: Dict[str, Any] = {}
     for wrap, name in ((_ddp, "ddp"), (_fsdp, "fsdp")):
         model = wrap(mlp("running"))
-        train_steps(model, [mine(0), mine(1)])
+        train_steps(model, [_mine(rank, 0), _mine(rank, 1)])
         out[f"{name}_running"] = {n.replace("module.", ""): b for n, b in buffers(model).items()}
     model = mlp("running")
     with stat_sync(False):
-        train_steps(_ddp(model), [mine(0)])
+        train_steps(_ddp(model), [_mine(rank, 0)])
     out["unsynced_running"] = buffers(model)
-    out.update(_compiled_ddp(rank))
-    out.update(_dcp_round_trip(rank))
-    out.update(_eval_cache_under_fsdp(rank))
     return out
 
 
