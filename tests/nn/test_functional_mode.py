@@ -303,3 +303,37 @@ def test_sdpa_fully_masked_rows_property(seed, dead, kind):
     torch_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert torch.equal(out[0, :, dead], torch_out[0, :, dead])
     _assert_matches(out, _masked_composition(q, k, v, keep, "nvfp4", 16), "nvfp4")
+
+
+class _RecipeBlock(nn.Module):
+    """A pre-norm transformer block: SDPA attention and a GELU MLP (issue 21's compile case)."""
+
+    def __init__(self, d=32, heads=2):
+        super().__init__()
+        self.heads, self.norm = heads, nn.LayerNorm(d)
+        self.qkv, self.out, self.ff = nn.Linear(d, 3 * d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in self.qkv(self.norm(x)).split(d, -1))
+        x = x + self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d))
+        return x + self.ff(F.gelu(x))
+
+
+@pytest.mark.parametrize("elementwise", ["bfloat16"])
+def test_recipe_transformer_block_under_torch_compile_equals_eager(elementwise):
+    """Forward and gradients of a recipe block (layers and functional calls quantized) compiled
+    (graph capture through the function mode; aot_eager keeps eager numerics) equal eager."""
+    torch.manual_seed(0)
+    model = _RecipeBlock()
+    gq.quantize_model(model, recipe=recipe("mxfp8").replace(elementwise=elementwise), functional=True)
+    x = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(1))
+    eager = model(x)
+    eager.square().mean().backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    compiled = torch.compile(model, backend="aot_eager")(x)
+    compiled.square().mean().backward()
+    assert torch.equal(compiled, eager)
+    for n, p in model.named_parameters():
+        assert torch.equal(p.grad, want[n]), n

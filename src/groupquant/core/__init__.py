@@ -6,6 +6,7 @@ Every module here is built from one :class:`QuantSpec` by :func:`build_tensor_qu
 declarative settings of :mod:`groupquant.quantizers` resolve into that spec.
 """
 from .build import build_tensor_quant, learned_scale_shape
+from .dist_reduce import StatSync, reduce_stat, stat_sync
 from .dynamic_quant import DynamicQuant, dynamic_fake_quant
 from .granularity import GRANULARITIES, ScaleGranularity
 from .learned_scale import LearnedScale
@@ -24,4 +25,5 @@ __all__ = [
     "ScaleGranularity", "LearnedScale", "QuantSpec", "RESTRICTIONS", "scale_from_stat", "RunningStatsScale",
     "ScaledQuant", "scaled_round", "STATS_OPS", "ScalingStats", "StatsScale", "STE_MODES", "round_ste",
 ]
+__all__ += ["StatSync", "reduce_stat", "stat_sync"]
 __all__ += ["MSE_ROUNDING_MODES", "MSEScale", "mse_scale"]

@@ -4,12 +4,20 @@ Training: the scale comes from the current batch's statistic, and the running st
 updated, ``running = (1 - momentum) * running + momentum * stat`` (the first batch sets it).
 Evaluation: the running statistic is used (the current one until a training batch was seen).
 The running statistic and the ``initialized`` flag are buffers, saved in the state dict.
+
+Data-parallel training (DDP, FSDP2): the batch statistic folded into the running one is first
+reduced across the ranks (:func:`groupquant.core.dist_reduce.reduce_stat`: ``max`` of abs-max
+statistics, ``mean`` of the others), so every rank keeps the running statistic of the whole
+global batch; the batch's own scale stays each rank's (as BatchNorm under DDP). ``with
+groupquant.core.stat_sync(False):`` skips the reduction (each rank keeps its own). The buffers are
+read again after an in-place load (``torch.distributed.checkpoint.load`` writes into them).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from .dist_reduce import reduce_stat, reduction_for
 from .granularity import ScaleGranularity
 from .quant_spec import QuantSpec
 from .restrict import scale_from_stat
@@ -40,9 +48,9 @@ class RunningStatsScale(nn.Module):
 
     @torch.no_grad()
     def _update(self, stat: torch.Tensor) -> None:
-        """Fold a finite batch statistic into the running one (a NaN/Inf statistic is skipped),
-        without synchronising with the device."""
-        stat = stat.to(self.running_stat)
+        """Fold a finite batch statistic, reduced across data-parallel ranks, into the running one
+        (a NaN/Inf statistic is skipped), without synchronising with the device."""
+        stat = reduce_stat(stat.to(self.running_stat), reduction_for(self.spec.stats_op))
         finite = torch.isfinite(stat)
         ema = self.running_stat * (1.0 - self.momentum) + stat * self.momentum
         new = torch.where(self.initialized, ema, stat)
@@ -55,6 +63,8 @@ class RunningStatsScale(nn.Module):
         self._seen = bool(self.initialized)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self._seen and not self.training:  # (buffers written in place, e.g. by dcp.load)
+            self._seen = bool(self.initialized)
         if self.training or not self._seen:
             stat = self.stats(x, self.granularity)
             if self.training:

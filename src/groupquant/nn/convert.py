@@ -38,6 +38,7 @@ def _rebuild(old: nn.Module, cls: Type[nn.Module], quant_args: Dict[str, Any]) -
                   old.groups, padding_mode=old.padding_mode, **common, **quant_args)
     new.weight = old.weight
     new.bias = old.bias
+    new.weight_quant.init_learned_scales(new.weight)  # (from the weight it now holds)
     new.train(old.training)
     return new
 

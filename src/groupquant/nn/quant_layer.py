@@ -97,6 +97,7 @@ class QuantLayerMixin:
             if weight.device.type != "cpu":  # quantizer state (learned scales, running stats) beside the weight
                 for proxy in (self.weight_quant, self.bias_quant, self.input_quant, self.output_quant):
                     proxy.to(weight.device)
+            self.weight_quant.init_learned_scales(weight)  # (learned scales start from the weight)
 
 
     def _init_backward(self, slots: Mapping[str, Any], backprop: Optional[bool],
@@ -222,11 +223,17 @@ class QuantLayerMixin:
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         """torch's loading; a state dict holding an input rotation (``input_rotation.block_size_``)
         gives the layer that rotation first, so a rotated model's state dict loads into a freshly
-        converted model."""
+        converted model; a weight loaded without its learned scales sets them from it (children
+        load after the layer: scales in the state dict still win)."""
         key = f"{prefix}{ROTATION_ATTR}.block_size_"
         if key in state_dict and getattr(self, ROTATION_ATTR, None) is None:
             setattr(self, ROTATION_ATTR, InputRotation(int(state_dict[key])))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)  # type: ignore[misc]
+        proxy = self._modules.get("weight_quant")
+        if isinstance(proxy, WeightQuantProxy) and proxy.learned_scales() and f"{prefix}weight" in state_dict:
+            own = f"{prefix}weight_quant."
+            if not any(key.startswith(own) for key in state_dict):  # a weight loaded without its scales
+                proxy.init_learned_scales(self.weight)
 
     def _finish(self, y: torch.Tensor) -> Union[torch.Tensor, QuantTensor]:
         """Apply ``output_quant`` and unwrap unless ``return_quant_tensor``."""

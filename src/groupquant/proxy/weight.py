@@ -1,10 +1,12 @@
 """WeightQuantProxy: quantizes a layer's weight (``[O, I, ...]``), caching the result in eval."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ..core import LearnedScale, stat_sync
+from ..core.sharded_param import is_sharded
 from ..quant_tensor import QuantTensor, plain
 from .base import QuantProxy
 from .weight_cache import CachedWeight, cache_supported
@@ -26,6 +28,9 @@ class WeightQuantProxy(QuantProxy):
     shape, and the quantizer's own parameters and buffers are unchanged; ``train()`` or
     :meth:`clear_cache` drop it. The cache holds a copy of the weight beside its quantized values
     (see :mod:`groupquant.proxy.weight_cache`); on other devices the weight is quantized on each call.
+    Under sharding (a ``DTensor`` weight, or FSDP2's gathered copy of one) there is no cache: it
+    would hold a full copy of every layer's weight on every rank, undoing the sharding; FSDP2
+    frees each gathered weight after its layer, so at most one layer's full weight is held.
     """
 
     prefix = "weight_"
@@ -34,6 +39,28 @@ class WeightQuantProxy(QuantProxy):
                  overrides: Optional[Mapping[str, Any]] = None, context: str = "") -> None:
         super().__init__(quant, overrides, context, (1, 0), weight_shape)
         self._cache: Optional[CachedWeight] = None
+        self._sharded = False  # (set once a sharded weight was seen: FSDP2, no cache)
+
+    def learned_scales(self) -> Tuple[LearnedScale, ...]:
+        """The quantizer's learned scales (none for statistics-based quantizers)."""
+        tensor_quant = self._modules.get("tensor_quant")
+        return () if tensor_quant is None else tuple(m for m in tensor_quant.modules() if isinstance(m, LearnedScale))
+
+    @torch.no_grad()
+    def init_learned_scales(self, w: torch.Tensor) -> None:
+        """Set the learned scales (if any) from weight ``w`` now, as a first call on ``w`` would
+        (this rank's statistics, not reduced across ranks: a weight is the same on every rank).
+        Layers call it when they are built and given a weight, so that the initialisation does
+        not wait for a first forward (which FSDP2 runs on a gathered copy it does not keep). A
+        weight on the meta device is skipped (the first call initialises it then)."""
+        learned = self.learned_scales()
+        if not learned or not isinstance(w, torch.Tensor) or w.is_meta:
+            return
+        for scale in learned:
+            scale.forget()
+        with stat_sync(False):
+            self.tensor_quant(w.detach())
+        self._cache = None
 
     def clear_cache(self) -> None:
         """Forget the cached quantized weight."""
@@ -65,7 +92,10 @@ class WeightQuantProxy(QuantProxy):
         cache = self._cache
         if cache is not None and cache.holds_for(w):
             return cache
-        if not cache_supported(w):
+        if not cache_supported(w) or getattr(self, "_sharded", False):  # (older pickles lack it)
+            return None
+        if is_sharded(w):  # FSDP2: a cache would keep every layer's full weight on every rank
+            self._sharded = True
             return None
         out = super().forward(w)
         own = tuple(tensor_quant.parameters()) + tuple(tensor_quant.buffers())  # after a first-call init
