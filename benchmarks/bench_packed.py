@@ -22,9 +22,9 @@ called once, in turn: no layer's bytes are still in cache when it comes round ag
 
 and prints per-layer milliseconds (median over ``--rounds`` cycles; the four are timed in turn
 inside every round, so all see the same machine load), ``packed / floor``, ``int4 / packed`` (>1:
-packed is faster) and ``fp32 / packed``. ``--shared-core`` adds rows with a busy-loop process
-pinned (``taskset``) to the last CPU: 2 threads, median and worst of 40 cycles, over the 1-thread
-median measured just before. The header gives the CPU model, its SIMD flags and the kernel path
+packed is faster) and ``fp32 / packed``. ``--shared-core`` adds rows (``--shared-formats``, default MXFP4
+and NVFP4) with a busy-loop process pinned (``taskset``) to the last CPU: 2 threads, median and
+worst of ``--calls`` (40) cycles, over the 1-thread median measured just before without it. The header gives the CPU model, its SIMD flags and the kernel path
 in use (``GROUPQUANT_CPU_PATH``).
 """
 from __future__ import annotations
@@ -89,6 +89,18 @@ def int4_weight(weight: torch.Tensor):
     return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1), scales_zeros
 
 
+_TWINS: Dict[tuple, tuple] = {}  # (size, i) -> (float layer, int4 weight): shared by the formats' cycles
+
+
+def twins(size: int, i: int):
+    """Layer i's float32 ``nn.Linear`` (seeded by i) and its int4 packing, made once."""
+    if (size, i) not in _TWINS:
+        torch.manual_seed(i)
+        dense = nn.Linear(size, size)
+        _TWINS[(size, i)] = (dense, int4_weight(dense.weight.detach()))
+    return _TWINS[(size, i)]
+
+
 class Cycle:
     """The layers of one format and their float / int4 twins, each called in turn by a cycle."""
 
@@ -98,8 +110,7 @@ class Cycle:
         self.int4 = []
         self.bytes: List[List[torch.Tensor]] = []
         for i in range(layers):
-            torch.manual_seed(i)
-            dense = nn.Linear(size, size)
+            dense, int4 = twins(size, i)
             layer = QuantLinear(size, size, weight_quant=FORMATS[fmt_name])
             with torch.no_grad():
                 layer.weight.copy_(dense.weight)
@@ -107,7 +118,7 @@ class Cycle:
             packed = gq.pack_model(layer.eval())
             self.packed.append(packed)
             self.dense.append(dense)
-            self.int4.append(int4_weight(dense.weight.detach()))
+            self.int4.append(int4)
             self.bytes.append([t.view(torch.uint8).reshape(-1) for t in (packed.weight_codes, packed.weight_scale)])
         self.nbytes = sum(t.numel() for b in self.bytes for t in b) // layers
         # the floor's integer views: 8-byte words where the byte count allows, else bytes
@@ -218,6 +229,8 @@ def main() -> None:
     parser.add_argument("--shared-core", action="store_true", help="add the busy-core rows (needs taskset)")
     parser.add_argument("--shared-only", action="store_true", help="only the busy-core rows")
     parser.add_argument("--calls", type=int, default=40, help="cycles timed for the busy-core rows")
+    parser.add_argument("--shared-formats", nargs="*", default=["MXFP4", "NVFP4"], choices=list(FORMATS),
+                        help="formats of the busy-core rows (default MXFP4 NVFP4)")
     args = parser.parse_args()
     print(host_line())
     torch.set_num_threads(max(args.threads))
@@ -229,7 +242,8 @@ def main() -> None:
     if not args.shared_only:
         main_table(cycles, args.threads, args.batches, args.rounds, args.layers)
     if args.shared_core or args.shared_only:
-        shared_core_table(cycles, args.batches, args.calls, args.layers)
+        shared = {name: cycles[name] for name in args.shared_formats if name in cycles}
+        shared_core_table(shared, args.batches, args.calls, args.layers)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ compiler), the PyTorch reference runs instead, after one warning.
 
 ``GROUPQUANT_BACKEND`` chooses: unset or ``auto`` (the default: native when it builds, else the
 reference with one warning), ``native`` (an error if the build fails) or ``reference`` (never
-build, always the PyTorch reference). ``GROUPQUANT_CPU_PATH`` (:mod:`.packed_gemm_cpu_path`)
+build, always the PyTorch reference). ``GROUPQUANT_CPU_PATH`` (:mod:`.native_cpu_path`)
 forces the packed-GEMM kernels' instruction-set path, read once here, at load.
 
 Build flags: the instruction set torch dispatches to (so the group ops fit this CPU); the
@@ -30,6 +30,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 
 from .compile_constant import compile_constant
+from .native_cpu_path import apply_requested, requested_cpu_path
 
 __all__ = ["BackendSettingError", "backend", "native_available", "serves", "load", "extension_name", "needs_build",
            "build_message", "build_flags",
@@ -190,7 +191,6 @@ def load() -> bool:
     requested = _requested()
     if requested == "reference":
         return False
-    from .packed_gemm_cpu_path import apply_requested, requested_cpu_path
     cpu_path = requested_cpu_path()  # a bad value is an error before any build
     with _lock:
         if not _state["tried"]:

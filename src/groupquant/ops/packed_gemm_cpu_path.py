@@ -7,7 +7,7 @@ host's CPU has (``csrc/packed_gemm_cpu_path.h``). ``GROUPQUANT_CPU_PATH`` forces
 - ``avx512``, ``avx2``, ``scalar``: that path; an error when the native kernels load if the host
   (or the build: not x86) has no such path.
 
-The variable is read once, when the native kernels are first loaded; a value that is not a path is
+The variable is read once, when the native kernels are first loaded (:mod:`.native_cpu_path`); a value that is not a path is
 a :class:`CpuPathSettingError` naming the variable and the values. :func:`cpu_path` switches
 the path for a ``with`` block (tests run every path the host has this way). Every path decodes
 the weight bit for bit as the reference decode; linear outputs differ between paths only in the
@@ -15,35 +15,19 @@ float32 summation order (see docs/packed-inference.md, "Kernels and when packing
 """
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from typing import Iterator, Tuple
 
 import torch
 
+from . import native
+from .native_cpu_path import CPU_PATH_ENV, CPU_PATHS, CpuPathSettingError, requested_cpu_path
+
 __all__ = ["CPU_PATH_ENV", "CPU_PATHS", "CpuPathSettingError", "requested_cpu_path", "available_cpu_paths",
            "active_cpu_path", "set_cpu_path", "cpu_path"]
 
-CPU_PATH_ENV = "GROUPQUANT_CPU_PATH"
-#: The values of ``GROUPQUANT_CPU_PATH``; the kernel paths, best first.
-CPU_PATHS = ("auto", "avx512", "avx2", "scalar")
-
-
-class CpuPathSettingError(ValueError):
-    """``GROUPQUANT_CPU_PATH`` holds a value that is not a CPU path."""
-
-
-def requested_cpu_path() -> str:
-    """The path asked for by ``GROUPQUANT_CPU_PATH`` (``auto`` when unset or empty)."""
-    value = os.environ.get(CPU_PATH_ENV, "auto").strip().lower() or "auto"
-    if value not in CPU_PATHS:
-        raise CpuPathSettingError(f"{CPU_PATH_ENV} must be one of {', '.join(CPU_PATHS)}, got {value!r} "
-                                  "(unset it for 'auto')")
-    return value
-
 
 def _loaded() -> bool:
-    from . import native
     return native.native_available(torch.device("cpu"))
 
 
@@ -82,13 +66,3 @@ def cpu_path(path: str) -> Iterator[str]:
     finally:
         torch.ops.groupquant.packed_set_cpu_path(before)
 
-
-def apply_requested(path: str) -> None:
-    """Sets the loaded extension's path from the value of ``GROUPQUANT_CPU_PATH`` (``path``, already
-    checked); ValueError naming the variable if the host lacks it."""
-    if path == "auto":
-        return
-    have = torch.ops.groupquant.packed_cpu_paths().split(",")
-    if path not in have:
-        raise CpuPathSettingError(f"{CPU_PATH_ENV}={path} but this CPU (or build) has only {', '.join(have)}")
-    torch.ops.groupquant.packed_set_cpu_path(path)
