@@ -22,10 +22,11 @@ called once, in turn: no layer's bytes are still in cache when it comes round ag
 
 and prints per-layer milliseconds (median over ``--rounds`` cycles; the four are timed in turn
 inside every round, so all see the same machine load), ``packed / floor``, ``int4 / packed`` (>1:
-packed is faster) and ``fp32 / packed``. ``--shared-core`` adds rows (``--shared-formats``, default MXFP4
-and NVFP4) with a busy-loop process pinned (``taskset``) to the last CPU: 2 threads, median and
-worst of ``--calls`` (40) cycles, over the 1-thread median measured just before without it. The header gives the CPU model, its SIMD flags and the kernel path
-in use (``GROUPQUANT_CPU_PATH``).
+packed is faster) and ``fp32 / packed``. ``--shared-core`` adds rows (``--shared-formats``,
+default MXFP4 and NVFP4) with a busy-loop process pinned (``taskset``) to the last CPU: 2 threads,
+median and worst of ``--calls`` (40) cycles, over the 1-thread median measured just before without
+it. The header gives the CPU model, its SIMD flags and the kernel path in use
+(``GROUPQUANT_CPU_PATH``).
 """
 from __future__ import annotations
 
@@ -197,25 +198,28 @@ def main_table(cycles: Dict[str, Cycle], threads: Sequence[int], batches: Sequen
 
 def shared_core_table(cycles: Dict[str, Cycle], batches: Sequence[int], calls: int, layers: int) -> None:
     """2 threads beside a busy-loop process pinned to the last CPU: median and worst of ``calls``
-    cycles of the packed layers (and int4, fp32), over the 1-thread median without it."""
+    cycles of the packed layers (and int4, fp32), over the 1-thread median without it; and the
+    1-thread median beside the busy loop (what the 2-thread call should at worst come to)."""
     cpu = (os.cpu_count() or 2) - 1
-    print(f"\nShared core: a busy loop pinned to CPU {cpu} (taskset); per-layer ms over {calls} cycles; "
-          "ratio = 2-thread time / 1-thread median (alone)\n")
-    print("| format | kernel | batch | 1 thread median | 2 threads + busy core: median | worst | median / 1t | "
-          "worst / 1t |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print(f"\nShared core: a busy loop pinned to CPU {cpu} (taskset); per-layer ms, 2 threads over {calls} cycles; "
+          "ratios over the 1-thread median alone\n")
+    print("| format | kernel | batch | 1 thread alone | 1 thread + busy core | 2 threads + busy core: median | worst | "
+          "median / 1t | worst / 1t |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, cyc in cycles.items():
         for batch in batches:
             runs = {k: v for k, v in cyc.runners(batch).items() if k != "floor"}
+            few = max(5, calls // 4)
             torch.set_num_threads(1)
-            alone = {k: statistics.median(v) for k, v in cycle_times(runs, max(5, calls // 4), layers).items()}
-            torch.set_num_threads(2)
+            alone = {k: statistics.median(v) for k, v in cycle_times(runs, few, layers).items()}
             with BusyCore(cpu):
+                one_busy = {k: statistics.median(v) for k, v in cycle_times(runs, few, layers).items()}
+                torch.set_num_threads(2)
                 busy = cycle_times(runs, calls, layers)
             for key in runs:
                 med, worst = statistics.median(busy[key]), max(busy[key])
-                print(f"| {name} | {key} | {batch} | {alone[key]:.3f} | {med:.3f} | {worst:.3f} | "
-                      f"{med / alone[key]:.2f}x | {worst / alone[key]:.2f}x |", flush=True)
+                print(f"| {name} | {key} | {batch} | {alone[key]:.3f} | {one_busy[key]:.3f} | {med:.3f} | "
+                      f"{worst:.3f} | {med / alone[key]:.2f}x | {worst / alone[key]:.2f}x |", flush=True)
 
 
 def main() -> None:

@@ -143,7 +143,8 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
         for (int q = 0; q < 8; ++q) w[q] = _mm512_mul_ps(decode(t, raw, 4 * q), s);  // dequantized weights
         for (int m = 0; m < MR; ++m) {
           const float* xm = xr + m * t.kp;
-          for (int q = 0; q < 8; ++q) acc[m][q % A] = _mm512_fmadd_ps(w[q], _mm512_loadu_ps(xm + 16 * q), acc[m][q % A]);
+          for (int q = 0; q < 8; ++q)
+            acc[m][q % A] = _mm512_fmadd_ps(w[q], _mm512_loadu_ps(xm + 16 * q), acc[m][q % A]);
         }
       }
       for (int m = 0; m < MR; ++m) {
@@ -185,7 +186,7 @@ bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch) {
   permute_input(job.x, job.rows, t.kp, scratch);
   t.x = scratch;
   const float post = p.has_global_scale ? p.global_scale : 1.0f;  // NVFP4's second scale, on the row sums
-  claim_chunks(p.out_features, kRowsPerPass, at::get_num_threads(), [&](int64_t n0, int64_t n1) {
+  claim_chunks(p.out_features, kRowsPerPass, kernel_threads(), [&](int64_t n0, int64_t n1) {
     float part[kRowsPerPass * kMaxRows];
     for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
       switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {

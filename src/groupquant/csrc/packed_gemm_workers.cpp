@@ -8,6 +8,8 @@
 // of the job but `state`, which outlives every job.
 #include "packed_gemm_workers.h"
 
+#include <ATen/Parallel.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -51,7 +53,7 @@ class Workers {
     ctx_ = ctx;
     tasks_ = tasks;
     next_.store(0, std::memory_order_relaxed);
-    max_helpers_ = static_cast<uint64_t>(threads - 1);
+    max_helpers_.store(static_cast<uint64_t>(threads - 1), std::memory_order_relaxed);
     const uint64_t gen = (state_.load(std::memory_order_relaxed) >> kGenShift) + 1;
     state_.store((gen << kGenShift) | kOpen, std::memory_order_release);  // count is 0: the last job drained
     {
@@ -96,7 +98,8 @@ class Workers {
   // Joins the job of generation gen if it is still open and has room; true if joined.
   bool join(uint64_t gen) {
     uint64_t s = state_.load(std::memory_order_acquire);
-    while ((s >> kGenShift) == gen && (s & kOpen) != 0 && (s & kCountMask) < max_helpers_) {
+    const uint64_t room = max_helpers_.load(std::memory_order_relaxed);
+    while ((s >> kGenShift) == gen && (s & kOpen) != 0 && (s & kCountMask) < room) {
       if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
     }
     return false;
@@ -131,7 +134,7 @@ class Workers {
   TaskFn task_ = nullptr;
   void* ctx_ = nullptr;
   int64_t tasks_ = 0;
-  uint64_t max_helpers_ = 0;
+  std::atomic<uint64_t> max_helpers_{0};  // read by late helpers of an earlier job too
   unsigned helpers_ = 0;
   std::mutex wake_mutex_;
   std::condition_variable wake_;
@@ -139,6 +142,8 @@ class Workers {
 };
 
 }  // namespace
+
+int kernel_threads() { return at::in_parallel_region() ? 1 : at::get_num_threads(); }
 
 void run_claimed_tasks(int64_t tasks, int threads, TaskFn task, void* ctx) {
   if (tasks <= 0) return;

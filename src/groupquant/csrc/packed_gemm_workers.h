@@ -30,8 +30,12 @@ using TaskFn = void (*)(void* ctx, int64_t t);
 // keeps subnormals while it runs tasks (KeepDenormals).
 void run_claimed_tasks(int64_t tasks, int threads, TaskFn task, void* ctx);
 
+// The threads a kernel call may use: at::get_num_threads(), or 1 when called inside a parallel
+// region (no nested teams).
+int kernel_threads();
+
 // f(i0, i1) over [0, n) in chunks of `chunk` (the last may be shorter), claimed dynamically by
-// at::get_num_threads() threads (run_claimed_tasks).
+// `threads` threads (run_claimed_tasks).
 template <class F>
 void claim_chunks(int64_t n, int64_t chunk, int threads, const F& f) {
   struct Ctx {

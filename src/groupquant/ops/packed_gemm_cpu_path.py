@@ -7,8 +7,8 @@ host's CPU has (``csrc/packed_gemm_cpu_path.h``). ``GROUPQUANT_CPU_PATH`` forces
 - ``avx512``, ``avx2``, ``scalar``: that path; an error when the native kernels load if the host
   (or the build: not x86) has no such path.
 
-The variable is read once, when the native kernels are first loaded (:mod:`.native_cpu_path`); a value that is not a path is
-a :class:`CpuPathSettingError` naming the variable and the values. :func:`cpu_path` switches
+The variable is read once, when the native kernels are first loaded (:mod:`.native_cpu_path`); a
+value that is not a path is a :class:`CpuPathSettingError` naming the variable and the values. :func:`cpu_path` switches
 the path for a ``with`` block (tests run every path the host has this way). Every path decodes
 the weight bit for bit as the reference decode; linear outputs differ between paths only in the
 float32 summation order (see docs/packed-inference.md, "Kernels and when packing is faster").
