@@ -14,7 +14,8 @@ builds ``--layers`` different ``--size`` x ``--size`` layers and times one *cycl
 called once, in turn: no layer's bytes are still in cache when it comes round again) of
 
 - ``floor``: one pass over each layer's packed bytes (codes and scale bytes) summed as integers by
-  ``torch.sum`` -- the memory floor the kernel can at best reach;
+  ``torch.sum`` -- the memory floor the kernel can at best reach (with several threads, the faster
+  of that and the same on one thread, since OpenMP's sum may wait on a thread kept off its core);
 - ``packed``: the layer's ``PackedLinear`` (what ``groupquant.pack_model`` makes), float32 input;
 - ``int4``: ``torch.ops.aten._weight_int4pack_mm_for_cpu`` (int4 in groups of 32 with bfloat16
   scales and zero points, bfloat16 input), PyTorch's own weight-only kernel, on the same cycle;
@@ -190,7 +191,13 @@ def main_table(cycles: Dict[str, Cycle], threads: Sequence[int], batches: Sequen
         for t in threads:
             torch.set_num_threads(t)
             for batch in batches:
-                med = {k: statistics.median(v) for k, v in cycle_times(cyc.runners(batch), rounds, layers).items()}
+                runs = cyc.runners(batch)
+                med = {k: statistics.median(v) for k, v in cycle_times(runs, rounds, layers).items()}
+                if t > 1:  # a floor from fewer threads counts too (torch.sum's threads may wait on a busy core)
+                    torch.set_num_threads(1)
+                    med["floor"] = min(med["floor"], statistics.median(cycle_times({"floor": runs["floor"]}, rounds,
+                                                                                   layers)["floor"]))
+                    torch.set_num_threads(t)
                 print(f"| {name} | {t} | {batch} | {med['floor']:.3f} | {med['packed']:.3f} | "
                       f"{med['packed'] / med['floor']:.2f}x | {med['int4']:.3f} | {med['int4'] / med['packed']:.2f}x | "
                       f"{med['fp32']:.3f} | {med['fp32'] / med['packed']:.2f}x |", flush=True)
