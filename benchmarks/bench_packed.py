@@ -1,57 +1,86 @@
-"""Inference from packed weights: PackedLinear (groupquant.pack_model) vs float32 nn.Linear vs
-PyTorch's int4 weight-only CPU kernel, on a 4096 x 4096 layer, 2 threads, in one run.
+"""Packed inference the way a model's decode meets it: several different layers whose packed bytes
+exceed the last-level cache, called in turn, against the streaming floor of the same bytes.
 
 Run by hand (from the repository root):
 
-    PYTHONPATH=src python benchmarks/bench_packed.py                 # the README table
-    PYTHONPATH=src python benchmarks/bench_packed.py --size 1024 --rounds 3
+    PYTHONPATH=src python benchmarks/bench_packed.py                       # the docs table (4096, 16 layers)
+    PYTHONPATH=src python benchmarks/bench_packed.py --formats MXFP4 --threads 1 --batches 1 --rounds 3
+    PYTHONPATH=src python benchmarks/bench_packed.py --shared-core          # + the shared-core rows (taskset)
+    GROUPQUANT_CPU_PATH=avx2 PYTHONPATH=src python benchmarks/bench_packed.py   # force one kernel path
 
-For every format (MXFP4, MXFP6 E2M3, MXFP8 E4M3 / E5M2, MXINT8, NVFP4; weight-only: no input quantizer)
-and batch 1, 8, 64 it prints the best time (ms) over --rounds rounds of --reps calls of
+For every format (MXFP4, NVFP4, MXFP8 E4M3, MXINT8 by default; weight-only: no input quantizer),
+every thread count (``--threads``, default 1 and 2) and batch (``--batches``, default 1 and 8), it
+builds ``--layers`` different ``--size`` x ``--size`` layers and times one *cycle* (each layer
+called once, in turn: no layer's bytes are still in cache when it comes round again) of
 
-- ``packed``: the PackedLinear of a QuantLinear with that weight quantizer (float32 input);
-- ``fp32``: ``nn.Linear`` (float32, same shape, bias);
-- ``int4``: ``torch.ops.aten._weight_int4pack_mm_for_cpu`` (int4 weights in groups of 32 with
-  bfloat16 scales and zero points, bfloat16 activations), PyTorch's own weight-only kernel;
+- ``floor``: one pass over each layer's packed bytes (codes and scale bytes) summed as integers by
+  ``torch.sum`` -- the memory floor the kernel can at best reach (with several threads, the faster
+  of that and the same on one thread, since OpenMP's sum may wait on a thread kept off its core);
+- ``packed``: the layer's ``PackedLinear`` (what ``groupquant.pack_model`` makes), float32 input;
+- ``int4``: ``torch.ops.aten._weight_int4pack_mm_for_cpu`` (int4 in groups of 32 with bfloat16
+  scales and zero points, bfloat16 input), PyTorch's own weight-only kernel, on the same cycle;
+- ``fp32``: ``nn.Linear`` float32 layers of the same shape (the float model), same cycle;
 
-and the ratios ``fp32 / packed`` (speed-up over float32) and ``int4 / packed``. The three are
-timed in turn inside every round (the machine may be shared: all see the same load), and the best
-round counts. Also: the packed layer's state bytes over float32's, and the largest output error
-relative to ``F.linear(x, dequantized W, b)`` (float64 reference).
+and prints per-layer milliseconds (median over ``--rounds`` cycles; the four are timed in turn
+inside every round, so all see the same machine load), ``packed / floor``, ``int4 / packed`` (>1:
+packed is faster) and ``fp32 / packed``. ``--shared-core`` adds rows (``--shared-formats``,
+default MXFP4 and NVFP4) with a busy-loop process pinned (``taskset``) to the last CPU: 2 threads,
+median and worst of ``--calls`` (40) cycles, over the 1-thread median measured just before without
+it. The header gives the CPU model, its SIMD flags and the kernel path in use
+(``GROUPQUANT_CPU_PATH``).
 """
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
+import subprocess
+import sys
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import groupquant as gq
 from groupquant.nn import QuantLinear
-from groupquant.quantizers import (NVFP4Weight, MXFloat4e2m1Weight, MXFloat6e2m3Weight, MXFloat8e4m3Weight, MXFloat8e5m2Weight,
-                                   MXInt8Weight)
+from groupquant.quantizers import (NVFP4Weight, MXFloat4e2m1Weight, MXFloat6e2m3Weight, MXFloat8e4m3Weight,
+                                   MXFloat8e5m2Weight, MXInt8Weight)
 
-FORMATS = {"MXFP4": MXFloat4e2m1Weight, "MXFP6 e2m3": MXFloat6e2m3Weight, "MXFP8 e4m3": MXFloat8e4m3Weight,
-           "MXFP8 e5m2": MXFloat8e5m2Weight, "MXINT8": MXInt8Weight, "NVFP4": NVFP4Weight}
-BATCHES = (1, 8, 64)
+FORMATS = {"MXFP4": MXFloat4e2m1Weight, "NVFP4": NVFP4Weight, "MXFP8 e4m3": MXFloat8e4m3Weight,
+           "MXINT8": MXInt8Weight, "MXFP8 e5m2": MXFloat8e5m2Weight, "MXFP6 e2m3": MXFloat6e2m3Weight}
+DEFAULT_FORMATS = ["MXFP4", "NVFP4", "MXFP8 e4m3", "MXINT8"]
 INT4_GROUP = 32
+SIMD_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_vnni",
+              "avx512vbmi", "avx512_vbmi2", "avx_vnni", "amx_tile", "neon", "asimd", "sve")
 
 
-def best_ms(fn: Callable[[], object], reps: int) -> float:
-    """Best wall time of fn() over reps calls, in milliseconds."""
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
+def host_line() -> str:
+    """CPU model, its SIMD flags (from /proc/cpuinfo), core count and the kernel path in use."""
+    model, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model == "unknown CPU":
+                    model = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    simd = " ".join(f for f in SIMD_FLAGS if f in flags) or "none listed"
+    try:
+        from groupquant.ops import packed_gemm_cpu_path
+        path = (f"{packed_gemm_cpu_path.active_cpu_path()} (available: "
+                f"{', '.join(packed_gemm_cpu_path.available_cpu_paths())})")
+    except ImportError:  # a checkout before runtime dispatch
+        path = "n/a"
+    return (f"CPU: {model}, {os.cpu_count()} logical CPUs; SIMD flags: {simd}; torch {torch.__version__} "
+            f"(capability {torch.backends.cpu.get_cpu_capability()}); groupquant CPU path: {path}")
 
 
-def int4_runner(weight: torch.Tensor, x: torch.Tensor) -> Callable[[], torch.Tensor]:
-    """PyTorch's int4 weight-only CPU GEMM on a 4-bit asymmetric quantization of ``weight``."""
+def int4_weight(weight: torch.Tensor):
+    """PyTorch's int4 packing of an asymmetric 4-bit quantization of ``weight`` (groups of 32)."""
     n, k = weight.shape
     w = weight.view(n, k // INT4_GROUP, INT4_GROUP)
     lo, hi = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
@@ -59,59 +88,173 @@ def int4_runner(weight: torch.Tensor, x: torch.Tensor) -> Callable[[], torch.Ten
     q = ((w - lo) / scale).round().clamp(0, 15).to(torch.int32).view(n, k)
     zero = lo + 8 * scale  # the kernel computes (q - 8) * scale + zero
     scales_zeros = torch.stack([scale.view(n, -1).t(), zero.view(n, -1).t()], dim=-1).to(torch.bfloat16).contiguous()
-    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
-    xb = x.to(torch.bfloat16)
-    return lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(xb, packed, INT4_GROUP, scales_zeros)
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1), scales_zeros
 
 
-def state_bytes(module: nn.Module) -> int:
-    return sum(t.numel() * t.element_size() for t in module.state_dict().values())
+_TWINS: Dict[tuple, tuple] = {}  # (size, i) -> (float layer, int4 weight): shared by the formats' cycles
 
 
-def run(size: int, rounds: int, reps: int, formats: List[str]) -> None:
-    torch.manual_seed(0)
-    dense = nn.Linear(size, size)
-    rows = []
-    for name in formats:
-        layer = QuantLinear(size, size, weight_quant=FORMATS[name])
-        with torch.no_grad():
-            layer.weight.copy_(dense.weight)
-            layer.bias.copy_(dense.bias)
-        packed = gq.pack_model(layer.eval())
-        w_deq = packed.dequantized_weight().double()
-        for batch in BATCHES:
-            x = torch.randn(batch, size)
+def twins(size: int, i: int):
+    """Layer i's float32 ``nn.Linear`` (seeded by i) and its int4 packing, made once."""
+    if (size, i) not in _TWINS:
+        torch.manual_seed(i)
+        dense = nn.Linear(size, size)
+        _TWINS[(size, i)] = (dense, int4_weight(dense.weight.detach()))
+    return _TWINS[(size, i)]
+
+
+class Cycle:
+    """The layers of one format and their float / int4 twins, each called in turn by a cycle."""
+
+    def __init__(self, fmt_name: str, size: int, layers: int) -> None:
+        self.packed: List[nn.Module] = []
+        self.dense: List[nn.Linear] = []
+        self.int4 = []
+        self.bytes: List[List[torch.Tensor]] = []
+        for i in range(layers):
+            dense, int4 = twins(size, i)
+            layer = QuantLinear(size, size, weight_quant=FORMATS[fmt_name])
             with torch.no_grad():
-                ref = F.linear(x.double(), w_deq, dense.bias.double())
-                err = float((packed(x).double() - ref).abs().max() / ref.abs().max())
-                runs: Dict[str, Callable[[], object]] = {"packed": lambda: packed(x), "fp32": lambda: dense(x),
-                                                         "int4": int4_runner(dense.weight, x)}
-                for fn in runs.values():
-                    fn()  # warm-up
-                best = {k: float("inf") for k in runs}
-                for _ in range(rounds):
-                    for key, fn in runs.items():
-                        best[key] = min(best[key], best_ms(fn, reps))
-            rows.append((name, batch, best, err, state_bytes(packed) / state_bytes(dense)))
-    print(f"{size} x {size} linear, {torch.get_num_threads()} threads, best of {rounds} x {reps} calls "
-          f"(torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()})\n")
-    print("| format | batch | packed ms | fp32 ms | fp32 / packed | int4 ms | int4 / packed | state / fp32 | max rel err |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, batch, best, err, mem in rows:
-        print(f"| {name} | {batch} | {best['packed']:.3f} | {best['fp32']:.3f} | {best['fp32'] / best['packed']:.2f}x | "
-              f"{best['int4']:.3f} | {best['int4'] / best['packed']:.2f}x | {mem:.3f} | {err:.1e} |")
+                layer.weight.copy_(dense.weight)
+                layer.bias.copy_(dense.bias)
+            packed = gq.pack_model(layer.eval())
+            self.packed.append(packed)
+            self.dense.append(dense)
+            self.int4.append(int4)
+            self.bytes.append([t.view(torch.uint8).reshape(-1) for t in (packed.weight_codes, packed.weight_scale)])
+        self.nbytes = sum(t.numel() for b in self.bytes for t in b) // layers
+        # the floor's integer views: 8-byte words where the byte count allows, else bytes
+        self.words = [[t.view(torch.int64) if t.numel() % 8 == 0 else t for t in b] for b in self.bytes]
+
+    def runners(self, batch: int) -> Dict[str, Callable[[], object]]:
+        """The four cycles at ``batch`` input rows (inputs made once)."""
+        size = self.packed[0].in_features
+        x = torch.randn(batch, size)
+        xb = x.to(torch.bfloat16)
+
+        def floor():
+            for words in self.words:
+                for t in words:
+                    t.sum()
+
+        def packed():
+            for layer in self.packed:
+                layer(x)
+
+        def int4():
+            for w, sz in self.int4:
+                torch.ops.aten._weight_int4pack_mm_for_cpu(xb, w, INT4_GROUP, sz)
+
+        def fp32():
+            for layer in self.dense:
+                layer(x)
+
+        return {"floor": floor, "packed": packed, "int4": int4, "fp32": fp32}
+
+
+def cycle_times(runs: Dict[str, Callable[[], object]], rounds: int, layers: int) -> Dict[str, List[float]]:
+    """Per-layer milliseconds of each cycle, ``rounds`` times, the cycles timed in turn in every round."""
+    times: Dict[str, List[float]] = {k: [] for k in runs}
+    for fn in runs.values():
+        fn()  # warm-up
+    for _ in range(rounds):
+        for key, fn in runs.items():
+            t0 = time.perf_counter()
+            fn()
+            times[key].append((time.perf_counter() - t0) * 1e3 / layers)
+    return times
+
+
+class BusyCore:
+    """A busy-loop process pinned to one CPU (``taskset``) for the life of the ``with`` block."""
+
+    def __init__(self, cpu: int) -> None:
+        self.cpu = cpu
+        self.proc = None
+
+    def __enter__(self) -> "BusyCore":
+        self.proc = subprocess.Popen(["taskset", "-c", str(self.cpu), sys.executable, "-c", "while True: pass"])
+        time.sleep(0.3)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def main_table(cycles: Dict[str, Cycle], threads: Sequence[int], batches: Sequence[int], rounds: int,
+               layers: int) -> None:
+    print("| format | threads | batch | floor ms | packed ms | packed / floor | int4 ms | int4 / packed | "
+          "fp32 ms | fp32 / packed |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, cyc in cycles.items():
+        for t in threads:
+            torch.set_num_threads(t)
+            for batch in batches:
+                runs = cyc.runners(batch)
+                med = {k: statistics.median(v) for k, v in cycle_times(runs, rounds, layers).items()}
+                if t > 1:  # a floor from fewer threads counts too (torch.sum's threads may wait on a busy core)
+                    torch.set_num_threads(1)
+                    med["floor"] = min(med["floor"], statistics.median(cycle_times({"floor": runs["floor"]}, rounds,
+                                                                                   layers)["floor"]))
+                    torch.set_num_threads(t)
+                print(f"| {name} | {t} | {batch} | {med['floor']:.3f} | {med['packed']:.3f} | "
+                      f"{med['packed'] / med['floor']:.2f}x | {med['int4']:.3f} | {med['int4'] / med['packed']:.2f}x | "
+                      f"{med['fp32']:.3f} | {med['fp32'] / med['packed']:.2f}x |", flush=True)
+
+
+def shared_core_table(cycles: Dict[str, Cycle], batches: Sequence[int], calls: int, layers: int) -> None:
+    """2 threads beside a busy-loop process pinned to the last CPU: median and worst of ``calls``
+    cycles of the packed layers (and int4, fp32), over the 1-thread median without it; and the
+    1-thread median beside the busy loop (what the 2-thread call should at worst come to)."""
+    cpu = (os.cpu_count() or 2) - 1
+    print(f"\nShared core: a busy loop pinned to CPU {cpu} (taskset); per-layer ms, 2 threads over {calls} cycles; "
+          "ratios over the 1-thread median alone\n")
+    print("| format | kernel | batch | 1 thread alone | 1 thread + busy core | 2 threads + busy core: median | worst | "
+          "median / 1t | worst / 1t |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, cyc in cycles.items():
+        for batch in batches:
+            runs = {k: v for k, v in cyc.runners(batch).items() if k != "floor"}
+            few = max(5, calls // 4)
+            torch.set_num_threads(1)
+            alone = {k: statistics.median(v) for k, v in cycle_times(runs, few, layers).items()}
+            with BusyCore(cpu):
+                one_busy = {k: statistics.median(v) for k, v in cycle_times(runs, few, layers).items()}
+                torch.set_num_threads(2)
+                busy = cycle_times(runs, calls, layers)
+            for key in runs:
+                med, worst = statistics.median(busy[key]), max(busy[key])
+                print(f"| {name} | {key} | {batch} | {alone[key]:.3f} | {one_busy[key]:.3f} | {med:.3f} | "
+                      f"{worst:.3f} | {med / alone[key]:.2f}x | {worst / alone[key]:.2f}x |", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=4096)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--formats", nargs="*", default=list(FORMATS), choices=list(FORMATS))
+    parser.add_argument("--layers", type=int, default=16, help="different layers per cycle (default 16)")
+    parser.add_argument("--rounds", type=int, default=9, help="cycles timed per kernel (median reported)")
+    parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--batches", type=int, nargs="*", default=[1, 8])
+    parser.add_argument("--formats", nargs="*", default=DEFAULT_FORMATS, choices=list(FORMATS))
+    parser.add_argument("--shared-core", action="store_true", help="add the busy-core rows (needs taskset)")
+    parser.add_argument("--shared-only", action="store_true", help="only the busy-core rows")
+    parser.add_argument("--calls", type=int, default=40, help="cycles timed for the busy-core rows")
+    parser.add_argument("--shared-formats", nargs="*", default=["MXFP4", "NVFP4"], choices=list(FORMATS),
+                        help="formats of the busy-core rows (default MXFP4 NVFP4)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    run(args.size, args.rounds, args.reps, args.formats)
+    print(host_line())
+    torch.set_num_threads(max(args.threads))
+    cycles = {name: Cycle(name, args.size, args.layers) for name in args.formats}
+    for name, cyc in cycles.items():
+        print(f"{name}: {args.layers} layers of {args.size} x {args.size}, {cyc.nbytes / 1e6:.1f} MB packed per layer, "
+              f"{cyc.nbytes * args.layers / 1e6:.0f} MB per cycle")
+    print()
+    if not args.shared_only:
+        main_table(cycles, args.threads, args.batches, args.rounds, args.layers)
+    if args.shared_core or args.shared_only:
+        shared = {name: cycles[name] for name in args.shared_formats if name in cycles}
+        shared_core_table(shared, args.batches, args.calls, args.layers)
 
 
 if __name__ == "__main__":

@@ -2,20 +2,24 @@
 // into a small float tile (L1-sized: two weight rows times one K chunk), and the tile is used at
 // once against every input row; the weight is streamed from memory once per call.
 //
-// - Few input rows (M < tile_gemm_min_rows): the register-blocked streaming kernel of
-//   packed_gemm_stream.cpp where it applies (AVX2 + FMA + F16C, blocks of a multiple of 32); else
+// - Few input rows (M < tile_gemm_min_rows): on the AVX-512 path, the kernel of
+//   packed_gemm_stream_avx512.cpp where it applies (4-bit codes); on the AVX2 path (and AVX-512
+//   where that does not apply), the register-blocked streaming kernel of packed_gemm_stream.cpp
+//   where it applies (blocks of a multiple of 32, or pairs of 16); else, and on the scalar path,
 //   the fallback here: per pair of output rows and K chunk, decode two rows into an L1 buffer,
 //   then a micro-kernel (2 weight rows x up to 4 input rows) adds into per-row partial sums.
 // - Many input rows: each thread decodes a tile of weight rows at a time (at most kTileBytes of
 //   float32, never the whole weight) and a float GEMM (at::mm) multiplies the inputs by it.
 //
-// Vector decoders (AVX2; AVX-512 builds also define __AVX2__, so they take these paths): a 4-bit
+// The path (packed_gemm_cpu_path.h) is read once per call. Vector decoders (AVX2 in the build's
+// flags; AVX-512 builds also define __AVX2__; used on the AVX2 and AVX-512 paths): a 4-bit
 // code selects its value from the 16-entry table pre-multiplied by the block scale in two
 // registers; 8-bit codes are widened and converted arithmetically where Python proved it equal to
 // the table (int8, half-precision bit shift), else gathered from the 256-entry table. Other widths
-// (FP6) and builds without AVX2 decode one code at a time from the table.
+// (FP6), builds without AVX2 and the scalar path decode one code at a time from the table.
 //
-// Work is shared with parallel_chunks (packed_gemm_cpu.h): chunks of rows handed out dynamically.
+// Work is shared by claim_chunks (packed_gemm_workers.h; the many-rows path, which calls at::mm,
+// by parallel_chunks): chunks of rows claimed dynamically.
 // Subnormal scales and products are kept: each thread clears flush-to-zero and
 // denormals-are-zero while it runs (the fake-quant dequantization keeps them too).
 #include <ATen/ATen.h>
@@ -34,6 +38,8 @@
 
 #include "packed_gemm.h"
 #include "packed_gemm_cpu.h"
+#include "packed_gemm_cpu_path.h"
+#include "packed_gemm_workers.h"
 
 namespace groupquant {
 namespace packed {
@@ -120,14 +126,16 @@ void decode_block_byte(const PackedGemmParams& p, const float* table, const uint
 
 using BlockDecoder = void (*)(const PackedGemmParams&, const float*, const uint8_t*, int64_t, int64_t, float, float*);
 
-// The decoder for the job's codes (vector paths need whole vectors per block).
-BlockDecoder pick_decoder(const PackedGemmParams& p) {
+// The decoder for the job's codes on `path` (vector decoders need whole vectors per block).
+BlockDecoder pick_decoder(const PackedGemmParams& p, CpuPath path) {
 #if defined(GQP_AVX2)
-  if (p.block_size % 8 == 0) {
+  if (path != CpuPath::kScalar && p.block_size % 8 == 0) {
     if (p.code_bits == 4 && (p.decode_path == kDecodeTable16 || p.decode_path == kDecodeNibbleBf16))
       return decode_block_table16;
     if (p.code_bits == 8) return decode_block_byte;
   }
+#else
+  (void)path;
 #endif
   return decode_block_scalar;
 }
@@ -145,11 +153,13 @@ void decode_span(const PackedGemmJob& job, BlockDecoder decode, int64_t n, int64
 
 // ---- few input rows: decode a chunk of two rows, FMA against every input row --------------------
 
-// part[m * 2 + r] += dot(w_r[0:len], x_m[0:len]) for MR input rows (x rows at x + m * ldx).
-template <int MR>
+// part[m * 2 + r] += dot(w_r[0:len], x_m[0:len]) for MR input rows (x rows at x + m * ldx); Vec:
+// AVX2 vectors (else one product at a time: the scalar path).
+template <int MR, bool Vec>
 void micro_kernel(const float* w0, const float* w1, const float* x, int64_t ldx, int64_t len, float* part) {
   int64_t i = 0;
 #if defined(GQP_AVX2)
+  if constexpr (Vec) {
   __m256 acc0[MR], acc1[MR];
   for (int m = 0; m < MR; ++m) acc0[m] = acc1[m] = _mm256_setzero_ps();
   if (MR <= 2) {  // two accumulators per pair: hide the FMA latency
@@ -191,6 +201,7 @@ void micro_kernel(const float* w0, const float* w1, const float* x, int64_t ldx,
     part[m * 2] += s0;
     part[m * 2 + 1] += s1;
   }
+  }
 #endif
   for (; i < len; ++i) {
     for (int m = 0; m < MR; ++m) {
@@ -201,27 +212,29 @@ void micro_kernel(const float* w0, const float* w1, const float* x, int64_t ldx,
 }
 
 // part[m * 2 + r] += dot(w_r, x_m) for all job.rows input rows, MR at a time.
+template <bool Vec>
 void chunk_all_rows(const PackedGemmJob& job, const float* w0, const float* w1, int64_t k0, int64_t len, float* part) {
   const int64_t ldx = job.p.num_blocks * job.p.block_size;
   int64_t m = 0;
   for (; m + kMaxTileRows <= job.rows; m += kMaxTileRows)
-    micro_kernel<kMaxTileRows>(w0, w1, job.x + m * ldx + k0, ldx, len, part + m * 2);
+    micro_kernel<kMaxTileRows, Vec>(w0, w1, job.x + m * ldx + k0, ldx, len, part + m * 2);
   const float* x = job.x + m * ldx + k0;
   switch (job.rows - m) {
-    case 3: micro_kernel<3>(w0, w1, x, ldx, len, part + m * 2); break;
-    case 2: micro_kernel<2>(w0, w1, x, ldx, len, part + m * 2); break;
-    case 1: micro_kernel<1>(w0, w1, x, ldx, len, part + m * 2); break;
+    case 3: micro_kernel<3, Vec>(w0, w1, x, ldx, len, part + m * 2); break;
+    case 2: micro_kernel<2, Vec>(w0, w1, x, ldx, len, part + m * 2); break;
+    case 1: micro_kernel<1, Vec>(w0, w1, x, ldx, len, part + m * 2); break;
     default: break;
   }
 }
 
-void run_few_rows(const PackedGemmJob& job) {
+void run_few_rows(const PackedGemmJob& job, CpuPath path) {
   const PackedGemmParams& p = job.p;
   const int64_t kp = p.num_blocks * p.block_size;
   const int64_t chunk = std::max<int64_t>(p.block_size, (kChunk / p.block_size) * p.block_size);
-  const BlockDecoder decode = pick_decoder(p);
+  const BlockDecoder decode = pick_decoder(p, path);
+  const bool vec = path != CpuPath::kScalar;
   const int64_t pairs = (p.out_features + 1) / 2;
-  parallel_chunks(pairs, 32, [&](int64_t q0, int64_t q1) {
+  claim_chunks(pairs, 32, kernel_threads(), [&](int64_t q0, int64_t q1) {
     std::vector<float> wbuf(2 * chunk);
     std::vector<float> part(job.rows * 2);
     for (int64_t q = q0; q < q1; ++q) {
@@ -232,7 +245,11 @@ void run_few_rows(const PackedGemmJob& job) {
         const int64_t k1 = std::min(kp, k0 + chunk);
         decode_span(job, decode, n0, k0, k1, wbuf.data());
         decode_span(job, decode, n1, k0, k1, wbuf.data() + chunk);
-        chunk_all_rows(job, wbuf.data(), wbuf.data() + chunk, k0, k1 - k0, part.data());
+        if (vec) {
+          chunk_all_rows<true>(job, wbuf.data(), wbuf.data() + chunk, k0, k1 - k0, part.data());
+        } else {
+          chunk_all_rows<false>(job, wbuf.data(), wbuf.data() + chunk, k0, k1 - k0, part.data());
+        }
       }
       for (int64_t m = 0; m < job.rows; ++m) {
         for (int64_t r = 0; r < 2 && n0 + r < p.out_features; ++r) {
@@ -246,11 +263,11 @@ void run_few_rows(const PackedGemmJob& job) {
 
 // ---- many input rows: decode a tile of weight rows, float GEMM against it ----------------------
 
-void run_many_rows(const PackedGemmJob& job, const at::Tensor& x, const at::Tensor& out) {
+void run_many_rows(const PackedGemmJob& job, const at::Tensor& x, const at::Tensor& out, CpuPath path) {
   const PackedGemmParams& p = job.p;
   const int64_t kp = p.num_blocks * p.block_size;
   const int64_t tile = std::max<int64_t>(8, std::min<int64_t>(p.out_features, kTileBytes / (4 * kp)));
-  const BlockDecoder decode = pick_decoder(p);
+  const BlockDecoder decode = pick_decoder(p, path);
   // One parallel region: each thread decodes a tile of weight rows into its own buffer and runs a
   // (sequential, being inside the region) float GEMM on it; no alternation between this region and
   // a multithreaded GEMM, which stalls badly when the cores are shared with other processes.
@@ -269,28 +286,35 @@ void run_many_rows(const PackedGemmJob& job, const at::Tensor& x, const at::Tens
 
 void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const at::Tensor& out) {
   if (job.rows == 0 || job.p.out_features == 0) return;
-  if (job.rows < job.p.tile_gemm_min_rows) {
+  const CpuPath path = active_cpu_path();
+  if (job.rows >= job.p.tile_gemm_min_rows) {
+    run_many_rows(job, x, out, path);
+    return;
+  }
+  if (path == CpuPath::kAvx512 && stream512_applies(job.p)) {
+    const at::Tensor scratch = at::empty_like(x);
+    if (run_packed_stream_avx512(job, scratch.data_ptr<float>())) return;
+  }
+  if (path != CpuPath::kScalar) {
     if (nibble_order_input(job.p)) {
       const int64_t kp = job.p.num_blocks * job.p.block_size;
       const at::Tensor order = at::tensor(std::vector<int64_t>{0, 2, 4, 6, 1, 3, 5, 7});
       const at::Tensor xs = x.view({job.rows, kp / 8, 8}).index_select(2, order).contiguous();
       PackedGemmJob permuted = job;
       permuted.x = xs.data_ptr<float>();
-      if (run_packed_stream_cpu(permuted)) return;
-    } else if (run_packed_stream_cpu(job)) {
+      if (run_packed_stream_avx2(permuted)) return;
+    } else if (run_packed_stream_avx2(job)) {
       return;
     }
-    run_few_rows(job);
-  } else {
-    run_many_rows(job, x, out);
   }
+  run_few_rows(job, path);
 }
 
 void run_packed_decode_cpu(const PackedGemmJob& job, float* dst) {
   const PackedGemmParams& p = job.p;
   const int64_t kp = p.num_blocks * p.block_size;
-  const BlockDecoder decode = pick_decoder(p);
-  parallel_chunks(p.out_features, 16, [&](int64_t r0, int64_t r1) {
+  const BlockDecoder decode = pick_decoder(p, active_cpu_path());
+  claim_chunks(p.out_features, 16, kernel_threads(), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) decode_span(job, decode, r, 0, kp, dst + r * kp);
   });
 }

@@ -9,13 +9,16 @@
 
 #include "cpu_utils.h"  // KeepDenormals, shared with the group ops
 #include "packed_gemm.h"
+#include "packed_gemm_workers.h"
 
 namespace groupquant {
 namespace packed {
 
 // f(i0, i1) over [0, n) in chunks of `chunk`, handed out one at a time to torch's threads (dynamic
-// scheduling: a thread whose core is shared with another process takes fewer chunks instead of
-// holding the others up); subnormals kept in every thread.
+// scheduling), inside one at::parallel_for region; subnormals kept in every thread. Only for work
+// that calls ATen ops (the many-rows path's at::mm runs sequentially inside the region); the
+// kernels that do not take claim_chunks (packed_gemm_workers.h), which never waits for a thread
+// that has not started.
 template <class F>
 void parallel_chunks(int64_t n, int64_t chunk, const F& f) {
   const int64_t tasks = (n + chunk - 1) / chunk;
@@ -27,9 +30,18 @@ void parallel_chunks(int64_t n, int64_t chunk, const F& f) {
   });
 }
 
-// The register-blocked kernel for few input rows (packed_gemm_stream.cpp); false where it does not
-// apply (no AVX2/FMA/F16C build, or a block size that is not a multiple of 32).
-bool run_packed_stream_cpu(const PackedGemmJob& job);
+// The register-blocked kernel for few input rows, AVX2 path (packed_gemm_stream.cpp); false where it
+// does not apply (not an x86 build, or a block size that is not a multiple of 32 or pairs of 16).
+// Call only where the host has AVX2 (packed_gemm_cpu_path.h).
+bool run_packed_stream_avx2(const PackedGemmJob& job);
+
+// Whether the AVX-512 streaming kernel (packed_gemm_stream_avx512.cpp) takes this weight: 4-bit
+// codes, padded K a multiple of 128, block size 8, 16, 32, 64 or a multiple of 128.
+bool stream512_applies(const PackedGemmParams& p);
+
+// That kernel; scratch: job.rows * padded K floats (the input rows in its order). False where it
+// does not apply or the build is not x86. Call only where the host has AVX-512 F/BW/VL/DQ.
+bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch);
 
 // Whether that kernel wants its input rows permuted to the nibble decode order (within every 8
 // columns: 0, 2, 4, 6, 1, 3, 5, 7).

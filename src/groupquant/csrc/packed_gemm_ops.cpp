@@ -5,6 +5,9 @@
 //   groupquant::packed_decode(data, scale, value_table, scale_table, params) -> Tensor
 //       the decoded weight [N, K], float32 (what the kernels multiply by; for tests and checks)
 //   groupquant::packed_gemm_param_fields() -> str   (field names of params, comma-separated)
+//   groupquant::packed_cpu_paths() -> str            (the CPU paths this host has, best first)
+//   groupquant::packed_cpu_path() -> str             (the path the CPU kernels take now)
+//   groupquant::packed_set_cpu_path(str path) -> str (sets it; an error if the host lacks it)
 //
 // `params` is the packed record of ops/packed_gemm_params.py (field list in packed_gemm.h).
 #include <torch/library.h>
@@ -12,6 +15,7 @@
 #include <string>
 
 #include "packed_gemm_cpu.h"
+#include "packed_gemm_cpu_path.h"
 #include "packed_gemm_ops.h"
 
 namespace groupquant {
@@ -142,6 +146,31 @@ at::Tensor packed_decode_cpu(const at::Tensor& data, const at::Tensor& scale, co
   return packed_decode_impl(data, scale, value_table, scale_table, params, run_decode_on_cpu);
 }
 
+constexpr CpuPath kPathsBestFirst[] = {CpuPath::kAvx512, CpuPath::kAvx2, CpuPath::kScalar};
+
+std::string packed_cpu_paths() {
+  std::string names;
+  for (CpuPath p : kPathsBestFirst) {
+    if (!cpu_path_available(p)) continue;
+    if (!names.empty()) names += ",";
+    names += cpu_path_name(p);
+  }
+  return names;
+}
+
+std::string packed_cpu_path() { return cpu_path_name(active_cpu_path()); }
+
+std::string packed_set_cpu_path(const std::string& name) {
+  for (CpuPath p : kPathsBestFirst) {
+    if (name != cpu_path_name(p)) continue;
+    TORCH_CHECK_VALUE(set_cpu_path(p), "groupquant: this CPU (or build) has no ", name, " path; it has ",
+                      packed_cpu_paths());
+    return name;
+  }
+  TORCH_CHECK_VALUE(false, "groupquant: CPU path must be one of avx512, avx2, scalar, got '", name, "'");
+  return name;
+}
+
 std::string packed_gemm_param_fields() {
   std::string names(kPackedFieldNames);
   if (!names.empty() && names.back() == ',') names.pop_back();
@@ -157,6 +186,9 @@ TORCH_LIBRARY_FRAGMENT(groupquant, m) {
         "int[] params) -> Tensor");
   m.def("packed_decode(Tensor data, Tensor scale, Tensor value_table, Tensor scale_table, int[] params) -> Tensor");
   m.def("packed_gemm_param_fields() -> str", &groupquant::packed::packed_gemm_param_fields);
+  m.def("packed_cpu_paths() -> str", &groupquant::packed::packed_cpu_paths);
+  m.def("packed_cpu_path() -> str", &groupquant::packed::packed_cpu_path);
+  m.def("packed_set_cpu_path(str path) -> str", &groupquant::packed::packed_set_cpu_path);
 }
 
 TORCH_LIBRARY_IMPL(groupquant, CPU, m) {

@@ -1,8 +1,10 @@
-// The register-blocked streaming kernel of the packed GEMM for few input rows (AVX2 + FMA + F16C):
+// The register-blocked streaming kernel of the packed GEMM for few input rows, AVX2 path (AVX2 + FMA
+// + F16C, compiled with those target options on every x86 build, taken where the host has them:
+// packed_gemm_cpu_path.h):
 // each weight row is decoded 32 codes at a time straight into four vector registers, multiplied
 // by the block's scale (the dequantized weights, bit for bit) and FMA'd into every input row of
-// the tile; K runs in chunks whose input rows stay in L1, and threads take chunks of 64 weight
-// rows dynamically. Blocks whose size is a multiple of 32; other cases use the decode-to-buffer
+// the tile; K runs in chunks whose input rows stay in L1, and threads claim tasks of 64 weight
+// rows (packed_gemm_workers.h). Blocks whose size is a multiple of 32; other cases use the decode-to-buffer
 // kernel (packed_gemm_cpu.cpp).
 //
 // Decoders of 32 codes (element values without the scale, as float32):
@@ -23,14 +25,19 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "packed_gemm.h"
 #include "packed_gemm_cpu.h"
+#include "packed_gemm_cpu_path.h"
+#include "packed_gemm_workers.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(GQ_X86_DISPATCH)
 #include <immintrin.h>
 #define GQP_STREAM 1
+// Everything below may use AVX2, FMA and F16C, whatever the build's flags (an AVX-512 build's flags
+// stay allowed too: GCC cannot remove a feature the intrinsics headers were compiled with). All
+// headers come before: their inline functions and templates keep the build's own options.
+#pragma GCC target("avx2,fma,f16c")
 #endif
 
 namespace groupquant {
@@ -333,17 +340,17 @@ void rows_tile_pairs(const PackedGemmJob& job, const Dec& dec, const float* x, i
 // Pairs: blocks of 16 (rows_tile_pairs), else blocks of a multiple of 32 (rows_tile).
 template <int MR, bool Pairs, class Dec>
 void rows_all_chunks(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t m0, int64_t n0, int64_t n1,
-                     float post, std::vector<float>& part) {
+                     float post, float* part) {
   const PackedGemmParams& p = job.p;
   const int64_t ldx = p.num_blocks * p.block_size;
   const int64_t fit = std::max<int64_t>(1, kL1Floats / MR / p.block_size);  // blocks per chunk
   const int64_t chunk = Pairs ? std::max<int64_t>(2, fit & ~int64_t{1}) : fit;  // pairs: whole runs
-  part.assign((n1 - n0) * MR, 0.0f);
+  std::fill(part, part + (n1 - n0) * MR, 0.0f);
   for (int64_t b0 = 0; b0 < p.num_blocks; b0 += chunk) {
     if constexpr (Pairs) {
-      rows_tile_pairs<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part.data());
+      rows_tile_pairs<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part);
     } else {
-      rows_tile<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part.data());
+      rows_tile<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part);
     }
   }
   for (int64_t n = n0; n < n1; ++n) {
@@ -355,8 +362,8 @@ void rows_all_chunks(const PackedGemmJob& job, const Dec& dec, const float* x, i
 template <bool Pairs, class Dec>
 void run_with(const PackedGemmJob& job, const Dec& dec, const float* x, float post) {
   const PackedGemmParams& p = job.p;
-  parallel_chunks(p.out_features, kRowsPerPass, [&](int64_t n0, int64_t n1) {
-    std::vector<float> part;
+  claim_chunks(p.out_features, kRowsPerPass, kernel_threads(), [&](int64_t n0, int64_t n1) {
+    float part[kRowsPerPass * kMaxRows];
     {
      for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
       switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {
@@ -392,7 +399,7 @@ void run_blocks(const PackedGemmJob& job, const Dec& dec, float post) {
   else run_with<false>(job, dec, job.x, post);
 }
 
-bool run_packed_stream_cpu(const PackedGemmJob& job) {
+bool run_packed_stream_avx2(const PackedGemmJob& job) {
   const PackedGemmParams& p = job.p;
   if (!stream_blocks(p)) return false;
   // the global scale (NVFP4's second scale) multiplies the row's sum
@@ -414,7 +421,7 @@ bool run_packed_stream_cpu(const PackedGemmJob& job) {
 #else
 
 bool nibble_order_input(const PackedGemmParams&) { return false; }
-bool run_packed_stream_cpu(const PackedGemmJob&) { return false; }
+bool run_packed_stream_avx2(const PackedGemmJob&) { return false; }
 
 #endif
 

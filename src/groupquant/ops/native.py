@@ -9,7 +9,12 @@ compiler), the PyTorch reference runs instead, after one warning.
 
 ``GROUPQUANT_BACKEND`` chooses: unset or ``auto`` (the default: native when it builds, else the
 reference with one warning), ``native`` (an error if the build fails) or ``reference`` (never
-build, always the PyTorch reference).
+build, always the PyTorch reference). ``GROUPQUANT_CPU_PATH`` (:mod:`.native_cpu_path`)
+forces the packed-GEMM kernels' instruction-set path, read once here, at load.
+
+Build flags: the instruction set torch dispatches to (so the group ops fit this CPU); the
+packed-GEMM kernels' AVX2 and AVX-512 paths carry their own target options in their own
+translation units and are chosen at run time, so they do not depend on these flags.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 
 from .compile_constant import compile_constant
+from .native_cpu_path import apply_requested, requested_cpu_path
 
 __all__ = ["BackendSettingError", "backend", "native_available", "serves", "load", "extension_name", "needs_build",
            "build_message", "build_flags",
@@ -37,7 +43,8 @@ BACKENDS = ("auto", "native", "reference")
 #: The kernel sources.
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 _CPU_SOURCES = ("ops.cpp", "group_quant_cpu.cpp", "autograd.cpp", "packed_gemm_ops.cpp", "packed_gemm_cpu.cpp",
-                "packed_gemm_stream.cpp")
+                "packed_gemm_stream.cpp", "packed_gemm_stream_avx512.cpp", "packed_gemm_cpu_path.cpp",
+                "packed_gemm_workers.cpp")
 _CUDA_SOURCES = ("group_quant_cuda.cu", "group_quant_cuda_ops.cpp", "packed_gemm_cuda.cu", "packed_gemm_cuda_ops.cpp")
 
 _lock = threading.Lock()
@@ -184,6 +191,7 @@ def load() -> bool:
     requested = _requested()
     if requested == "reference":
         return False
+    cpu_path = requested_cpu_path()  # a bad value is an error before any build
     with _lock:
         if not _state["tried"]:
             _state["tried"] = True
@@ -192,6 +200,7 @@ def load() -> bool:
                 from . import native_ops  # registers fake kernels and autograd on the loaded ops
                 native_ops.register()
                 _state["ok"] = True
+                _state["cpu_path"] = cpu_path
             except Exception as exc:  # a missing compiler surfaces as many different errors
                 _state["error"] = exc
                 if requested == "auto":
@@ -200,6 +209,8 @@ def load() -> bool:
                         f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}); using the "
                         f"PyTorch reference (slower, same results). Set {BACKEND_ENV}=reference to silence "
                         "this.", RuntimeWarning, stacklevel=3)
+        if _state.pop("cpu_path", None) is not None:
+            apply_requested(cpu_path)  # once, after the first load
     if not _state["ok"] and requested == "native":
         raise RuntimeError(f"{BACKEND_ENV}=native but the native kernels failed to build: {_state['error']}")
     return bool(_state["ok"])

@@ -1,0 +1,214 @@
+// The streaming kernel of the packed GEMM for few input rows, AVX-512 path (F, BW, VL, DQ; compiled
+// with those target options on every x86 build, taken where the host has them:
+// packed_gemm_cpu_path.h), for 4-bit codes (MXFP4, NVFP4, INT4: any 16-entry table).
+//
+// Decode: a run of 128 codes is 64 bytes, one 512-bit load: 16 dwords of 8 codes each. A
+// permute of the 16-entry float32 table by the dwords (vpermps reads the low 4 bits of each
+// index) gives code 8j of every dword j; shifting the dwords by 4, 8, ..., 28 gives codes 8j + 1,
+// ..., 8j + 7. So one load, seven shifts and eight permutes decode 128 codes into 8 vectors with
+// no widening; the input rows are permuted once per call to match (within every run of 128:
+// position 16 t + j holds element 8 j + t). Lane j covers elements 8j .. 8j + 7, so blocks of 8,
+// 16, 32, 64 or multiples of 128 give each lane one block's scale: a per-lane scale vector per run.
+//
+// Values and sums, per output element (row n, input row m):
+// - one input row: each run's 128 products value * x are summed in float32 lane-wise (8 terms a
+//   lane), the lane sums multiplied by their block scales and added into the row's accumulators;
+// - 2 to 8 input rows: each run's values are multiplied by their block scales (value * scale in
+//   float32: the dequantized weight, bit for bit) and the products with x added lane-wise;
+// then the accumulators' lanes are added, times NVFP4's global scale. So the decoded weights are
+// the reference decode's; the float32 summation order differs from the AVX2 path's (which sums
+// runs of 32 in its own order), as any two float32 GEMMs do: tests hold every path to the same
+// float64 reference within float32 GEMM error.
+//
+// Applies where K (padded) is a multiple of 128 and the block size is 8, 16, 32, 64 or a
+// multiple of 128 (stream512_applies); the caller takes the AVX2 path otherwise.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "packed_gemm.h"
+#include "packed_gemm_cpu.h"
+#include "packed_gemm_cpu_path.h"
+#include "packed_gemm_workers.h"
+
+#if defined(GQ_X86_DISPATCH)
+#include <immintrin.h>
+// All headers come before: their inline functions and templates keep the build's own options.
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#endif
+
+namespace groupquant {
+namespace packed {
+
+bool stream512_applies(const PackedGemmParams& p) {
+  const int64_t kp = p.num_blocks * p.block_size;
+  const int64_t b = p.block_size;
+  return p.code_bits == 4 && kp % 128 == 0 && b >= 8 && (128 % b == 0 || b % 128 == 0);
+}
+
+#if defined(GQ_X86_DISPATCH)
+namespace {
+
+constexpr int kMaxRows = 8;               // input rows per register tile
+constexpr int64_t kL1Floats = 4096;       // input floats per K chunk (16 KiB, in L1)
+constexpr int64_t kRowsPerPass = 64;      // weight rows per task
+constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the scale buffer)
+constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched
+
+// The input rows in run order: within each run of 128, position 16 t + j <- element 8 j + t.
+void permute_input(const float* x, int64_t rows, int64_t kp, float* dst) {
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* src = x + m * kp;
+    float* out = dst + m * kp;
+    for (int64_t r = 0; r < kp; r += 128) {
+      for (int t = 0; t < 8; ++t)
+        for (int j = 0; j < 16; ++j) out[r + 16 * t + j] = src[r + 8 * j + t];
+    }
+  }
+}
+
+// Everything one job's tiles share.
+struct Tile {
+  const PackedGemmJob* job;
+  const float* x;        // permuted input rows
+  __m512 table;          // the 16 element values
+  __m512i lane_block;    // lane j -> its block within the run's first block (j * 8 / block_size)
+  int64_t kp, rb, runs;  // padded K, bytes per weight row, runs of 128 per row
+  int64_t block_size;
+};
+
+// Per-lane block scales of run r of a row, from the row chunk's scale buffer (the floats of blocks
+// b0, b0 + 1, ...).
+inline __m512 run_scales(const Tile& t, const float* sbuf, int64_t r, int64_t b0) {
+  const int64_t first = r * 128 / t.block_size - b0;
+  return _mm512_permutexvar_ps(t.lane_block, _mm512_loadu_ps(sbuf + first));
+}
+
+inline __m512 decode(const Tile& t, __m512i raw, int shift) {
+  return _mm512_permutexvar_ps(shift == 0 ? raw : _mm512_srli_epi32(raw, shift), t.table);
+}
+
+// part[(n - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR, weight
+// rows [n0, n1).
+template <int MR>
+void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
+  const PackedGemmJob& job = *t.job;
+  const PackedGemmParams& p = job.p;
+  const int64_t b0 = r0 * 128 / p.block_size;
+  const int64_t b1 = std::min(p.num_blocks, (r1 * 128 + p.block_size - 1) / p.block_size);
+  alignas(64) float sbuf[kMaxChunkRuns * 16 + 16];  // scales of blocks [b0, b1) (+ slack for the loads)
+  const int64_t span = (r1 - r0) * 64;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = job.data + n * t.rb + r0 * 64;
+    if (n + kPrefetchRows < n1) {
+      const uint8_t* ahead = row + kPrefetchRows * t.rb;
+      for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
+    }
+    const uint8_t* sc = job.scale + n * p.num_blocks;
+    for (int64_t b = b0; b < b1; ++b) sbuf[b - b0] = job.scale_table[sc[b]];
+    const float* xr = t.x + m0 * t.kp + r0 * 128;
+    float* out = part + (n - n0) * MR;
+    if constexpr (MR == 1) {
+      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+      for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
+        const __m512i raw = _mm512_loadu_si512(row);
+        __m512 a = _mm512_mul_ps(decode(t, raw, 0), _mm512_loadu_ps(xr));
+        __m512 b = _mm512_mul_ps(decode(t, raw, 4), _mm512_loadu_ps(xr + 16));
+        a = _mm512_fmadd_ps(decode(t, raw, 8), _mm512_loadu_ps(xr + 32), a);
+        b = _mm512_fmadd_ps(decode(t, raw, 12), _mm512_loadu_ps(xr + 48), b);
+        a = _mm512_fmadd_ps(decode(t, raw, 16), _mm512_loadu_ps(xr + 64), a);
+        b = _mm512_fmadd_ps(decode(t, raw, 20), _mm512_loadu_ps(xr + 80), b);
+        a = _mm512_fmadd_ps(decode(t, raw, 24), _mm512_loadu_ps(xr + 96), a);
+        b = _mm512_fmadd_ps(decode(t, raw, 28), _mm512_loadu_ps(xr + 112), b);
+        const __m512 s = run_scales(t, sbuf, r, b0);
+        if ((r & 1) == 0) {
+          acc0 = _mm512_fmadd_ps(_mm512_add_ps(a, b), s, acc0);
+        } else {
+          acc1 = _mm512_fmadd_ps(_mm512_add_ps(a, b), s, acc1);
+        }
+      }
+      out[0] += _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    } else {
+      constexpr int A = MR >= 4 ? 1 : 2;  // accumulators per input row (FMA latency)
+      __m512 acc[MR][A];
+      for (int m = 0; m < MR; ++m)
+        for (int a = 0; a < A; ++a) acc[m][a] = _mm512_setzero_ps();
+      for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
+        const __m512i raw = _mm512_loadu_si512(row);
+        const __m512 s = run_scales(t, sbuf, r, b0);
+        __m512 w[8];
+        for (int q = 0; q < 8; ++q) w[q] = _mm512_mul_ps(decode(t, raw, 4 * q), s);  // dequantized weights
+        for (int m = 0; m < MR; ++m) {
+          const float* xm = xr + m * t.kp;
+          for (int q = 0; q < 8; ++q)
+            acc[m][q % A] = _mm512_fmadd_ps(w[q], _mm512_loadu_ps(xm + 16 * q), acc[m][q % A]);
+        }
+      }
+      for (int m = 0; m < MR; ++m) {
+        __m512 sum = acc[m][0];
+        for (int a = 1; a < A; ++a) sum = _mm512_add_ps(sum, acc[m][a]);
+        out[m] += _mm512_reduce_add_ps(sum);
+      }
+    }
+  }
+}
+
+template <int MR>
+void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float post, float* part) {
+  const PackedGemmJob& job = *t.job;
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kMaxChunkRuns, kL1Floats / MR / 128));
+  std::fill(part, part + (n1 - n0) * MR, 0.0f);
+  for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) rows_tile<MR>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+  for (int64_t n = n0; n < n1; ++n) {
+    const float b = job.bias != nullptr ? job.bias[n] : 0.0f;
+    for (int m = 0; m < MR; ++m) job.out[(m0 + m) * job.p.out_features + n] = part[(n - n0) * MR + m] * post + b;
+  }
+}
+
+}  // namespace
+
+bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch) {
+  const PackedGemmParams& p = job.p;
+  if (!stream512_applies(p)) return false;
+  Tile t{};
+  t.job = &job;
+  t.kp = p.num_blocks * p.block_size;
+  t.rb = row_bytes(p);
+  t.runs = t.kp / 128;
+  t.block_size = p.block_size;
+  t.table = _mm512_loadu_ps(job.value_table);
+  alignas(64) int32_t lanes[16];
+  for (int j = 0; j < 16; ++j) lanes[j] = static_cast<int32_t>(j * 8 / p.block_size);
+  t.lane_block = _mm512_load_si512(lanes);
+  permute_input(job.x, job.rows, t.kp, scratch);
+  t.x = scratch;
+  const float post = p.has_global_scale ? p.global_scale : 1.0f;  // NVFP4's second scale, on the row sums
+  claim_chunks(p.out_features, kRowsPerPass, kernel_threads(), [&](int64_t n0, int64_t n1) {
+    float part[kRowsPerPass * kMaxRows];
+    for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
+      switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {
+        case 8: rows_all_chunks<8>(t, m0, n0, n1, post, part); break;
+        case 7: rows_all_chunks<7>(t, m0, n0, n1, post, part); break;
+        case 6: rows_all_chunks<6>(t, m0, n0, n1, post, part); break;
+        case 5: rows_all_chunks<5>(t, m0, n0, n1, post, part); break;
+        case 4: rows_all_chunks<4>(t, m0, n0, n1, post, part); break;
+        case 3: rows_all_chunks<3>(t, m0, n0, n1, post, part); break;
+        case 2: rows_all_chunks<2>(t, m0, n0, n1, post, part); break;
+        default: rows_all_chunks<1>(t, m0, n0, n1, post, part); break;
+      }
+    }
+  });
+  return true;
+}
+
+#else
+
+bool run_packed_stream_avx512(const PackedGemmJob&, float*) { return false; }
+
+#endif
+
+}  // namespace packed
+}  // namespace groupquant

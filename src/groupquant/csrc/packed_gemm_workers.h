@@ -1,0 +1,54 @@
+// Work claiming for the packed-GEMM CPU kernels that call nothing in ATen (the streaming kernel,
+// the decode-to-buffer kernel, the decode op): a task counter that every taking part thread
+// claims from, on the library's own helper threads, with no barrier that waits for a thread that
+// has not started.
+//
+// Why not at::parallel_for (OpenMP): its region ends in a barrier that waits for every thread of
+// the team. When another process holds one of the cores, a helper that has not been scheduled
+// yet holds the caller up for a scheduler quantum (milliseconds), although the caller has long
+// since done all the work. Here the caller claims tasks too; when none is left it closes the job,
+// and a helper that had not joined by then never touches it. The caller waits only for helpers
+// that are inside a task (running, so finishing soon), so a call on a shared machine takes at
+// worst about the one-thread time, plus the rest of a task a helper was preempted in.
+//
+// Threads: at::get_num_threads() per call (torch.set_num_threads is followed; the caller is one
+// of them). Helpers are started on first use, spin briefly after a job (decode calls layers back
+// to back) and then sleep. One job at a time: a call made while another thread's job runs does its
+// own job alone. After fork(), a child has no helpers and its calls run on the calling thread.
+#pragma once
+
+#include <cstdint>
+
+namespace groupquant {
+namespace packed {
+
+// A task runner: task(ctx, t) does task t of the job (called once for each t in [0, tasks)).
+using TaskFn = void (*)(void* ctx, int64_t t);
+
+// Runs task(ctx, t) for every t in [0, tasks) on the calling thread and up to threads - 1 helpers,
+// tasks claimed one at a time in increasing order; returns when all tasks are done. Each thread
+// keeps subnormals while it runs tasks (KeepDenormals).
+void run_claimed_tasks(int64_t tasks, int threads, TaskFn task, void* ctx);
+
+// The threads a kernel call may use: at::get_num_threads(), or 1 when called inside a parallel
+// region (no nested teams).
+int kernel_threads();
+
+// f(i0, i1) over [0, n) in chunks of `chunk` (the last may be shorter), claimed dynamically by
+// `threads` threads (run_claimed_tasks).
+template <class F>
+void claim_chunks(int64_t n, int64_t chunk, int threads, const F& f) {
+  struct Ctx {
+    const F* f;
+    int64_t n, chunk;
+  } ctx{&f, n, chunk};
+  const int64_t tasks = (n + chunk - 1) / chunk;
+  run_claimed_tasks(tasks, threads, [](void* c, int64_t t) {
+    const Ctx& x = *static_cast<const Ctx*>(c);
+    const int64_t i0 = t * x.chunk;
+    (*x.f)(i0, i0 + x.chunk < x.n ? i0 + x.chunk : x.n);
+  }, &ctx);
+}
+
+}  // namespace packed
+}  // namespace groupquant
