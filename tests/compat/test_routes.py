@@ -50,3 +50,20 @@ def test_one_exponent_per_element_is_group_size_one():
     want = F.linear(fake_quant(x, "fp8_e4m3", 1, dim=-1), fake_quant(w, "fp4_e2m1", 1, dim=-1))
     assert torch.equal(linear(x, w, mx_specs=specs), want)
     assert "group_size=1" in recipe_from_mx_specs(specs).weight_quant.__name__
+
+
+def test_int4_and_int2_elements_run_on_the_quant_layer_route():
+    """microxcaling's int4 / int2 (symmetric 1.2 / 1.0 fixed point) are the MXINT8 quantizer with
+    ``bit_width`` 4 / 2: the compat linear's recipe layer computes the fake_quant composition."""
+    from groupquant.compat.microxcaling.recipe import _recipe
+    from groupquant.compat.microxcaling.specs import apply_mx_specs
+    from groupquant.nn import QuantLinear
+    specs = finalize_mx_specs(dict(w_elem_format="int2", a_elem_format="int4", block_size=32))
+    torch.manual_seed(3)
+    x, w = torch.randn(6, 64) * 3, torch.randn(8, 64)
+    layer = QuantLinear(64, 8, bias=False, **_recipe(apply_mx_specs(specs), "mx_specs").layer_kwargs())
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    want = F.linear(fake_quant(x, "int4", 32, rounding="nearest"), fake_quant(w, "int2", 32, rounding="nearest"))
+    assert torch.equal(layer(x), want)
+    assert torch.equal(linear(x, w, mx_specs=specs), want)

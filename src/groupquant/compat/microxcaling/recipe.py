@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
+from ...formats import IntFormat
 from ...nn import DISABLED, GemmRounding, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
@@ -75,17 +76,26 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str],
     fmt = elem_format(specs[fmt_key], fmt_key)
     if fmt is None:
         return None
-    if fmt.name not in MX_QUANTIZERS:
-        raise ValueError(f"mx_specs {fmt_key}={specs[fmt_key]!r} has no groupquant MX quantizer "
-                         f"(those with one: {', '.join(MX_QUANTIZERS)})")
-    pair = MX_QUANTIZERS[fmt.name]
+    pair, settings = _mx_pair(fmt, fmt_key, specs[fmt_key])
     size = 1 if specs["shared_exp_method"] == "none" else specs["block_size"]  # 'none': one exponent per element
-    settings: dict = {"group_size": size,
+    settings.update({"group_size": size,
                       "float_to_int_rounding": FloatToIntRounding(
-                          "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))}
+                          "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))})
     if specs["scale_bits"] not in (0, 8):
         settings["scale_format"] = f"e{specs['scale_bits']}m0"
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
+
+
+def _mx_pair(fmt: Any, fmt_key: str, given: Any) -> Tuple[Any, dict]:
+    """The MX quantizer pair of element format ``fmt`` and the settings that make it that format:
+    an ``int{N}`` element is the MXINT8 quantizer with ``bit_width=N`` (symmetric, 1.(N-2) fixed
+    point, as microxcaling's intN). ValueError naming ``fmt_key`` for a format with no quantizer."""
+    if fmt.name in MX_QUANTIZERS:
+        return MX_QUANTIZERS[fmt.name], {}
+    if isinstance(fmt, IntFormat) and fmt.signed and fmt.narrow_range:
+        return MX_QUANTIZERS["int8"], {"bit_width": fmt.bit_width}
+    raise ValueError(f"mx_specs {fmt_key}={given!r} has no groupquant MX quantizer "
+                     f"(those with one: {', '.join(MX_QUANTIZERS)}, int4, int2)")
 
 
 def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Optional[GemmRounding]:
@@ -117,10 +127,6 @@ def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
     for key in ("shared_exp_from_float_log2", "mx_flush_fp32_subnorms"):
         if specs[key]:
             return f"mx_specs {key}=True has no recipe setting"
-    for key in ELEM_FORMAT_KEYS:
-        fmt = elem_format(specs[key], key)
-        if fmt is not None and fmt.name not in MX_QUANTIZERS:
-            return f"mx_specs {key}={specs[key]!r} has no groupquant MX quantizer"
     return None
 
 
@@ -138,6 +144,11 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
     if not isinstance(specs["scale_bits"], int) or isinstance(specs["scale_bits"], bool) or not (
             specs["scale_bits"] == 0 or 2 <= specs["scale_bits"] <= 8):
         raise ValueError(f"mx_specs scale_bits={specs['scale_bits']!r}: use 0 (8) or an int in 2..8")
+    for key in ELEM_FORMAT_KEYS:  # OCP MX element formats only: microxcaling's int4 / int2 run in the compat layers
+        fmt = elem_format(specs[key], key)
+        if fmt is not None and fmt.name not in MX_QUANTIZERS:
+            raise ValueError(f"mx_specs {key}={specs[key]!r} is not an OCP MX element format (those: "
+                             f"{', '.join(MX_QUANTIZERS)}); the compat layers take it")
     for key, what in (("shared_exp_from_float_log2", "the shared exponent is OCP's exact floor(log2(amax))"),
                       ("mx_flush_fp32_subnorms", "blocks whose max is a float32 subnormal are quantized, not zeroed")):
         if specs[key]:
