@@ -67,3 +67,34 @@ def test_int4_and_int2_elements_run_on_the_quant_layer_route():
     want = F.linear(fake_quant(x, "int4", 32, rounding="nearest"), fake_quant(w, "int2", 32, rounding="nearest"))
     assert torch.equal(layer(x), want)
     assert torch.equal(linear(x, w, mx_specs=specs), want)
+
+
+def test_grouped_conv_whose_blocks_fit_each_group_runs_on_the_quant_layer_route(monkeypatch):
+    """out_channels / groups a multiple of block_size: the quant layer computes microxcaling's grouped
+    convolution (forward and backward composition below); its own autograd function is not called."""
+    from groupquant.compat.microxcaling import conv2d
+    from groupquant.compat.microxcaling.convolution import ConvFunction
+
+    def refuse(*args):
+        raise AssertionError("ConvFunction taken")
+
+    monkeypatch.setattr(ConvFunction, "apply", refuse)
+    specs = finalize_mx_specs(dict(w_elem_format="fp8_e4m3", a_elem_format="fp4_e2m1", block_size=8, bfloat=16,
+                                   round="even"))
+    torch.manual_seed(4)
+    x = (torch.randn(2, 16, 6, 6) * 4).requires_grad_()
+    w, b = torch.randn(32, 4, 3, 3).requires_grad_(), torch.randn(32).requires_grad_()
+    g = torch.randn(2, 32, 6, 6)
+    y = conv2d(x, w, b, padding=1, groups=4, mx_specs=specs)
+    y.backward(g)
+
+    def q(t, fmt, dim):
+        return fake_quant(t, fmt, 8, dim=dim, rounding="nearest")
+
+    xr, wr, gr = bf(x.detach()), bf(w.detach()), bf(g)
+    want = bf(F.conv2d(q(xr, "fp4_e2m1", 1), q(wr, "fp8_e4m3", 1), bf(b.detach()), padding=1, groups=4))
+    assert torch.equal(y, want)
+    dx = torch.nn.grad.conv2d_input(x.shape, q(wr, "fp8_e4m3", 0), q(gr, "fp4_e2m1", 1), padding=1, groups=4)
+    dw = torch.nn.grad.conv2d_weight(q(xr, "fp4_e2m1", 0), w.shape, q(gr, "fp4_e2m1", 0), padding=1, groups=4)
+    assert torch.equal(x.grad, bf(dx)) and torch.equal(w.grad, bf(dw))
+    assert torch.equal(b.grad, bf(gr.sum((0, 2, 3))))
