@@ -98,3 +98,31 @@ def test_grouped_conv_whose_blocks_fit_each_group_runs_on_the_quant_layer_route(
     dw = torch.nn.grad.conv2d_weight(q(xr, "fp4_e2m1", 0), w.shape, q(gr, "fp4_e2m1", 0), padding=1, groups=4)
     assert torch.equal(x.grad, bf(dx)) and torch.equal(w.grad, bf(dw))
     assert torch.equal(b.grad, bf(gr.sum((0, 2, 3))))
+
+
+def test_block_size_zero_is_one_block_per_axis_on_the_quant_layer_route(monkeypatch):
+    """block_size=0: the whole axis shares one exponent (microxcaling), here a group as long as the
+    dim; forward and backward against fake_quant compositions with block_size=None (the whole dim)."""
+    from groupquant.compat.microxcaling.linear import LinearFunction
+
+    def refuse(*args):
+        raise AssertionError("LinearFunction taken")
+
+    monkeypatch.setattr(LinearFunction, "apply", refuse)
+    specs = finalize_mx_specs(dict(w_elem_format="fp4_e2m1", a_elem_format="fp8_e4m3", a_elem_format_bp_ex="fp8_e5m2",
+                                   block_size=0, bfloat=16, round="even"))
+    torch.manual_seed(5)
+    x = (torch.randn(3, 20, 64) * 3).requires_grad_()
+    w = torch.randn(24, 64).requires_grad_()
+    g = torch.randn(3, 20, 24)
+    y = linear(x, w, mx_specs=specs)
+    y.backward(g)
+
+    def whole(t, fmt, dim):
+        return fake_quant(t, fmt, None, dim=dim)
+
+    xr, wr, gr = bf(x.detach()), bf(w.detach()), bf(g)
+    assert torch.equal(y, bf(F.linear(whole(xr, "fp8_e4m3", -1), whole(wr, "fp4_e2m1", -1))))
+    assert torch.equal(x.grad, bf(whole(gr, "fp8_e4m3", -1) @ whole(wr, "fp4_e2m1", 0)))
+    dw = whole(gr, "fp8_e5m2", -2).reshape(-1, 24).t() @ whole(xr, "fp8_e4m3", -2).reshape(-1, 64)
+    assert torch.equal(w.grad, bf(dw))

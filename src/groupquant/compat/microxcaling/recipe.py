@@ -69,6 +69,9 @@ _CONV_SLOTS = (
     ("input_quant_for_grad_weight", "a_elem_format", None, "act"),
 )
 _FORWARD = ("weight_quant", "input_quant")
+#: microxcaling's ``block_size=0`` (the whole axis shares one exponent) as a group size: a group at
+#: least as long as its dim is the whole dim (:func:`groupquant.ops.group_layout.normalize_block_size`)
+WHOLE_AXIS = 2 ** 62
 
 
 def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str], kind: str) -> Optional[type]:
@@ -77,7 +80,7 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str],
     if fmt is None:
         return None
     pair, settings = _mx_pair(fmt, fmt_key, specs[fmt_key])
-    size = 1 if specs["shared_exp_method"] == "none" else specs["block_size"]  # 'none': one exponent per element
+    size = 1 if specs["shared_exp_method"] == "none" else (specs["block_size"] or WHOLE_AXIS)  # 'none': per element
     settings.update({"group_size": size,
                       "float_to_int_rounding": FloatToIntRounding(
                           "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))})
@@ -119,8 +122,8 @@ def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
     settings quantized block by block in :mod:`.quantize` (ValueError naming a bad value)."""
     if specs["shared_exp_method"] not in ("max", "none"):
         return f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'"
-    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] <= 0):
-        return f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0"
+    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] < 0):
+        return f"mx_specs block_size={specs['block_size']!r}: use a block size > 0 (or 0: the whole axis)"
     if specs["scale_bits"] not in (0, 8):
         return (f"mx_specs scale_bits={specs['scale_bits']!r}: the recipe's scale format saturates where "
                 "microxcaling's is NaN")
