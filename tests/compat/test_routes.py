@@ -126,3 +126,29 @@ def test_block_size_zero_is_one_block_per_axis_on_the_quant_layer_route(monkeypa
     assert torch.equal(x.grad, bf(whole(gr, "fp8_e4m3", -1) @ whole(wr, "fp4_e2m1", 0)))
     dw = whole(gr, "fp8_e5m2", -2).reshape(-1, 24).t() @ whole(xr, "fp8_e4m3", -2).reshape(-1, 64)
     assert torch.equal(w.grad, bf(dw))
+
+
+def test_scale_bits_is_a_nan_above_exponent_format_on_the_quant_layer_route(monkeypatch):
+    """scale_bits=4: exponents in [-7, 7], a block above 7 NaN (microxcaling); the compat linear runs
+    the quant layer (its own autograd function refused) and equals the block-by-block quantizer's
+    composition, NaN blocks included."""
+    from groupquant.compat.microxcaling.linear import LinearFunction
+    from groupquant.compat.microxcaling.mapping import elem_format
+    from groupquant.compat.microxcaling.quantize import quantize_mx_blocks
+
+    def refuse(*args):
+        raise AssertionError("LinearFunction taken")
+
+    monkeypatch.setattr(LinearFunction, "apply", refuse)
+    specs = finalize_mx_specs(dict(w_elem_format="fp4_e2m1", a_elem_format="int8", block_size=16, scale_bits=4))
+    torch.manual_seed(6)
+    x = torch.randn(5, 64) * torch.logspace(-8, 12, 5, base=2.0)[:, None]  # the last rows beyond 2**7
+    w = torch.randn(8, 64)
+
+    def blocks(t, fmt):
+        return quantize_mx_blocks(t, elem_format(fmt), 16, 1, "nearest", scale_bits=4)
+
+    want = F.linear(blocks(x, "int8"), blocks(w, "fp4_e2m1"))
+    got = linear(x, w, mx_specs=specs)
+    assert want.isnan().any() and not want.isnan().all()
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())

@@ -45,7 +45,9 @@ class KernelParams:
     The scale format: ``scale_kind`` (:class:`~groupquant.formats.ScaleKind`), ``scale_bias`` (the
     exponent format's bias, exponents from -bias; a minifloat's bias), ``scale_mantissa_bits``,
     the clamp range ``scale_min`` .. ``scale_max`` of float-valued scales, ``scale_nan_code`` (-1:
-    none) and ``tensor_scale`` (a per-tensor second scale is passed to the op).
+    none), ``tensor_scale`` (a per-tensor second scale is passed to the op) and
+    ``scale_overflow_nan`` (an exponent scale whose rule exponent exceeds ``scale_bias`` is NaN
+    instead of saturating: ``ExponentScale(saturating=False)``).
     """
 
     # the call
@@ -80,6 +82,7 @@ class KernelParams:
     scale_max: float
     scale_nan_code: int
     tensor_scale: bool
+    scale_overflow_nan: bool
 
     def pack(self) -> List[int]:
         """The op argument ``params``: one int per field, in field order."""

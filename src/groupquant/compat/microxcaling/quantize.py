@@ -28,7 +28,7 @@ from ...ops.bits import exp2i, floor_log2
 from ...ops.element_round import round_to_format
 from ...ops.group_layout import GroupLayout
 from ...ops.precision import round_to_precision
-from .mapping import element_precision, elem_format as to_format, mx_rounding, rounding_kit
+from .mapping import element_precision, elem_format as to_format, mx_rounding, rounding_kit, scale_format
 from ._torch import native_torch
 from .specs import apply_mx_specs, get_backwards_mx_specs
 
@@ -129,8 +129,9 @@ def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: An
                   else shared_exp_from_float_log2)
     flush = bool(mx_specs.get("mx_flush_fp32_subnorms", False))
     with native_torch():
-        if scale_bits == 8 and not float_log2 and not flush:
-            return fake_quant(A, fmt, block_size=size or None, dim=axis, rounding=rounding, scale_mode="floor")
+        if not float_log2 and not flush:
+            return fake_quant(A, fmt, block_size=size or None, dim=axis, rounding=rounding, scale_mode="floor",
+                              scale_format=None if scale_bits == 8 else scale_format(scale_bits))
         return quantize_mx_blocks(A, fmt, size, axis, rounding, scale_bits, bool(float_log2), flush)
 
 

@@ -16,8 +16,8 @@ groupquant slot                       mx_specs format         mx_specs round
 ===================================== ======================= ====================================
 
 An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling).
-``scale_bits`` k (other than 0 / 8) is each quantizer's ``scale_format="e{k}m0"`` (a block beyond
-its largest exponent saturates there, where microxcaling makes it NaN).
+``scale_bits`` k (other than 0 / 8) is each quantizer's scale format E{k}M0 with NaN above its
+largest exponent (``ExponentScale(k, saturating=False)``), as microxcaling.
 ``shared_exp_from_float_log2`` and ``mx_flush_fp32_subnorms`` have no recipe setting (a
 UserWarning names them). ``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
 GEMMs in float from the saved high-precision ``x`` and ``W`` (``dX = dY W``), which groupquant's
@@ -46,7 +46,7 @@ from ...formats import IntFormat
 from ...nn import DISABLED, GemmRounding, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
-from .mapping import elem_format, element_precision, mx_rounding
+from .mapping import elem_format, element_precision, mx_rounding, scale_format
 from .specs import ELEM_FORMAT_KEYS, apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["recipe_from_mx_specs", "native_problem", "gemm_rounding", "matmul_settings"]
@@ -85,7 +85,7 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str],
                       "float_to_int_rounding": FloatToIntRounding(
                           "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))})
     if specs["scale_bits"] not in (0, 8):
-        settings["scale_format"] = f"e{specs['scale_bits']}m0"
+        settings["scale_format"] = scale_format(specs["scale_bits"])
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
 
 
@@ -124,9 +124,6 @@ def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
         return f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'"
     if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] < 0):
         return f"mx_specs block_size={specs['block_size']!r}: use a block size > 0 (or 0: the whole axis)"
-    if specs["scale_bits"] not in (0, 8):
-        return (f"mx_specs scale_bits={specs['scale_bits']!r}: the recipe's scale format saturates where "
-                "microxcaling's is NaN")
     for key in ("shared_exp_from_float_log2", "mx_flush_fp32_subnorms"):
         if specs[key]:
             return f"mx_specs {key}=True has no recipe setting"
