@@ -152,3 +152,29 @@ def test_scale_bits_is_a_nan_above_exponent_format_on_the_quant_layer_route(monk
     got = linear(x, w, mx_specs=specs)
     assert want.isnan().any() and not want.isnan().all()
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+def test_flush_fp32_subnorms_runs_on_the_quant_layer_route(monkeypatch):
+    """mx_flush_fp32_subnorms: blocks whose max is a float32 subnormal are zero; the compat linear
+    runs the quant layer (its own autograd function refused) and equals the block-by-block
+    quantizer's composition."""
+    from groupquant.compat.microxcaling.linear import LinearFunction
+    from groupquant.compat.microxcaling.mapping import elem_format
+    from groupquant.compat.microxcaling.quantize import quantize_mx_blocks
+
+    def refuse(*args):
+        raise AssertionError("LinearFunction taken")
+
+    monkeypatch.setattr(LinearFunction, "apply", refuse)
+    specs = finalize_mx_specs(dict(w_elem_format="fp8_e4m3", a_elem_format="fp8_e5m2", block_size=16,
+                                   mx_flush_fp32_subnorms=True))
+    torch.manual_seed(7)
+    x = torch.randn(6, 64) * torch.logspace(-140, -100, 64, base=2.0)  # the first blocks subnormal
+    w = torch.randn(8, 64) * 2.0 ** 100
+
+    def blocks(t, fmt):
+        return quantize_mx_blocks(t, elem_format(fmt), 16, 1, "nearest", flush_fp32_subnorms=True)
+
+    want = F.linear(blocks(x, "fp8_e5m2"), blocks(w, "fp8_e4m3"))
+    assert not torch.equal(blocks(x, "fp8_e5m2"), fake_quant(x, "fp8_e5m2", 16, rounding="nearest"))
+    assert torch.equal(linear(x, w, mx_specs=specs), want)

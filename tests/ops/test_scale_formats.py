@@ -213,3 +213,31 @@ def test_e_k_m0_not_saturating_makes_blocks_above_its_top_nan(bits, fmt):
             torch.uint8)), name
         assert torch.equal(torch.where(nan_blocks, 0.0, value.reshape(16, 6, 16)),
                            torch.where(nan_blocks, 0.0, sat.dequantize().reshape(16, 6, 16))), name
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("fmt", ELEMENTS)
+def test_e_k_m0_flushing_subnormal_blocks_zeroes_them(bits, fmt):
+    """ExponentScale(k, flush_subnormal_blocks=True) (microxcaling's mx_flush_fp32_subnorms): a block
+    whose amax is a nonzero float32 subnormal is quantized as the all-zero block x * 0 (signed zeros),
+    scale code 0; every other block is the plain E{k}M0's. Reference and native op."""
+    from groupquant.formats import ExponentScale
+    x = torch.from_numpy(wide((16, 96), seed=bits, lo=-160, hi=-100))
+    x[0, :16] = 0.0
+    sf = ExponentScale(bits, flush_subnormal_blocks=True)
+    spec = make_spec(x, fmt, 16, -1, scale_format=sf)
+    blocks = x.reshape(16, 6, 16)
+    amax = blocks.abs().amax(-1)
+    flushed = (amax > 0) & (amax < 2.0 ** -126)
+    assert flushed.any() and not flushed.all()
+    zeroed = torch.where(flushed[..., None], blocks * 0.0, blocks).reshape(16, 96)
+    plain = reference_quantize(zeroed, make_spec(x, fmt, 16, -1, scale_format=f"e{bits}m0"))
+    want = plain.dequantize().reshape(16, 6, 16)
+    runs = [("reference", reference_fake_quant(x, spec)[0], reference_quantize(x, spec))]
+    if NATIVE:
+        runs.append(("native", native_fake_quant(x, spec), native_quantize(x, spec)))
+    for name, value, q in runs:
+        assert torch.equal(value.reshape(16, 6, 16), want) and torch.equal(value.signbit().reshape(16, 6, 16),
+                                                                            want.signbit()), name
+        assert torch.equal(q.scale_codes.reshape(16, 6), plain.scale_codes.reshape(16, 6)), name
+        assert not q.scale_codes.reshape(16, 6)[flushed].any(), name

@@ -67,17 +67,25 @@ class ScaleKind(enum.IntEnum):
     MINIFLOAT = 3  # an unsigned minifloat (ue4m3, ...), clamped to its normal range
 
 
+_F32_MIN_NORMAL = 2.0 ** -126
+
+
 @dataclass(frozen=True)
 class ExponentScale:
     """``E{bits}M0``: a power-of-two scale stored as an unsigned exponent (E8M0 for bits = 8).
 
     ``saturating`` (default True): a block whose shared exponent would exceed +bias gets the top
     scale ``2**bias`` (its elements saturate). False: such a block's scale is NaN (the NaN code)
-    and so are its elements, as microxcaling's ``scale_bits`` defines it."""
+    and so are its elements, as microxcaling's ``scale_bits`` defines it.
+
+    ``flush_subnormal_blocks`` (default False): a block whose amax is a float32 subnormal (nonzero,
+    below ``2**-126``) is quantized as an all-zero block: scale ``2**-bias`` (code 0), elements
+    zero keeping their sign (microxcaling's ``mx_flush_fp32_subnorms``)."""
 
     bits: int = 8
     name: str = field(default="", compare=False)
     saturating: bool = True
+    flush_subnormal_blocks: bool = False
 
     kind = ScaleKind.EXPONENT
     is_power_of_two = True
@@ -87,11 +95,13 @@ class ExponentScale:
         if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 2 <= self.bits <= 8:
             raise ValueError(f"scale_format{' ' + repr(self.name) if self.name else ''}: an exponent scale E{{k}}M0 "
                              f"needs k in [2, 8], got k={self.bits!r}")
-        if not isinstance(self.saturating, bool):
-            raise ValueError(f"scale_format {self.name or f'e{self.bits}m0'!r}: saturating must be True or False, "
-                             f"got {self.saturating!r}")
+        for flag in ("saturating", "flush_subnormal_blocks"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"scale_format {self.name or f'e{self.bits}m0'!r}: {flag} must be True or False, "
+                                 f"got {getattr(self, flag)!r}")
         if not self.name:
-            object.__setattr__(self, "name", f"e{self.bits}m0" + ("" if self.saturating else "_nan_above"))
+            object.__setattr__(self, "name", f"e{self.bits}m0" + ("" if self.saturating else "_nan_above")
+                               + ("_flush_subnormal" if self.flush_subnormal_blocks else ""))
 
     @property
     def bit_width(self) -> int:
@@ -165,8 +175,14 @@ class ExponentScale:
         ceil, even, rceil; see :mod:`groupquant.ops.shared_scale`), from exponent bits only;
         clamped to [-bias, :meth:`exponent_cap`]; zero amax gives -bias."""
         low = self.min_exponent
-        e = torch.where(amax > 0, self._rule_exponent(amax.float(), fmt, rule), torch.full_like(amax, low, dtype=torch.int32))
+        e = torch.where(self.keeps(amax), self._rule_exponent(amax.float(), fmt, rule),
+                        torch.full_like(amax, low, dtype=torch.int32))
         return e.clamp(low, self.exponent_cap(dtype, fmt))
+
+    def keeps(self, amax: torch.Tensor) -> torch.Tensor:
+        """Which blocks (by their amax) are quantized as they are: amax > 0, and with
+        ``flush_subnormal_blocks`` at least float32's min normal (the others are all-zero blocks)."""
+        return amax.float() >= _F32_MIN_NORMAL if self.flush_subnormal_blocks else amax > 0
 
     @staticmethod
     def _rule_exponent(amax: torch.Tensor, fmt: ElementFormat, rule: str) -> torch.Tensor:
@@ -193,7 +209,7 @@ class ExponentScale:
         scale, codes = exp2i(e), (e + self.bias).to(torch.uint8)
         if self.saturating:
             return scale, codes
-        over = (amax.float() > 0) & (self._rule_exponent(amax.float(), fmt, rule) > self.max_exponent)
+        over = self.keeps(amax) & (self._rule_exponent(amax.float(), fmt, rule) > self.max_exponent)
         return (torch.where(over, torch.full_like(scale, float("nan")), scale),
                 torch.where(over, torch.full_like(codes, self.nan_code), codes))
 
@@ -219,18 +235,24 @@ class ExponentScale:
         """The scale part of the native ops' record (``ops.kernel_params``), plus ``exp_max``."""
         return dict(scale_kind=int(ScaleKind.EXPONENT), scale_bias=self.bias, scale_mantissa_bits=0,
                     scale_min=float(self.min_value), scale_max=float(self.max_value), scale_nan_code=self.nan_code,
-                    tensor_scale=False, scale_overflow_nan=not self.saturating, exp_max=self.exponent_cap(dtype, fmt))
+                    tensor_scale=False, scale_overflow_nan=not self.saturating,
+                    scale_flush_subnormal=self.flush_subnormal_blocks, exp_max=self.exponent_cap(dtype, fmt))
 
     def record(self) -> Dict[str, object]:
         """The settings as a plain dict (packed files): ``kind``, ``name``, ``bits``."""
         record: Dict[str, object] = {"kind": "exponent", "name": self.name, "bits": self.bits}
-        return record if self.saturating else {**record, "saturating": False}
+        if not self.saturating:
+            record["saturating"] = False
+        if self.flush_subnormal_blocks:
+            record["flush_subnormal_blocks"] = True
+        return record
 
     def describe(self) -> Dict[str, object]:
         """Settings and derived constants as a flat dict."""
         return {"name": self.name, "kind": "exponent", "bit_width": self.bits, "bias": self.bias,
                 "min": f"2^{self.min_exponent}", "max": f"2^{self.max_exponent}", "nan_code": self.nan_code,
-                "above_max": "saturate" if self.saturating else "NaN"}
+                "above_max": "saturate" if self.saturating else "NaN",
+                "subnormal_blocks": "zero" if self.flush_subnormal_blocks else "kept"}
 
 
 @dataclass(frozen=True)
@@ -417,6 +439,7 @@ class FloatScale:
                     scale_mantissa_bits=self.element.mantissa_bit_width if mini else 0,
                     scale_min=float(self.min_value), scale_max=float(self.max_value),
                     scale_nan_code=-1 if nan is None else nan, tensor_scale=bool(tensor_scale), scale_overflow_nan=False,
+                    scale_flush_subnormal=False,
                     exp_max=min(127, _dtype_emax(dtype) - fmt.emax))
 
     def record(self) -> Dict[str, object]:

@@ -129,9 +129,9 @@ def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: An
                   else shared_exp_from_float_log2)
     flush = bool(mx_specs.get("mx_flush_fp32_subnorms", False))
     with native_torch():
-        if not float_log2 and not flush:
+        if not float_log2:
             return fake_quant(A, fmt, block_size=size or None, dim=axis, rounding=rounding, scale_mode="floor",
-                              scale_format=None if scale_bits == 8 else scale_format(scale_bits))
+                              scale_format=scale_format(mx_specs.get("scale_bits", 0), flush))
         return quantize_mx_blocks(A, fmt, size, axis, rounding, scale_bits, bool(float_log2), flush)
 
 

@@ -47,7 +47,7 @@ from ...nn import DISABLED, GemmRounding, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
 from .mapping import elem_format, element_precision, mx_rounding, scale_format
-from .specs import ELEM_FORMAT_KEYS, apply_mx_specs, get_backwards_mx_specs
+from .specs import ELEM_FORMAT_KEYS, MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["recipe_from_mx_specs", "native_problem", "gemm_rounding", "matmul_settings"]
 
@@ -84,8 +84,9 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str],
     settings.update({"group_size": size,
                       "float_to_int_rounding": FloatToIntRounding(
                           "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))})
-    if specs["scale_bits"] not in (0, 8):
-        settings["scale_format"] = scale_format(specs["scale_bits"])
+    sf = scale_format(specs["scale_bits"], specs["mx_flush_fp32_subnorms"])
+    if sf is not None:
+        settings["scale_format"] = sf
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
 
 
@@ -124,9 +125,8 @@ def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
         return f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'"
     if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] < 0):
         return f"mx_specs block_size={specs['block_size']!r}: use a block size > 0 (or 0: the whole axis)"
-    for key in ("shared_exp_from_float_log2", "mx_flush_fp32_subnorms"):
-        if specs[key]:
-            return f"mx_specs {key}=True has no recipe setting"
+    if specs["shared_exp_from_float_log2"]:
+        return "mx_specs shared_exp_from_float_log2=True has no recipe setting"
     return None
 
 
@@ -160,7 +160,8 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
                           "outputs and gradients (the recipe's gemm_rounding), but not the element-wise ops outside "
                           "them (norms, activations, softmax, residual adds), which microxcaling's injected ops "
                           "round too: use the compat ops there", UserWarning, stacklevel=2)
-    return _recipe(specs, name)
+    # the flush is the compat layers' (their scale format); a model recipe keeps OCP's subnormal blocks
+    return _recipe(MxSpecs(specs, mx_flush_fp32_subnorms=False), name)
 
 
 def _recipe(specs: Mapping[str, Any], name: str, gemm: str = "linear") -> Recipe:
