@@ -209,8 +209,8 @@ def test_e_k_m0_not_saturating_makes_blocks_above_its_top_nan(bits, fmt):
     for name, value, q in runs:
         nan_blocks = value.reshape(16, 6, 16).isnan()
         assert torch.equal(nan_blocks, over[..., None].expand(16, 6, 16)), name
-        assert torch.equal(q.scale_codes.reshape(16, 6), torch.where(over, 2 ** bits - 1, sat.scale_codes.reshape(16, 6)).to(
-            torch.uint8)), name
+        want_codes = torch.where(over, 2 ** bits - 1, sat.scale_codes.reshape(16, 6)).to(torch.uint8)
+        assert torch.equal(q.scale_codes.reshape(16, 6), want_codes), name
         assert torch.equal(torch.where(nan_blocks, 0.0, value.reshape(16, 6, 16)),
                            torch.where(nan_blocks, 0.0, sat.dequantize().reshape(16, 6, 16))), name
 

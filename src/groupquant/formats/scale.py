@@ -438,8 +438,8 @@ class FloatScale:
         return dict(scale_kind=int(self.kind), scale_bias=int(self.element.bias) if mini else 0,
                     scale_mantissa_bits=self.element.mantissa_bit_width if mini else 0,
                     scale_min=float(self.min_value), scale_max=float(self.max_value),
-                    scale_nan_code=-1 if nan is None else nan, tensor_scale=bool(tensor_scale), scale_overflow_nan=False,
-                    scale_flush_subnormal=False,
+                    scale_nan_code=-1 if nan is None else nan, tensor_scale=bool(tensor_scale),
+                    scale_overflow_nan=False, scale_flush_subnormal=False,
                     exp_max=min(127, _dtype_emax(dtype) - fmt.emax))
 
     def record(self) -> Dict[str, object]:

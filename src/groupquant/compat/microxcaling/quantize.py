@@ -12,8 +12,9 @@ so such a block gets a scale twice as large (e.g. fp8_e4m3, amax = nextafter(4, 
 microxcaling 4.0). ``mx_specs['shared_exp_from_float_log2'] = True`` (or the argument of the
 same name) takes microxcaling's float log2 instead; elements are still rounded exactly (microxcaling
 also takes each element's own exponent from a float log2, which matters only for ``floor`` rounding
-of a value just below a power of two). ``scale_bits`` other than 8 and ``mx_flush_fp32_subnorms``
-are served by the same block path as the float-log2 option.
+of a value just below a power of two). ``scale_bits`` and ``mx_flush_fp32_subnorms`` are the scale
+format of ``fake_quant`` (:func:`.mapping.scale_format`); with the float-log2 option the block path
+below serves them too.
 """
 from __future__ import annotations
 

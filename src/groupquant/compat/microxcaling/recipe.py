@@ -18,8 +18,11 @@ groupquant slot                       mx_specs format         mx_specs round
 An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling).
 ``scale_bits`` k (other than 0 / 8) is each quantizer's scale format E{k}M0 with NaN above its
 largest exponent (``ExponentScale(k, saturating=False)``), as microxcaling.
-``shared_exp_from_float_log2`` and ``mx_flush_fp32_subnorms`` have no recipe setting (a
-UserWarning names them). ``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
+``shared_exp_from_float_log2`` has no recipe setting, and the recipe leaves out
+``mx_flush_fp32_subnorms`` (a UserWarning names them; the compat layers carry the flush in their
+scale format). The compat layers' recipe (``_recipe``) also takes ``block_size=0`` (a group as long
+as its dim) and ``int4`` / ``int2`` elements, which :func:`recipe_from_mx_specs` refuses.
+``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
 GEMMs in float from the saved high-precision ``x`` and ``W`` (``dX = dY W``), which groupquant's
 backward does with every operand disabled; the recipe's ``quantize_backprop=False`` would instead
 pass the gradient straight through the quantized forward (``dX = dY Q(W)``).
@@ -119,8 +122,9 @@ def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Option
 
 
 def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
-    """Why no recipe computes what the compat ops compute for ``specs`` (None: one does): the
-    settings quantized block by block in :mod:`.quantize` (ValueError naming a bad value)."""
+    """Why the compat layers' recipe cannot compute what the compat ops compute for ``specs`` (None:
+    it can): ``shared_exp_from_float_log2``, quantized block by block in :mod:`.quantize`, or a bad
+    ``shared_exp_method`` / ``block_size`` (the block path names it)."""
     if specs["shared_exp_method"] not in ("max", "none"):
         return f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'"
     if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] < 0):
