@@ -56,8 +56,8 @@ def scale_format_from_record(record: Dict[str, object]) -> ScaleFormat:
     if kind == "exponent":
         if "bits" not in record:
             raise ValueError("scale format record of kind 'exponent' lacks field 'bits'")
-        return ExponentScale(record["bits"], name=name, saturating=record.get("saturating", True),  # type: ignore[arg-type]
-                             flush_subnormal_blocks=record.get("flush_subnormal_blocks", False))
+        flags = {key: record[key] for key in ("saturating", "flush_subnormal_blocks") if key in record}
+        return ExponentScale(record["bits"], name=name, **flags)  # type: ignore[arg-type]
     if kind in ("float32", "bfloat16"):
         return FloatScale(ScaleKind[kind.upper()], name=name)  # type: ignore[arg-type]
     if kind == "minifloat":
