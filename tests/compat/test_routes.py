@@ -50,3 +50,131 @@ def test_one_exponent_per_element_is_group_size_one():
     want = F.linear(fake_quant(x, "fp8_e4m3", 1, dim=-1), fake_quant(w, "fp4_e2m1", 1, dim=-1))
     assert torch.equal(linear(x, w, mx_specs=specs), want)
     assert "group_size=1" in recipe_from_mx_specs(specs).weight_quant.__name__
+
+
+def test_int4_and_int2_elements_run_on_the_quant_layer_route():
+    """microxcaling's int4 / int2 (symmetric 1.2 / 1.0 fixed point) are the MXINT8 quantizer with
+    ``bit_width`` 4 / 2: the compat linear's recipe layer computes the fake_quant composition."""
+    from groupquant.compat.microxcaling.recipe import _recipe
+    from groupquant.compat.microxcaling.specs import apply_mx_specs
+    from groupquant.nn import QuantLinear
+    specs = finalize_mx_specs(dict(w_elem_format="int2", a_elem_format="int4", block_size=32))
+    torch.manual_seed(3)
+    x, w = torch.randn(6, 64) * 3, torch.randn(8, 64)
+    layer = QuantLinear(64, 8, bias=False, **_recipe(apply_mx_specs(specs), "mx_specs").layer_kwargs())
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    want = F.linear(fake_quant(x, "int4", 32, rounding="nearest"), fake_quant(w, "int2", 32, rounding="nearest"))
+    assert torch.equal(layer(x), want)
+    assert torch.equal(linear(x, w, mx_specs=specs), want)
+
+
+def test_grouped_conv_whose_blocks_fit_each_group_runs_on_the_quant_layer_route(monkeypatch):
+    """out_channels / groups a multiple of block_size: the quant layer computes microxcaling's grouped
+    convolution (forward and backward composition below); its own autograd function is not called."""
+    from groupquant.compat.microxcaling import conv2d
+    from groupquant.compat.microxcaling.convolution import ConvFunction
+
+    def refuse(*args):
+        raise AssertionError("ConvFunction taken")
+
+    monkeypatch.setattr(ConvFunction, "apply", refuse)
+    specs = finalize_mx_specs(dict(w_elem_format="fp8_e4m3", a_elem_format="fp4_e2m1", block_size=8, bfloat=16,
+                                   round="even"))
+    torch.manual_seed(4)
+    x = (torch.randn(2, 16, 6, 6) * 4).requires_grad_()
+    w, b = torch.randn(32, 4, 3, 3).requires_grad_(), torch.randn(32).requires_grad_()
+    g = torch.randn(2, 32, 6, 6)
+    y = conv2d(x, w, b, padding=1, groups=4, mx_specs=specs)
+    y.backward(g)
+
+    def q(t, fmt, dim):
+        return fake_quant(t, fmt, 8, dim=dim, rounding="nearest")
+
+    xr, wr, gr = bf(x.detach()), bf(w.detach()), bf(g)
+    want = bf(F.conv2d(q(xr, "fp4_e2m1", 1), q(wr, "fp8_e4m3", 1), bf(b.detach()), padding=1, groups=4))
+    assert torch.equal(y, want)
+    dx = torch.nn.grad.conv2d_input(x.shape, q(wr, "fp8_e4m3", 0), q(gr, "fp4_e2m1", 1), padding=1, groups=4)
+    dw = torch.nn.grad.conv2d_weight(q(xr, "fp4_e2m1", 0), w.shape, q(gr, "fp4_e2m1", 0), padding=1, groups=4)
+    assert torch.equal(x.grad, bf(dx)) and torch.equal(w.grad, bf(dw))
+    assert torch.equal(b.grad, bf(gr.sum((0, 2, 3))))
+
+
+def test_block_size_zero_is_one_block_per_axis_on_the_quant_layer_route(monkeypatch):
+    """block_size=0: the whole axis shares one exponent (microxcaling), here a group as long as the
+    dim; forward and backward against fake_quant compositions with block_size=None (the whole dim)."""
+    from groupquant.compat.microxcaling.linear import LinearFunction
+
+    def refuse(*args):
+        raise AssertionError("LinearFunction taken")
+
+    monkeypatch.setattr(LinearFunction, "apply", refuse)
+    specs = finalize_mx_specs(dict(w_elem_format="fp4_e2m1", a_elem_format="fp8_e4m3", a_elem_format_bp_ex="fp8_e5m2",
+                                   block_size=0, bfloat=16, round="even"))
+    torch.manual_seed(5)
+    x = (torch.randn(3, 20, 64) * 3).requires_grad_()
+    w = torch.randn(24, 64).requires_grad_()
+    g = torch.randn(3, 20, 24)
+    y = linear(x, w, mx_specs=specs)
+    y.backward(g)
+
+    def whole(t, fmt, dim):
+        return fake_quant(t, fmt, None, dim=dim)
+
+    xr, wr, gr = bf(x.detach()), bf(w.detach()), bf(g)
+    assert torch.equal(y, bf(F.linear(whole(xr, "fp8_e4m3", -1), whole(wr, "fp4_e2m1", -1))))
+    assert torch.equal(x.grad, bf(whole(gr, "fp8_e4m3", -1) @ whole(wr, "fp4_e2m1", 0)))
+    dw = whole(gr, "fp8_e5m2", -2).reshape(-1, 24).t() @ whole(xr, "fp8_e4m3", -2).reshape(-1, 64)
+    assert torch.equal(w.grad, bf(dw))
+
+
+def test_scale_bits_is_a_nan_above_exponent_format_on_the_quant_layer_route(monkeypatch):
+    """scale_bits=4: exponents in [-7, 7], a block above 7 NaN (microxcaling); the compat linear runs
+    the quant layer (its own autograd function refused) and equals the block-by-block quantizer's
+    composition, NaN blocks included."""
+    from groupquant.compat.microxcaling.linear import LinearFunction
+    from groupquant.compat.microxcaling.mapping import elem_format
+    from groupquant.compat.microxcaling.quantize import quantize_mx_blocks
+
+    def refuse(*args):
+        raise AssertionError("LinearFunction taken")
+
+    monkeypatch.setattr(LinearFunction, "apply", refuse)
+    specs = finalize_mx_specs(dict(w_elem_format="fp4_e2m1", a_elem_format="int8", block_size=16, scale_bits=4))
+    torch.manual_seed(6)
+    x = torch.randn(5, 64) * torch.logspace(-8, 12, 5, base=2.0)[:, None]  # the last rows beyond 2**7
+    w = torch.randn(8, 64)
+
+    def blocks(t, fmt):
+        return quantize_mx_blocks(t, elem_format(fmt), 16, 1, "nearest", scale_bits=4)
+
+    want = F.linear(blocks(x, "int8"), blocks(w, "fp4_e2m1"))
+    got = linear(x, w, mx_specs=specs)
+    assert want.isnan().any() and not want.isnan().all()
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+def test_flush_fp32_subnorms_runs_on_the_quant_layer_route(monkeypatch):
+    """mx_flush_fp32_subnorms: blocks whose max is a float32 subnormal are zero; the compat linear
+    runs the quant layer (its own autograd function refused) and equals the block-by-block
+    quantizer's composition."""
+    from groupquant.compat.microxcaling.linear import LinearFunction
+    from groupquant.compat.microxcaling.mapping import elem_format
+    from groupquant.compat.microxcaling.quantize import quantize_mx_blocks
+
+    def refuse(*args):
+        raise AssertionError("LinearFunction taken")
+
+    monkeypatch.setattr(LinearFunction, "apply", refuse)
+    specs = finalize_mx_specs(dict(w_elem_format="fp8_e4m3", a_elem_format="fp8_e5m2", block_size=16,
+                                   mx_flush_fp32_subnorms=True))
+    torch.manual_seed(7)
+    x = torch.randn(6, 64) * torch.logspace(-140, -100, 64, base=2.0)  # the first blocks subnormal
+    w = torch.randn(8, 64) * 2.0 ** 100
+
+    def blocks(t, fmt):
+        return quantize_mx_blocks(t, elem_format(fmt), 16, 1, "nearest", flush_fp32_subnorms=True)
+
+    want = F.linear(blocks(x, "fp8_e5m2"), blocks(w, "fp8_e4m3"))
+    assert not torch.equal(blocks(x, "fp8_e5m2"), fake_quant(x, "fp8_e5m2", 16, rounding="nearest"))
+    assert torch.equal(linear(x, w, mx_specs=specs), want)

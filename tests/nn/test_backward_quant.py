@@ -217,3 +217,35 @@ def test_grouped_convolutions_keep_a_straight_through_backward_with_a_warning():
     with pytest.raises(ConfigError) as info:
         QuantConv2d(32, 32, 3, groups=32, grad_output_quant=MXFloat8e5m2Act, quantize_backprop=True)
     assert info.value.setting == "quantize_backprop"
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_grouped_convolution_whose_blocks_fit_each_group_quantizes_its_backward(groups):
+    """out_channels / groups a multiple of the block: every backward block lies inside one group's
+    reduction, so each backward operand is its groups quantized one by one (fake_quant of each
+    group's slice), then torch's grouped convolution gradients."""
+    wq, aq, gq8 = MXFloat8e4m3Weight.let(group_size=8), MXFloat8e4m3Act.let(group_size=8), MXFloat8e5m2Act.let(
+        group_size=8)
+    layer = QuantConv2d(8, 16 * groups, 3, padding=1, groups=groups, bias=False, weight_quant=wq, input_quant=aq,
+                        grad_output_quant=gq8, grad_output_quant_for_grad_weight=gq8, weight_quant_for_grad_input=wq,
+                        input_quant_for_grad_weight=aq, quantize_backprop=True)
+    assert layer.quantize_backprop is True
+    x = _spread(2, 8, 5, 5, seed=21).requires_grad_()
+    dy = _spread(2, 16 * groups, 5, 5, seed=22)
+    layer(x).backward(dy)
+    w, xd = layer.weight.detach(), x.detach()
+
+    def per_group(t, quant, dim):  # each group's channels (dim 1 of x / dY, dim 0 of W) quantized on their own
+        channel_dim = 0 if t is w else 1
+        return torch.cat([_fq(part, quant, dim) for part in t.chunk(groups, channel_dim)], channel_dim)
+
+    want_dx = torch.nn.grad.conv2d_input(xd.shape, per_group(w, wq, 0), per_group(dy, gq8, 1), padding=1,
+                                         groups=groups)
+    want_dw = torch.nn.grad.conv2d_weight(per_group(xd, aq, 0), w.shape, per_group(dy, gq8, 0), padding=1,
+                                          groups=groups)
+    assert torch.equal(x.grad, want_dx) and torch.equal(layer.weight.grad, want_dw)
+
+
+def test_grouped_convolution_whose_blocks_cross_groups_names_the_slot():
+    with pytest.raises(ConfigError, match="grad_output_quant's groups of 32 inside each group's 16"):
+        QuantConv2d(32, 32, 3, groups=2, grad_output_quant=MXFloat8e5m2Act, quantize_backprop=True)

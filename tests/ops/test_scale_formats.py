@@ -4,6 +4,8 @@ E{k}M0 (floor rule, clamped and saturating), bfloat16 and float32 scales, unsign
 scale; the reference and the native op bit for bit; argument errors naming the setting."""
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -183,3 +185,59 @@ def test_bad_arguments_name_the_setting():
         gq.fake_quant(x, "fp4_e2m1", scale_format=8)
     with pytest.raises(ValueError, match="block_size"):
         gq.fake_quant(x, "nvfp4", 32)
+
+
+@pytest.mark.parametrize("bits", [3, 4, 5])
+@pytest.mark.parametrize("fmt", ELEMENTS + ["int4"])
+def test_e_k_m0_not_saturating_makes_blocks_above_its_top_nan(bits, fmt):
+    """ExponentScale(k, saturating=False) (microxcaling's scale_bits): a block whose floor rule
+    exponent floor(log2 amax) - emax (math.frexp, float64) exceeds 2**(k-1) - 1 is NaN, scale and
+    values, with the NaN code; every other block is the saturating E{k}M0's (checked against the
+    oracle above). Reference and native op."""
+    from groupquant.formats import ExponentScale
+    x = torch.from_numpy(wide((16, 96), seed=bits))
+    sf = ExponentScale(bits, saturating=False)
+    spec = make_spec(x, fmt, 16, -1, scale_format=sf)
+    sat = reference_quantize(x, make_spec(x, fmt, 16, -1, scale_format=f"e{bits}m0"))
+    amax = x.abs().reshape(16, 6, 16).amax(-1).double()
+    over = torch.tensor([[v > 0 and math.frexp(v)[1] - 1 - spec.fmt.emax > 2 ** (bits - 1) - 1 for v in row]
+                         for row in amax.tolist()])
+    assert over.any() and not over.all()
+    runs = [("reference", reference_fake_quant(x, spec)[0], reference_quantize(x, spec))]
+    if NATIVE:
+        runs.append(("native", native_fake_quant(x, spec), native_quantize(x, spec)))
+    for name, value, q in runs:
+        nan_blocks = value.reshape(16, 6, 16).isnan()
+        assert torch.equal(nan_blocks, over[..., None].expand(16, 6, 16)), name
+        want_codes = torch.where(over, 2 ** bits - 1, sat.scale_codes.reshape(16, 6)).to(torch.uint8)
+        assert torch.equal(q.scale_codes.reshape(16, 6), want_codes), name
+        assert torch.equal(torch.where(nan_blocks, 0.0, value.reshape(16, 6, 16)),
+                           torch.where(nan_blocks, 0.0, sat.dequantize().reshape(16, 6, 16))), name
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("fmt", ELEMENTS)
+def test_e_k_m0_flushing_subnormal_blocks_zeroes_them(bits, fmt):
+    """ExponentScale(k, flush_subnormal_blocks=True) (microxcaling's mx_flush_fp32_subnorms): a block
+    whose amax is a nonzero float32 subnormal is quantized as the all-zero block x * 0 (signed zeros),
+    scale code 0; every other block is the plain E{k}M0's. Reference and native op."""
+    from groupquant.formats import ExponentScale
+    x = torch.from_numpy(wide((16, 96), seed=bits, lo=-160, hi=-100))
+    x[0, :16] = 0.0
+    sf = ExponentScale(bits, flush_subnormal_blocks=True)
+    spec = make_spec(x, fmt, 16, -1, scale_format=sf)
+    blocks = x.reshape(16, 6, 16)
+    amax = blocks.abs().amax(-1)
+    flushed = (amax > 0) & (amax < 2.0 ** -126)
+    assert flushed.any() and not flushed.all()
+    zeroed = torch.where(flushed[..., None], blocks * 0.0, blocks).reshape(16, 96)
+    plain = reference_quantize(zeroed, make_spec(x, fmt, 16, -1, scale_format=f"e{bits}m0"))
+    want = plain.dequantize().reshape(16, 6, 16)
+    runs = [("reference", reference_fake_quant(x, spec)[0], reference_quantize(x, spec))]
+    if NATIVE:
+        runs.append(("native", native_fake_quant(x, spec), native_quantize(x, spec)))
+    for name, value, q in runs:
+        assert torch.equal(value.reshape(16, 6, 16), want) and torch.equal(value.signbit().reshape(16, 6, 16),
+                                                                            want.signbit()), name
+        assert torch.equal(q.scale_codes.reshape(16, 6), plain.scale_codes.reshape(16, 6)), name
+        assert not q.scale_codes.reshape(16, 6)[flushed].any(), name

@@ -135,6 +135,15 @@ def test_scale_format_records(name):
     assert back == sf and back.name == sf.name and back.describe() == sf.describe()
 
 
+def test_exponent_scale_flags_survive_the_record():
+    from groupquant.formats import ExponentScale
+    for sf in (ExponentScale(4, saturating=False), ExponentScale(8, flush_subnormal_blocks=True),
+               ExponentScale(5, saturating=False, flush_subnormal_blocks=True)):
+        back = scale_format_from_record(scale_format_record(sf))
+        assert back == sf and back.name == sf.name and back.describe() == sf.describe()
+    assert ExponentScale(4, saturating=False) != get_scale_format("e4m0")
+
+
 def test_bad_input_is_named():
     q = gq.quantize(torch.randn(2, 32), "nvfp4")
     p = pack(q)

@@ -172,7 +172,8 @@ GQ_HD Log2Split log2_split(uint32_t bits) {
 // scale format's range, capped at the input dtype's largest binade minus emax, so no finite block
 // overflows; an all-zero block gets -scale_bias); floor: floor(log2 amax) - emax; ceil: one more unless amax is a power of two;
 // even: one more when amax rounded to even_bits mantissa bits carries into the next binade; rceil:
-// ceil(log2(amax / max_normal)). NaN/Inf in the block: NaN scale, the NaN code. Branch-free (the mode
+// ceil(log2(amax / max_normal)). NaN/Inf in the block, or (scale_overflow_nan) an exponent above
+// scale_bias: NaN scale, the NaN code. scale_flush_subnormal: a subnormal amax is an all-zero block. Branch-free (the mode
 // enters through integer arithmetic), so a loop over blocks vectorizes.
 GQ_HD BlockScale pow2_block_scale(uint32_t amax_bits, const FormatParams& f, int32_t mode) {
   const bool nonfinite = amax_bits >= 0x7F800000u;
@@ -185,12 +186,14 @@ GQ_HD BlockScale pow2_block_scale(uint32_t amax_bits, const FormatParams& f, int
   const int32_t shift = f.emax + is_rceil * (f.rceil_shift - f.emax);
   int32_t e = a.exp - shift + is_ceil * up_ceil + is_even * up_even + is_rceil * up_rceil;
   const int32_t low = -f.scale_bias;
-  e = bits == 0 ? low : e;
+  const bool flush = f.scale_flush_subnormal && bits < 0x00800000u;  // a subnormal amax: an all-zero block
+  e = (bits == 0 || flush) ? low : e;
+  const bool nan = nonfinite || (f.scale_overflow_nan && bits != 0 && !flush && e > f.scale_bias);  // NaN above
   e = imin(imax(e, low), f.exp_max);
   BlockScale s;
-  s.scale = nonfinite ? quiet_nan() : exp2i(e);
-  s.inv = nonfinite ? quiet_nan() : exp2i(-e);
-  s.code = static_cast<uint8_t>(nonfinite ? f.scale_nan_code : e + f.scale_bias);
+  s.scale = nan ? quiet_nan() : exp2i(e);
+  s.inv = nan ? quiet_nan() : (flush ? 0.0f : exp2i(-e));  // flushed: elements x * 0 (signed zeros)
+  s.code = static_cast<uint8_t>(nan ? f.scale_nan_code : e + f.scale_bias);
   return s;
 }
 

@@ -52,7 +52,9 @@ namespace groupquant {
   X(float, scale_min)         \
   X(float, scale_max)         \
   X(int32_t, scale_nan_code)  \
-  X(bool, tensor_scale)
+  X(bool, tensor_scale)       \
+  X(bool, scale_overflow_nan) \
+  X(bool, scale_flush_subnormal)
 
 #define GQ_DECLARE_FIELD(type, name) type name;
 

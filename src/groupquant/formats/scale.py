@@ -67,12 +67,25 @@ class ScaleKind(enum.IntEnum):
     MINIFLOAT = 3  # an unsigned minifloat (ue4m3, ...), clamped to its normal range
 
 
+_F32_MIN_NORMAL = 2.0 ** -126
+
+
 @dataclass(frozen=True)
 class ExponentScale:
-    """``E{bits}M0``: a power-of-two scale stored as an unsigned exponent (E8M0 for bits = 8)."""
+    """``E{bits}M0``: a power-of-two scale stored as an unsigned exponent (E8M0 for bits = 8).
+
+    ``saturating`` (default True): a block whose shared exponent would exceed +bias gets the top
+    scale ``2**bias`` (its elements saturate). False: such a block's scale is NaN (the NaN code)
+    and so are its elements, as microxcaling's ``scale_bits`` defines it.
+
+    ``flush_subnormal_blocks`` (default False): a block whose amax is a float32 subnormal (nonzero,
+    below ``2**-126``) is quantized as an all-zero block: scale ``2**-bias`` (code 0), elements
+    zero keeping their sign (microxcaling's ``mx_flush_fp32_subnorms``)."""
 
     bits: int = 8
     name: str = field(default="", compare=False)
+    saturating: bool = True
+    flush_subnormal_blocks: bool = False
 
     kind = ScaleKind.EXPONENT
     is_power_of_two = True
@@ -82,8 +95,13 @@ class ExponentScale:
         if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 2 <= self.bits <= 8:
             raise ValueError(f"scale_format{' ' + repr(self.name) if self.name else ''}: an exponent scale E{{k}}M0 "
                              f"needs k in [2, 8], got k={self.bits!r}")
+        for flag in ("saturating", "flush_subnormal_blocks"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"scale_format {self.name or f'e{self.bits}m0'!r}: {flag} must be True or False, "
+                                 f"got {getattr(self, flag)!r}")
         if not self.name:
-            object.__setattr__(self, "name", f"e{self.bits}m0")
+            object.__setattr__(self, "name", f"e{self.bits}m0" + ("" if self.saturating else "_nan_above")
+                               + ("_flush_subnormal" if self.flush_subnormal_blocks else ""))
 
     @property
     def bit_width(self) -> int:
@@ -156,7 +174,19 @@ class ExponentScale:
         """The shared exponent (int32) of finite, non-negative ``amax`` by ``rule`` (OCP MX v1.0 floor,
         ceil, even, rceil; see :mod:`groupquant.ops.shared_scale`), from exponent bits only;
         clamped to [-bias, :meth:`exponent_cap`]; zero amax gives -bias."""
-        amax = amax.float()
+        low = self.min_exponent
+        e = torch.where(self.keeps(amax), self._rule_exponent(amax.float(), fmt, rule),
+                        torch.full_like(amax, low, dtype=torch.int32))
+        return e.clamp(low, self.exponent_cap(dtype, fmt))
+
+    def keeps(self, amax: torch.Tensor) -> torch.Tensor:
+        """Which blocks (by their amax) are quantized as they are: amax > 0, and with
+        ``flush_subnormal_blocks`` at least float32's min normal (the others are all-zero blocks)."""
+        return amax.float() >= _F32_MIN_NORMAL if self.flush_subnormal_blocks else amax > 0
+
+    @staticmethod
+    def _rule_exponent(amax: torch.Tensor, fmt: ElementFormat, rule: str) -> torch.Tensor:
+        """The shared exponent (int32) of positive float32 ``amax`` by ``rule``, before any clamp."""
         e_a = floor_log2(amax)
         if rule == "floor":
             e = e_a - fmt.emax
@@ -169,15 +199,19 @@ class ExponentScale:
             e = e_a - (e_max - 1) + (significand(amax) > 2.0 * m_max).to(torch.int32)
         else:
             raise ValueError(f"scale_mode must be one of {POWER_OF_TWO_RULES} here, got {rule!r}")
-        low = self.min_exponent
-        e = torch.where(amax > 0, e, torch.full_like(e, low))
-        return e.clamp(low, self.exponent_cap(dtype, fmt))
+        return e
 
     def block_scale(self, amax: torch.Tensor, fmt: ElementFormat, rule: str, dtype: torch.dtype,
                     tensor_scale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(float32 scale ``2**e``, uint8 code ``e + bias``) of finite float32 ``amax`` per block."""
+        """(float32 scale ``2**e``, uint8 code ``e + bias``) of finite float32 ``amax`` per block;
+        not ``saturating``: NaN and the NaN code where the rule's exponent exceeds +bias."""
         e = self.shared_exponent(amax, fmt, rule, dtype)
-        return exp2i(e), (e + self.bias).to(torch.uint8)
+        scale, codes = exp2i(e), (e + self.bias).to(torch.uint8)
+        if self.saturating:
+            return scale, codes
+        over = self.keeps(amax) & (self._rule_exponent(amax.float(), fmt, rule) > self.max_exponent)
+        return (torch.where(over, torch.full_like(scale, float("nan")), scale),
+                torch.where(over, torch.full_like(codes, self.nan_code), codes))
 
     def encode(self, scale: torch.Tensor) -> torch.Tensor:
         """uint8 codes of powers of two in [2**-bias, 2**bias] (NaN -> the NaN code); ValueError otherwise."""
@@ -201,16 +235,24 @@ class ExponentScale:
         """The scale part of the native ops' record (``ops.kernel_params``), plus ``exp_max``."""
         return dict(scale_kind=int(ScaleKind.EXPONENT), scale_bias=self.bias, scale_mantissa_bits=0,
                     scale_min=float(self.min_value), scale_max=float(self.max_value), scale_nan_code=self.nan_code,
-                    tensor_scale=False, exp_max=self.exponent_cap(dtype, fmt))
+                    tensor_scale=False, scale_overflow_nan=not self.saturating,
+                    scale_flush_subnormal=self.flush_subnormal_blocks, exp_max=self.exponent_cap(dtype, fmt))
 
     def record(self) -> Dict[str, object]:
         """The settings as a plain dict (packed files): ``kind``, ``name``, ``bits``."""
-        return {"kind": "exponent", "name": self.name, "bits": self.bits}
+        record: Dict[str, object] = {"kind": "exponent", "name": self.name, "bits": self.bits}
+        if not self.saturating:
+            record["saturating"] = False
+        if self.flush_subnormal_blocks:
+            record["flush_subnormal_blocks"] = True
+        return record
 
     def describe(self) -> Dict[str, object]:
         """Settings and derived constants as a flat dict."""
         return {"name": self.name, "kind": "exponent", "bit_width": self.bits, "bias": self.bias,
-                "min": f"2^{self.min_exponent}", "max": f"2^{self.max_exponent}", "nan_code": self.nan_code}
+                "min": f"2^{self.min_exponent}", "max": f"2^{self.max_exponent}", "nan_code": self.nan_code,
+                "above_max": "saturate" if self.saturating else "NaN",
+                "subnormal_blocks": "zero" if self.flush_subnormal_blocks else "kept"}
 
 
 @dataclass(frozen=True)
@@ -397,6 +439,7 @@ class FloatScale:
                     scale_mantissa_bits=self.element.mantissa_bit_width if mini else 0,
                     scale_min=float(self.min_value), scale_max=float(self.max_value),
                     scale_nan_code=-1 if nan is None else nan, tensor_scale=bool(tensor_scale),
+                    scale_overflow_nan=False, scale_flush_subnormal=False,
                     exp_max=min(127, _dtype_emax(dtype) - fmt.emax))
 
     def record(self) -> Dict[str, object]:

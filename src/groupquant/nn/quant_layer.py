@@ -111,9 +111,10 @@ class QuantLayerMixin:
                                                      "quantization is off (quantize_backprop=False)")
             self.quantize_backprop = False
             return
-        if getattr(self, "groups", 1) != 1 or getattr(self, "padding_mode", "zeros") != "zeros":
-            problem = ("backward quantization needs groups=1 and zero padding (a block must lie inside one "
-                       "reduction)")
+        forward = {"weight_quant": self.weight_quant.quantizer, "input_quant": self.input_quant.quantizer}
+        proxies = build_backward_operands(slots, forward, routed, context)
+        problem = self._backward_layout_problem(proxies)
+        if problem is not None:
             if backprop:  # asked for explicitly
                 raise ConfigError("quantize_backprop", f"{context}: {problem}")
             warnings.warn(f"{context}(groups={getattr(self, 'groups', 1)}, padding_mode="
@@ -121,11 +122,30 @@ class QuantLayerMixin:
                           "straight through (quantize_backprop=False)", UserWarning, stacklevel=4)
             self.quantize_backprop = False
             return
-        forward = {"weight_quant": self.weight_quant.quantizer, "input_quant": self.input_quant.quantizer}
-        proxies = build_backward_operands(slots, forward, routed, context)
         for name, proxy in proxies.items():
             setattr(self, name, proxy)
         self.quantize_backprop = True
+
+    def _backward_layout_problem(self, proxies: Mapping[str, Any]) -> Optional[str]:
+        """Why the quantized backward cannot run on this layer (None: it can): a block must lie
+        inside one reduction. Zero padding only; a grouped convolution (``groups`` > 1) when every
+        block of the grad-input GEMM's operands along the output channels (``grad_output_quant``
+        along dim 1 of dY, ``weight_quant_for_grad_input`` along dim 0 of W) lies inside one
+        group's ``out_channels / groups`` channels (the grad-weight GEMM reduces over the batch and
+        positions, inside every group)."""
+        groups = getattr(self, "groups", 1)
+        if getattr(self, "padding_mode", "zeros") != "zeros":
+            return "backward quantization needs zero padding"
+        if groups == 1:
+            return None
+        per_group = self.weight.shape[0] // groups  # type: ignore[attr-defined]  # O / groups
+        for name in ("grad_output_quant", "weight_quant_for_grad_input"):
+            spec = getattr(proxies.get(name), "spec", None)
+            if spec is not None and spec.granularity == "group" and per_group % spec.group_size:
+                return (f"backward quantization of a grouped convolution needs {name}'s groups of "
+                        f"{spec.group_size} inside each group's {per_group} output channels (a block must lie "
+                        "inside one reduction)")
+        return None
 
     def _init_rounding(self, rounding: Any, token_groups: Any, context: str) -> None:
         """``gemm_rounding`` and ``grad_weight_groups`` checked against the backward set-up: output

@@ -45,7 +45,10 @@ class KernelParams:
     The scale format: ``scale_kind`` (:class:`~groupquant.formats.ScaleKind`), ``scale_bias`` (the
     exponent format's bias, exponents from -bias; a minifloat's bias), ``scale_mantissa_bits``,
     the clamp range ``scale_min`` .. ``scale_max`` of float-valued scales, ``scale_nan_code`` (-1:
-    none) and ``tensor_scale`` (a per-tensor second scale is passed to the op).
+    none), ``tensor_scale`` (a per-tensor second scale is passed to the op) and
+    ``scale_overflow_nan`` (an exponent scale whose rule exponent exceeds ``scale_bias`` is NaN
+    instead of saturating: ``ExponentScale(saturating=False)``), ``scale_flush_subnormal`` (a block
+    whose amax is a float32 subnormal is an all-zero block: ``ExponentScale(flush_subnormal_blocks=True)``).
     """
 
     # the call
@@ -80,6 +83,8 @@ class KernelParams:
     scale_max: float
     scale_nan_code: int
     tensor_scale: bool
+    scale_overflow_nan: bool
+    scale_flush_subnormal: bool
 
     def pack(self) -> List[int]:
         """The op argument ``params``: one int per field, in field order."""

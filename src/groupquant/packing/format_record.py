@@ -41,7 +41,8 @@ def format_from_record(record: Record) -> ElementFormat:
 
 def scale_format_record(sf: ScaleFormat) -> Dict[str, object]:
     """The settings of a scale format: ``kind`` ('exponent', 'float32', 'bfloat16', 'minifloat'),
-    ``name``, plus ``bits`` (exponent) or ``element`` (a :func:`format_record` of the minifloat)."""
+    ``name``, plus ``bits`` (exponent; ``saturating: False`` / ``flush_subnormal_blocks: True`` when
+    set) or ``element`` (a :func:`format_record` of the minifloat)."""
     if not isinstance(sf, (ExponentScale, FloatScale)):
         raise TypeError(f"scale format must be an ExponentScale or FloatScale, got {type(sf).__name__}")
     return sf.record()
@@ -55,7 +56,8 @@ def scale_format_from_record(record: Dict[str, object]) -> ScaleFormat:
     if kind == "exponent":
         if "bits" not in record:
             raise ValueError("scale format record of kind 'exponent' lacks field 'bits'")
-        return ExponentScale(record["bits"], name=name)  # type: ignore[arg-type]
+        flags = {key: record[key] for key in ("saturating", "flush_subnormal_blocks") if key in record}
+        return ExponentScale(record["bits"], name=name, **flags)  # type: ignore[arg-type]
     if kind in ("float32", "bfloat16"):
         return FloatScale(ScaleKind[kind.upper()], name=name)  # type: ignore[arg-type]
     if kind == "minifloat":

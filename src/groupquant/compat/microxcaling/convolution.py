@@ -14,8 +14,10 @@ and their MX rounding is always ``nearest`` (the ``round_mx_*`` settings are not
 This is ``recipe._recipe(specs, gemm="conv")`` run by groupquant's quant-layer route
 (:class:`groupquant.nn.functional_quantizers.FunctionalConv`, borrowing ``W`` and ``b``).
 :class:`ConvFunction` (the same order with the block-by-block quantizer of :mod:`.quantize`) is
-taken only for what no recipe carries: the settings of :func:`.recipe.native_problem`, and
-``groups`` other than 1 (groupquant's backward quantization keeps a block inside one reduction).
+taken only for what no recipe carries: the settings of :func:`.recipe.native_problem`, and a
+grouped convolution whose backward blocks along the output channels cross its groups
+(``out_channels / groups`` not a multiple of ``block_size``: groupquant's backward keeps a block
+inside one reduction; aligned groups run on the quant-layer route).
 """
 from __future__ import annotations
 
@@ -107,10 +109,10 @@ def _conv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
     specs = apply_mx_specs(mx_specs)
     check_settings(specs, ("a_elem_format", "w_elem_format"), (), ("round_output", "round_weight",
                                                                    "round_grad_input", "round_grad_weight"))
-    if groups != 1 or native_problem(specs) is not None:
+    if _blocks_span_groups(specs, weight.shape[0], groups) or native_problem(specs) is not None:
         return ConvFunction.apply(x, weight, bias, (stride, padding, dilation, groups), specs)
     layer = _layer(tuple(sorted(specs.items(), key=lambda item: item[0])), tuple(weight.shape), bias is not None,
-                   weight.device)
+                   weight.device, groups)
     geometry = {name: tuple(int(v) for v in _ntuple(spatial)(g))
                 for name, g in (("stride", stride), ("padding", padding), ("dilation", dilation))}
     with native_torch():
@@ -122,11 +124,23 @@ def _ntuple(n: int) -> Callable[[Any], Tuple[Any, ...]]:
     return lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
 
 
+def _blocks_span_groups(specs: Mapping[str, Any], out_channels: int, groups: int) -> bool:
+    """Whether microxcaling's backward blocks of ``dY`` (dim 1) and ``W`` (dim 0) along the output
+    channels cross the groups of a grouped convolution: ``out_channels / groups`` not a multiple of
+    the block (groupquant's backward keeps a block inside one reduction, so :class:`ConvFunction`
+    computes these)."""
+    if groups == 1 or not specs["quantize_backprop"] or not (specs["a_elem_format"] or specs["w_elem_format"]):
+        return False
+    size = 1 if specs["shared_exp_method"] == "none" else specs["block_size"]
+    return not isinstance(size, int) or size <= 0 or (out_channels // groups) % size != 0
+
+
 @functools.lru_cache(maxsize=128)
 def _layer(key: Tuple[Tuple[str, Any], ...], shape: Tuple[int, ...], bias: bool,
-           device: torch.device) -> FunctionalConv:
+           device: torch.device, groups: int = 1) -> FunctionalConv:
     """The quant layer of one ``mx_specs`` for a weight of ``shape`` (stateless: dynamic MX scales)."""
-    return FunctionalConv(shape, bias, _recipe(MxSpecs(dict(key)), "mx_specs", gemm="conv"), device=device)
+    return FunctionalConv(shape, bias, _recipe(MxSpecs(dict(key)), "mx_specs", gemm="conv"), groups=groups,
+                          device=device)
 
 
 def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,

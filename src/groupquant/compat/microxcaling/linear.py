@@ -13,10 +13,9 @@ outputs) and W in ``w_elem_format_bp`` (along dim 0); each result rounded (``rou
 This is :func:`.recipe.recipe_from_mx_specs` run by groupquant's quant-layer route
 (:class:`groupquant.nn.functional_quantizers.FunctionalLinear`, the layer that borrows ``W`` and
 ``b``): the slots, ``gemm_rounding`` and ``grad_weight_groups="sequence"`` of the recipe are the
-order above. Settings no recipe carries (:func:`.recipe.native_problem`: ``block_size=0``,
-``scale_bits`` other than 8, ``shared_exp_from_float_log2``,
-``mx_flush_fp32_subnorms``, ``int4`` / ``int2``) take :class:`LinearFunction`, the same order with
-the block-by-block quantizer of :mod:`.quantize`.
+order above. The one setting no quantizer carries (:func:`.recipe.native_problem`:
+``shared_exp_from_float_log2``) takes :class:`LinearFunction`, the same order with the
+block-by-block quantizer of :mod:`.quantize`.
 """
 from __future__ import annotations
 

@@ -4,6 +4,9 @@
   ``fp6_e2m3``, ``fp4_e2m1``, ``int8``, ``int4``, ``int2``), plus its alias ``fp4`` (= ``fp4_e2m1``).
   The values agree: microxcaling's intN are sign-magnitude 1.(N-2) fixed point, i.e. groupquant's
   symmetric intN (-2**(N-1) unused). Its ``fp16`` / ``bfloat16`` MX element formats are not provided.
+- ``scale_bits`` k (other than 0 / 8) and ``mx_flush_fp32_subnorms``: the scale format E{k}M0 with
+  NaN above its largest exponent, flushing subnormal blocks (``ExponentScale(k, saturating=False,
+  flush_subnormal_blocks=...)``), as microxcaling's shared exponent.
 - rounding: ``nearest`` (ties away from zero), ``even`` (ties to even), ``floor`` (toward zero:
   microxcaling floors the magnitude) are groupquant's modes of the same names; ``dither`` (floor of
   magnitude plus a uniform draw) is groupquant's ``stochastic`` (MX quantization only).
@@ -15,11 +18,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from ...formats import ElementFormat, get_format
+from ...formats import ElementFormat, ExponentScale, get_format
 from ...elementwise.rounded_math import RoundedMath
 from ...ops.precision import ElementPrecision, resolve_precision
 
-__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "check_settings", "rounding_kit"]
+__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "check_settings", "rounding_kit",
+           "scale_format"]
 
 MX_ELEM_FORMATS = {
     "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "fp6_e3m2": "fp6_e3m2", "fp6_e2m3": "fp6_e2m3",
@@ -44,6 +48,19 @@ def elem_format(name: Any, setting: str = "elem_format") -> Optional[ElementForm
                          "groupquant; use bfloat=16 / fp=16 for element-wise rounding")
     raise ValueError(f"mx_specs {setting}={name!r} is not an MX element format; use one of "
                      f"{', '.join(sorted(MX_ELEM_FORMATS))}")
+
+
+def scale_format(scale_bits: int, flush_fp32_subnorms: bool = False) -> Optional[ExponentScale]:
+    """microxcaling's ``scale_bits`` k (0: 8) and ``mx_flush_fp32_subnorms`` as a scale format: E{k}M0
+    whose blocks above its largest exponent are NaN (not saturated), as microxcaling's shared
+    exponent is, flushing blocks whose max is a float32 subnormal to zero when asked; None (E8M0)
+    for 8 bits without the flush. ValueError naming ``scale_bits`` unless k is 0 or an int in 2..8."""
+    if isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not (scale_bits == 0 or 2 <= scale_bits <= 8):
+        raise ValueError(f"mx_specs scale_bits={scale_bits!r}: use 0 (8) or an int in 2..8")
+    bits = scale_bits or 8
+    if bits == 8 and not flush_fp32_subnorms:
+        return None
+    return ExponentScale(bits, saturating=False, flush_subnormal_blocks=bool(flush_fp32_subnorms))
 
 
 def mx_rounding(round: str, setting: str = "round") -> str:

@@ -12,8 +12,9 @@ so such a block gets a scale twice as large (e.g. fp8_e4m3, amax = nextafter(4, 
 microxcaling 4.0). ``mx_specs['shared_exp_from_float_log2'] = True`` (or the argument of the
 same name) takes microxcaling's float log2 instead; elements are still rounded exactly (microxcaling
 also takes each element's own exponent from a float log2, which matters only for ``floor`` rounding
-of a value just below a power of two). ``scale_bits`` other than 8 and ``mx_flush_fp32_subnorms``
-are served by the same block path as the float-log2 option.
+of a value just below a power of two). ``scale_bits`` and ``mx_flush_fp32_subnorms`` are the scale
+format of ``fake_quant`` (:func:`.mapping.scale_format`); with the float-log2 option the block path
+below serves them too.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from ...ops.bits import exp2i, floor_log2
 from ...ops.element_round import round_to_format
 from ...ops.group_layout import GroupLayout
 from ...ops.precision import round_to_precision
-from .mapping import element_precision, elem_format as to_format, mx_rounding, rounding_kit
+from .mapping import element_precision, elem_format as to_format, mx_rounding, rounding_kit, scale_format
 from ._torch import native_torch
 from .specs import apply_mx_specs, get_backwards_mx_specs
 
@@ -129,8 +130,9 @@ def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: An
                   else shared_exp_from_float_log2)
     flush = bool(mx_specs.get("mx_flush_fp32_subnorms", False))
     with native_torch():
-        if scale_bits == 8 and not float_log2 and not flush:
-            return fake_quant(A, fmt, block_size=size or None, dim=axis, rounding=rounding, scale_mode="floor")
+        if not float_log2:
+            return fake_quant(A, fmt, block_size=size or None, dim=axis, rounding=rounding, scale_mode="floor",
+                              scale_format=scale_format(mx_specs.get("scale_bits", 0), flush))
         return quantize_mx_blocks(A, fmt, size, axis, rounding, scale_bits, bool(float_log2), flush)
 
 

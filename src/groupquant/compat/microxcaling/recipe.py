@@ -16,10 +16,13 @@ groupquant slot                       mx_specs format         mx_specs round
 ===================================== ======================= ====================================
 
 An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling).
-``scale_bits`` k (other than 0 / 8) is each quantizer's ``scale_format="e{k}m0"`` (a block beyond
-its largest exponent saturates there, where microxcaling makes it NaN).
-``shared_exp_from_float_log2`` and ``mx_flush_fp32_subnorms`` have no recipe setting (a
-UserWarning names them). ``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
+``scale_bits`` k (other than 0 / 8) is each quantizer's scale format E{k}M0 with NaN above its
+largest exponent (``ExponentScale(k, saturating=False)``), as microxcaling.
+``shared_exp_from_float_log2`` has no recipe setting, and the recipe leaves out
+``mx_flush_fp32_subnorms`` (a UserWarning names them; the compat layers carry the flush in their
+scale format). The compat layers' recipe (``_recipe``) also takes ``block_size=0`` (a group as long
+as its dim) and ``int4`` / ``int2`` elements, which :func:`recipe_from_mx_specs` refuses.
+``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
 GEMMs in float from the saved high-precision ``x`` and ``W`` (``dX = dY W``), which groupquant's
 backward does with every operand disabled; the recipe's ``quantize_backprop=False`` would instead
 pass the gradient straight through the quantized forward (``dX = dY Q(W)``).
@@ -40,13 +43,14 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
+from ...formats import IntFormat
 from ...nn import DISABLED, GemmRounding, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
-from .mapping import elem_format, element_precision, mx_rounding
-from .specs import ELEM_FORMAT_KEYS, apply_mx_specs, get_backwards_mx_specs
+from .mapping import elem_format, element_precision, mx_rounding, scale_format
+from .specs import ELEM_FORMAT_KEYS, MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["recipe_from_mx_specs", "native_problem", "gemm_rounding", "matmul_settings"]
 
@@ -68,6 +72,9 @@ _CONV_SLOTS = (
     ("input_quant_for_grad_weight", "a_elem_format", None, "act"),
 )
 _FORWARD = ("weight_quant", "input_quant")
+#: microxcaling's ``block_size=0`` (the whole axis shares one exponent) as a group size: a group at
+#: least as long as its dim is the whole dim (:func:`groupquant.ops.group_layout.normalize_block_size`)
+WHOLE_AXIS = 2 ** 62
 
 
 def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str], kind: str) -> Optional[type]:
@@ -75,17 +82,27 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str],
     fmt = elem_format(specs[fmt_key], fmt_key)
     if fmt is None:
         return None
-    if fmt.name not in MX_QUANTIZERS:
-        raise ValueError(f"mx_specs {fmt_key}={specs[fmt_key]!r} has no groupquant MX quantizer "
-                         f"(those with one: {', '.join(MX_QUANTIZERS)})")
-    pair = MX_QUANTIZERS[fmt.name]
-    size = 1 if specs["shared_exp_method"] == "none" else specs["block_size"]  # 'none': one exponent per element
-    settings: dict = {"group_size": size,
+    pair, settings = _mx_pair(fmt, fmt_key, specs[fmt_key])
+    size = 1 if specs["shared_exp_method"] == "none" else (specs["block_size"] or WHOLE_AXIS)  # 'none': per element
+    settings.update({"group_size": size,
                       "float_to_int_rounding": FloatToIntRounding(
-                          "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))}
-    if specs["scale_bits"] not in (0, 8):
-        settings["scale_format"] = f"e{specs['scale_bits']}m0"
+                          "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))})
+    sf = scale_format(specs["scale_bits"], specs["mx_flush_fp32_subnorms"])
+    if sf is not None:
+        settings["scale_format"] = sf
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
+
+
+def _mx_pair(fmt: Any, fmt_key: str, given: Any) -> Tuple[Any, dict]:
+    """The MX quantizer pair of element format ``fmt`` and the settings that make it that format:
+    an ``int{N}`` element is the MXINT8 quantizer with ``bit_width=N`` (symmetric, 1.(N-2) fixed
+    point, as microxcaling's intN). ValueError naming ``fmt_key`` for a format with no quantizer."""
+    if fmt.name in MX_QUANTIZERS:
+        return MX_QUANTIZERS[fmt.name], {}
+    if isinstance(fmt, IntFormat) and fmt.signed and fmt.narrow_range:
+        return MX_QUANTIZERS["int8"], {"bit_width": fmt.bit_width}
+    raise ValueError(f"mx_specs {fmt_key}={given!r} has no groupquant MX quantizer "
+                     f"(those with one: {', '.join(MX_QUANTIZERS)}, int4, int2)")
 
 
 def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Optional[GemmRounding]:
@@ -105,22 +122,15 @@ def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Option
 
 
 def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
-    """Why no recipe computes what the compat ops compute for ``specs`` (None: one does): the
-    settings quantized block by block in :mod:`.quantize` (ValueError naming a bad value)."""
+    """Why the compat layers' recipe cannot compute what the compat ops compute for ``specs`` (None:
+    it can): ``shared_exp_from_float_log2``, quantized block by block in :mod:`.quantize`, or a bad
+    ``shared_exp_method`` / ``block_size`` (the block path names it)."""
     if specs["shared_exp_method"] not in ("max", "none"):
         return f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'"
-    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] <= 0):
-        return f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0"
-    if specs["scale_bits"] not in (0, 8):
-        return (f"mx_specs scale_bits={specs['scale_bits']!r}: the recipe's scale format saturates where "
-                "microxcaling's is NaN")
-    for key in ("shared_exp_from_float_log2", "mx_flush_fp32_subnorms"):
-        if specs[key]:
-            return f"mx_specs {key}=True has no recipe setting"
-    for key in ELEM_FORMAT_KEYS:
-        fmt = elem_format(specs[key], key)
-        if fmt is not None and fmt.name not in MX_QUANTIZERS:
-            return f"mx_specs {key}={specs[key]!r} has no groupquant MX quantizer"
+    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] < 0):
+        return f"mx_specs block_size={specs['block_size']!r}: use a block size > 0 (or 0: the whole axis)"
+    if specs["shared_exp_from_float_log2"]:
+        return "mx_specs shared_exp_from_float_log2=True has no recipe setting"
     return None
 
 
@@ -138,6 +148,11 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
     if not isinstance(specs["scale_bits"], int) or isinstance(specs["scale_bits"], bool) or not (
             specs["scale_bits"] == 0 or 2 <= specs["scale_bits"] <= 8):
         raise ValueError(f"mx_specs scale_bits={specs['scale_bits']!r}: use 0 (8) or an int in 2..8")
+    for key in ELEM_FORMAT_KEYS:  # OCP MX element formats only: microxcaling's int4 / int2 run in the compat layers
+        fmt = elem_format(specs[key], key)
+        if fmt is not None and fmt.name not in MX_QUANTIZERS:
+            raise ValueError(f"mx_specs {key}={specs[key]!r} is not an OCP MX element format (those: "
+                             f"{', '.join(MX_QUANTIZERS)}); the compat layers take it")
     for key, what in (("shared_exp_from_float_log2", "the shared exponent is OCP's exact floor(log2(amax))"),
                       ("mx_flush_fp32_subnorms", "blocks whose max is a float32 subnormal are quantized, not zeroed")):
         if specs[key]:
@@ -149,7 +164,8 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
                           "outputs and gradients (the recipe's gemm_rounding), but not the element-wise ops outside "
                           "them (norms, activations, softmax, residual adds), which microxcaling's injected ops "
                           "round too: use the compat ops there", UserWarning, stacklevel=2)
-    return _recipe(specs, name)
+    # the flush is the compat layers' (their scale format); a model recipe keeps OCP's subnormal blocks
+    return _recipe(MxSpecs(specs, mx_flush_fp32_subnorms=False), name)
 
 
 def _recipe(specs: Mapping[str, Any], name: str, gemm: str = "linear") -> Recipe:
