@@ -337,3 +337,29 @@ def test_recipe_transformer_block_under_torch_compile_equals_eager(elementwise):
     assert torch.equal(compiled, eager)
     for n, p in model.named_parameters():
         assert torch.equal(p.grad, want[n]), n
+
+
+class _FreeWeight(torch.nn.Module):
+    """A model that calls F.linear with its own parameter outside any nn.Linear (the mode's reach)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(8, 64) * torch.logspace(-3, 3, 64))
+
+    def forward(self, x):
+        return F.linear(x, self.w)
+
+
+@pytest.mark.parametrize("name, on", [("mxfp4_weight_only", False), ("nvfp4_weight_only", False), ("mxfp4", True),
+                                      ("mxfp8", True)])
+def test_functional_default_follows_whether_the_recipe_quantizes_activations(name, on):
+    r = recipe(name)
+    assert r.quantizes_activations is on
+    x = torch.randn(3, 64)
+    model = gq.quantize_model(_FreeWeight(), recipe=name)
+    assert ("_groupquant_functional_handle" in model.__dict__) is on
+    float_out = F.linear(x, model.w)
+    assert torch.equal(model(x), float_out) is not on  # off: F.linear on the free weight stays float
+    forced = gq.quantize_model(_FreeWeight(), recipe=name, functional=True)
+    assert not torch.equal(forced(x), float_out)  # forced on, the free weight is quantized (weight-only too)

@@ -97,7 +97,11 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
         functional: also quantize the forward's functional GEMMs (``torch.matmul`` / ``bmm`` / ``@``
             between activations, ``F.scaled_dot_product_attention``, ``F.linear``) by the recipe,
             through a torch function mode entered around ``model``'s forward
-            (:mod:`groupquant.nn.functional_mode`). Default: on when a recipe is given.
+            (:mod:`groupquant.nn.functional_mode`). Default: on when the recipe quantizes
+            activations (``Recipe.quantizes_activations``); off for a weight-only recipe, whose
+            functional GEMMs between activations stay float anyway (pass True to quantize
+            ``F.linear`` / ``F.conv*`` weights outside the converted layers; the mode runs every
+            torch call of the forward through Python, which slows a packed LLM's decode by ~25%).
             ``groupquant.nn.remove_functional(model)`` takes it off again.
         quantize_head: a language model's output head (``model.get_output_embeddings()``, or a
             layer whose weight is an ``nn.Embedding``'s weight) stays float unless this is True or an
@@ -157,7 +161,7 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
             setattr(model.get_submodule(parent_name), child, new)
     if r is not None:
         model.__dict__["_groupquant_recipe"] = r
-    if functional if functional is not None else r is not None:
+    if functional if functional is not None else (r is not None and r.quantizes_activations):
         if r is None:
             raise ValueError("quantize_model(functional=True) needs a recipe: the functional GEMMs take its quantizers")
         remove_functional(model)

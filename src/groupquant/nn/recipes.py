@@ -97,6 +97,13 @@ class Recipe:
         defaults = {"quantize_backprop": None, "gemm_rounding": None, "grad_weight_groups": "tokens"}
         return {k: v for k, v in out.items() if v is not SAME and not (k in defaults and v == defaults[k])}
 
+    @property
+    def quantizes_activations(self) -> bool:
+        """Whether the recipe changes GEMMs between activations or element-wise ops (an input or
+        output-gradient quantizer, or an element-wise precision): what the functional mode is for.
+        A weight-only recipe does not, so ``quantize_model`` leaves the mode off for it by default."""
+        return self.input_quant is not None or self.grad_output_quant is not None or self.elementwise is not None
+
     def describe(self) -> str:
         """Every slot and its quantizer, one per line."""
         rows = [(f.name, _name(getattr(self, f.name))) for f in dataclasses.fields(self) if f.name != "name"]
