@@ -41,7 +41,7 @@ def format_report(rows: Sequence[ReportRow]) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
     lines = ["  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row))
              for row in cells]
-    lines.append("bits/weight: storage of the quantized linear weights (codes + block scales + tensor scales); "
-                 "weights MiB: the whole model in memory (float embeddings and head included); "
+    lines.append("bits/weight: storage of the quantized linear weights (codes + block scales + tensor scales);\n"
+                 "weights MiB: the whole model in memory (float embeddings and head included);\n"
                  "tokens/s: greedy model.generate at batch 1, prompt included.")
     return "\n".join(lines)
