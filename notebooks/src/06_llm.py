@@ -17,7 +17,7 @@
 # `LAYERS` decoder layers** (`groupquant.llm.keep_first_layers`; the final norm and head stay), and
 # the evaluation and calibration sets are short. A truncated model is not a language model any
 # more: the head reads a residual stream from layer 2 instead of layer 30, so its perplexity is
-# astronomically large (about 4e8 here, against about 14 for the whole model on the same text) and
+# astronomically large (see the table), against about 14 for the whole model on the same 256 tokens, and
 # its sentences are punctuation. The figures below show that every step runs (conversion,
 # calibration, packing, evaluation and generation from packed weights) and how each recipe moves
 # perplexity *relative to the float truncated model*; they say nothing about the quality of the
