@@ -20,8 +20,10 @@
 # astronomically large (see the table), against about 14 for the whole model on the same 256 tokens, and
 # its sentences are punctuation. The figures below show that every step runs (conversion,
 # calibration, packing, evaluation and generation from packed weights) and how each recipe moves
-# perplexity *relative to the float truncated model*; they say nothing about the quality of the
-# whole model. Set `FULL_MODEL = True` (or `GROUPQUANT_NOTEBOOK_LLM_FULL=1`) to run all 30 layers
+# perplexity *relative to the float truncated model*, next to a measure that stays meaningful for
+# a truncated model: the mean KL divergence of each quantized model's next-token distribution from
+# the float model's (nats per token, the measure llama.cpp's `--kl-divergence` reports). They say
+# nothing about the quality of the whole model. Set `FULL_MODEL = True` (or `GROUPQUANT_NOTEBOOK_LLM_FULL=1`) to run all 30 layers
 # (tens of minutes with the calibration methods on 2 cores); `python -m groupquant llm smollm2
 # --recipe mxfp4` gives the whole model's table ([docs/llm-cli.md](../docs/llm-cli.md)).
 
@@ -46,7 +48,7 @@ LAYERS = 30 if FULL_MODEL else 2
 SEQ_LEN = 256 if FULL_MODEL else 128
 EVAL_WINDOWS = 8 if FULL_MODEL else 2
 CALIBRATION_WINDOWS = 4 if FULL_MODEL else 1
-NEW_TOKENS = 12
+NEW_TOKENS = 8
 PROMPT = "The list of the keys"
 RECIPES = ["mxfp8", "mxfp4", "nvfp4"]
 
@@ -81,10 +83,26 @@ print(f"evaluation: {sets.evaluation.numel()} tokens; calibration: {sets.calibra
 # plus scale bits of every block (and NVFP4's 32-bit tensor scale per layer), over the weights.
 
 # %%
+windows = sets.evaluation.reshape(-1, SEQ_LEN)
+
+
+def log_probs(m):
+    """Next-token log-probabilities of ``m`` on every evaluation window, [windows, SEQ_LEN, vocab]."""
+    with torch.no_grad():
+        return torch.stack([torch.log_softmax(m(w[None]).logits[0].double(), -1) for w in windows])
+
+
+def kl_from_float(m):
+    """Mean KL(float || m) of the next-token distributions, in nats per token."""
+    logp = log_probs(m)
+    return float((float_logp.exp() * (float_logp - logp)).sum(-1).mean())
+
+
 results = []
+float_logp = log_probs(model)
 float_ppl = perplexity(model, sets.evaluation, seq_len=SEQ_LEN, progress=False)
 float_text = generate(model, tokenizer, PROMPT, max_new_tokens=NEW_TOKENS).text
-results.append(dict(recipe="float32", method="-", bits=32.0, ppl=float_ppl, text=float_text))
+results.append(dict(recipe="float32", method="-", bits=32.0, ppl=float_ppl, kl=0.0, text=float_text))
 for recipe in RECIPES:
     for method in ("rtn", "default"):
         q = copy.deepcopy(model)
@@ -94,13 +112,14 @@ for recipe in RECIPES:
             q = gq.ptq(q, calibration, recipe=recipe, exclude=["lm_head"], progress=False)
         q = gq.pack_model(q, progress=False)
         results.append(dict(recipe=recipe, method=method, bits=quantized_weight_bits(q).per_weight,
-                            ppl=perplexity(q, sets.evaluation, seq_len=SEQ_LEN, progress=False),
+                            ppl=perplexity(q, sets.evaluation, seq_len=SEQ_LEN, progress=False), kl=kl_from_float(q),
                             text=generate(q, tokenizer, PROMPT, max_new_tokens=NEW_TOKENS).text))
         del q
 
-print(f"{'recipe':<8} {'method':<8} {'bits/weight':>11} {'perplexity':>11} {'vs float':>8}")
+print(f"{'recipe':<8} {'method':<8} {'bits/weight':>11} {'perplexity':>11} {'vs float':>8} {'KL nats/token':>13}")
 for r in results:
-    print(f"{r['recipe']:<8} {r['method']:<8} {r['bits']:>11.2f} {r['ppl']:>11.4g} {r['ppl'] / float_ppl:>8.3f}")
+    print(f"{r['recipe']:<8} {r['method']:<8} {r['bits']:>11.2f} {r['ppl']:>11.4g} {r['ppl'] / float_ppl:>8.3f} "
+          f"{r['kl']:>13.4f}")
 
 # %% [markdown]
 # ## Perplexity against bits per weight
@@ -111,19 +130,22 @@ for r in results:
 # (`groupquant.calib.methods.DEFAULT_METHODS`).
 
 # %%
-fig, ax = plt.subplots()
-for method, marker in (("rtn", "o"), ("default", "s")):
-    rows = [r for r in results if r["method"] == method]
-    ax.scatter([r["bits"] for r in rows], [r["ppl"] / float_ppl for r in rows], marker=marker,
-               label="round to nearest" if method == "rtn" else "ptq default methods")
-    for r in rows:
-        ax.annotate(r["recipe"], (r["bits"], r["ppl"] / float_ppl), textcoords="offset points", xytext=(4, 4),
-                    fontsize=8)
-ax.axhline(1.0, color="gray", linestyle="--", label="float32")
-ax.set_xlabel("bits per weight (quantized layers)")
-ax.set_ylabel("perplexity / float perplexity")
-ax.set_title(f"SmolLM2-135M, first {LAYERS} layers" if not FULL_MODEL else "SmolLM2-135M")
-ax.legend(fontsize=8)
+fig, axes = plt.subplots(1, 2, figsize=(9, 3))
+for ax, key, ylabel, floor in ((axes[0], "ppl", "perplexity / float perplexity", 1.0),
+                               (axes[1], "kl", "KL from float (nats/token)", 0.0)):
+    for method, marker in (("rtn", "o"), ("default", "s")):
+        rows = [r for r in results if r["method"] == method]
+        ys = [r[key] / float_ppl if key == "ppl" else r[key] for r in rows]
+        ax.scatter([r["bits"] for r in rows], ys, marker=marker,
+                   label="round to nearest" if method == "rtn" else "ptq default methods")
+        for r, y in zip(rows, ys):
+            ax.annotate(r["recipe"], (r["bits"], y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.axhline(floor, color="gray", linestyle="--", label="float32")
+    ax.set_xlabel("bits per weight (quantized layers)")
+    ax.set_ylabel(ylabel)
+axes[0].set_title(f"SmolLM2-135M, first {LAYERS} layers" if not FULL_MODEL else "SmolLM2-135M")
+axes[1].legend(fontsize=8)
+plt.tight_layout()
 plt.show()
 
 # %% [markdown]
