@@ -176,6 +176,8 @@ def test_format_without_save_and_a_too_short_text_exit_2(tiny_llama, capsys, tmp
     folder, _, _ = tiny_llama
     assert main(["llm", str(folder), "--recipe", "mxfp4", "--format", "gguf"]) == 2
     assert "--format needs --save DIR" in capsys.readouterr().err
+    assert main(["llm", str(folder), "--recipe", "mxfp4", "--eval", str(tmp_path / "missing.txt")]) == 2
+    assert "missing.txt': no such file" in capsys.readouterr().err
     short = tmp_path / "short.txt"
     short.write_text("the object is a value")
     assert main(_args(folder, "--recipe", "mxfp4", "--eval", str(short))) == 2

@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     desc.set_defaults(func=cmd_describe)
     from .llm_cli import add_llm_parser
 
-    add_llm_parser(sub, _RecipeAction, _recipe_names())
+    add_llm_parser(sub, recipe_action=_RecipeAction, recipe_names=_recipe_names())
     return parser
 
 

@@ -9,6 +9,7 @@ without ``--save``, a text too short for one window) is one ``error:`` line and 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import List, Optional, Sequence, Tuple
 
@@ -82,7 +83,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def add_llm_parser(sub: argparse._SubParsersAction, recipe_action: type, recipe_names: List[str]) -> None:
+def add_llm_parser(sub: argparse._SubParsersAction, *, recipe_action: type, recipe_names: List[str]) -> None:
     """Register ``llm`` on the sub-command parsers ``sub`` (``recipe_action``: the CLI's checked
     ``--recipe`` action, with a did-you-mean)."""
     from .llm.models import KNOWN_MODELS
@@ -126,6 +127,10 @@ def cmd_llm(args: argparse.Namespace) -> int:
 
     if args.save_format is not None and args.save_dir is None:
         print("error: --format needs --save DIR (the folder to write the checkpoint to)", file=sys.stderr)
+        return 2
+    if args.eval_path is not None and not os.path.isfile(args.eval_path):
+        print(f"error: --eval {args.eval_path!r}: no such file (a UTF-8 text, documents separated by blank lines)",
+              file=sys.stderr)
         return 2
     options = LlmOptions(source=args.model, recipe=args.recipe, methods=args.methods, eval_path=args.eval_path,
                          seq_len=args.seq_len, eval_tokens=args.eval_tokens,
