@@ -137,13 +137,24 @@ def test_keep_first_layers_matches_a_model_built_with_fewer_layers(tiny_llama):
 
 
 @pytest.mark.skipif(not hasattr(groupquant, "save"), reason="needs groupquant.save (ckpt branch)")
-def test_llm_saves_through_groupquant_save(tiny_llama, capsys, tmp_path):
+@pytest.mark.parametrize("fmt", ["safetensors", "compressed-tensors", "gguf"])
+def test_llm_saves_through_groupquant_save_and_loads_back(tiny_llama, capsys, tmp_path, fmt):
     folder, _, _ = tiny_llama
     out_dir = tmp_path / "ckpt"
-    assert main(_args(folder, "--recipe", "mxfp4", "--save", str(out_dir), "--format", "safetensors")) == 0
+    assert main(_args(folder, "--recipe", "mxfp4_weight_only", "--save", str(out_dir), "--format", fmt)) == 0
     rows = _table(capsys.readouterr().out)
     size = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file())
-    assert size > 0 and float(rows["mxfp4 rtn packed"]["file"]) == pytest.approx(size / 2**20, abs=0.06)
+    assert size > 0 and float(rows["mxfp4_weight_only rtn packed"]["file"]) == pytest.approx(size / 2**20, abs=0.06)
+    path = out_dir / {"safetensors": "model.safetensors", "gguf": "model.gguf"}.get(fmt, "")
+    # the checkpoint reader builds packed layers holding the same codes as a fresh conversion of the float model
+    fresh = groupquant.pack_model(groupquant.quantize_model(transformers.LlamaForCausalLM.from_pretrained(folder),
+                                                            recipe="mxfp4_weight_only", exclude=["lm_head"]))
+    loaded = groupquant.load(str(path)).layers
+    packed = {name: layer for name, layer in fresh.named_modules() if hasattr(layer, "weight_codes")}
+    assert len(packed) == 14 and set(packed) <= set(loaded)
+    for name, layer in packed.items():
+        torch.testing.assert_close(loaded[name].group_quantized_weight().dequantize(),
+                                   layer.group_quantized_weight().dequantize(), rtol=0, atol=0)
 
 
 def _error(capsys, argv):

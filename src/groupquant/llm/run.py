@@ -23,11 +23,11 @@ from torch import nn
 from ..eval import perplexity, python_docstrings, token_sets
 from ..eval.perplexity import context_length
 from .measures import Generation, generate, model_bytes, path_bytes, quantized_weight_bits
-from .models import LoadedModel, ModelSource, load_causal_lm, output_head_name
+from .models import LoadedModel, ModelSource, load_causal_lm, output_head_name, smollm2_gguf_path
 from .report import ReportRow
 
 __all__ = ["LlmOptions", "LlmResult", "LlmInputError", "run_llm", "read_documents", "save_checkpoint",
-           "SAVE_FORMATS", "DEFAULT_PROMPT"]
+           "SAVE_FORMATS", "CHECKPOINT_FILES", "DEFAULT_PROMPT"]
 
 #: ``--format`` values (``groupquant.save``'s formats)
 SAVE_FORMATS = ("safetensors", "compressed-tensors", "gguf")
@@ -93,16 +93,30 @@ def read_documents(path: str) -> List[str]:
     return [p.strip() for p in text.replace("\r\n", "\n").split("\n\n") if p.strip()]
 
 
-def save_checkpoint(model: nn.Module, directory: str, fmt: str) -> int:
-    """``groupquant.save(model, directory, format=fmt)`` (the checkpoint writers); returns the
-    bytes written under ``directory``."""
+#: where each format's checkpoint goes inside ``--save DIR`` (compressed-tensors: the folder itself)
+CHECKPOINT_FILES = {"safetensors": "model.safetensors", "gguf": "model.gguf", "compressed-tensors": None}
+
+
+def save_checkpoint(model: nn.Module, directory: str, fmt: str, *, tokenizer=None,
+                    gguf_source: Optional[str] = None) -> int:
+    """``groupquant.save(model, path, format=fmt)`` with ``path`` from :data:`CHECKPOINT_FILES`
+    under ``directory`` (GGUF: the tokenizer keys copied from ``gguf_source``, the file the model
+    was loaded from, when there is one); the tokenizer's files are written beside the weights
+    (``save_pretrained``), as serving engines expect. Returns the bytes written under ``directory``."""
     import groupquant
 
     save = getattr(groupquant, "save", None)
     if save is None:
         raise LlmInputError("--save: this groupquant has no groupquant.save (the checkpoint writers)")
+    if fmt not in CHECKPOINT_FILES:
+        raise LlmInputError(f"--format {fmt!r}: choose one of {', '.join(CHECKPOINT_FILES)}")
     os.makedirs(directory, exist_ok=True)
-    save(model, directory, format=fmt)
+    name = CHECKPOINT_FILES[fmt]
+    path = directory if name is None else os.path.join(directory, name)
+    extra = {"tokenizer_from": gguf_source} if fmt == "gguf" and gguf_source else {}
+    save(model, path, format=fmt, **extra)
+    if tokenizer is not None and fmt != "gguf" and hasattr(tokenizer, "save_pretrained"):
+        tokenizer.save_pretrained(directory)
     return path_bytes(directory)
 
 
@@ -195,7 +209,11 @@ def run_llm(options: LlmOptions, say: Callable[[str], None] = print) -> LlmResul
                         quantized_weight_bits(model).per_weight)
     if options.save_dir is not None:
         with _bar(f"saving {options.save_format}", options.progress) as bar:
-            size = save_checkpoint(model, options.save_dir, options.save_format)
+            gguf_source = options.source.path if options.source.kind == "gguf" else None
+            if options.source.kind == "smollm2":
+                gguf_source = smollm2_gguf_path()
+            size = save_checkpoint(model, options.save_dir, options.save_format, tokenizer=tokenizer,
+                                   gguf_source=gguf_source)
             bar.update()
         row = ReportRow(row.label, row.bits_per_weight, row.perplexity, row.weight_bytes, size, row.tokens_per_second)
         say(f"saved {options.save_format} to {options.save_dir}")
