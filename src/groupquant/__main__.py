@@ -1,4 +1,4 @@
-"""``python -m groupquant [demo|formats|describe]``: see :mod:`groupquant.cli`."""
+"""``python -m groupquant [demo|formats|describe|llm]``: see :mod:`groupquant.cli`."""
 import sys
 
 from .cli import main

@@ -6,6 +6,8 @@ Commands (``build_parser`` holds their help, which ``--help`` prints once):
     formats   the element format table (bits, bias, emax, max normal, min normal/subnormal, specials),
               the scale format table and the block schemes (MX formats, NVFP4) with bits per element
     describe  the settings of a format or a quantizer, by name
+    llm       quantize a causal language model, evaluate, generate from packed weights, save
+              (:mod:`groupquant.llm_cli`; the llm extra)
 """
 from __future__ import annotations
 
@@ -283,7 +285,7 @@ def _seed(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with its three sub-commands (the demo runs when none is named)."""
+    """The argument parser with its four sub-commands (the demo runs when none is named)."""
     parser = argparse.ArgumentParser(
         prog="python -m groupquant",
         description="Group-wise (OCP Microscaling) quantization: the demo and the format tables.",
@@ -314,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     desc = sub.add_parser("describe", help="settings of a format or quantizer, e.g. describe fp4_e2m1")
     desc.add_argument("name", help="a format name or a quantizer class in groupquant.quantizers")
     desc.set_defaults(func=cmd_describe)
+    from .llm_cli import add_llm_parser
+
+    add_llm_parser(sub, recipe_action=_RecipeAction, recipe_names=_recipe_names())
     return parser
 
 
