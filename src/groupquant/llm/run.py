@@ -23,7 +23,7 @@ from torch import nn
 from ..eval import perplexity, python_docstrings, token_sets
 from ..eval.perplexity import context_length
 from .measures import Generation, generate, model_bytes, path_bytes, quantized_weight_bits
-from .models import LoadedModel, ModelSource, load_causal_lm, output_head_name, smollm2_gguf_path
+from .models import LoadedModel, ModelSource, load_causal_lm, output_head_names, smollm2_gguf_path
 from .report import ReportRow
 
 __all__ = ["LlmOptions", "LlmResult", "LlmInputError", "run_llm", "read_documents", "save_checkpoint",
@@ -65,6 +65,7 @@ class LlmOptions:
     progress: bool = True
     calibration_report: bool = False
     seed: int = 0
+    functional: bool = False
 
     @property
     def method_label(self) -> str:
@@ -154,19 +155,19 @@ def _token_sets(options: LlmOptions, loaded: LoadedModel, seq_len: int):
 
 
 def _quantize(model: nn.Module, options: LlmOptions, calibration: Sequence[torch.Tensor],
-              exclude: List[str], say: Callable[[str], None]) -> nn.Module:
+              say: Callable[[str], None]) -> nn.Module:
     """Round to nearest (``quantize_model``) or ``ptq`` with the chosen methods (its per-layer
     report printed only with ``calibration_report``; a one-line summary otherwise)."""
     if options.methods is None:
         from ..nn import quantize_model
 
-        return quantize_model(model, recipe=options.recipe, exclude=exclude or None)
+        return quantize_model(model, recipe=options.recipe, functional=options.functional, quantize_head=False)
     from ..calib import ptq
 
     table = io.StringIO()
     with contextlib.redirect_stdout(table):  # ptq prints its per-layer table; progress bars go to stderr
         model = ptq(model, list(calibration), recipe=options.recipe, methods=list(options.methods) or None,
-                    exclude=exclude or None, progress=options.progress, seed=options.seed)
+                    functional=options.functional, quantize_head=False, progress=options.progress, seed=options.seed)
     reports = [r for r in getattr(model, "calibration_report", []) if r.error_before == r.error_before]
     better = sum(1 for r in reports if r.error_after < r.error_before)
     say(f"calibration ({options.method_label}): {len(reports)} layer-method steps, {better} lowered the "
@@ -195,14 +196,12 @@ def run_llm(options: LlmOptions, say: Callable[[str], None] = print) -> LlmResul
     sets = _token_sets(options, loaded, seq_len)
     say(f"{options.source.label}: evaluation {sets.evaluation.numel()} tokens ({sets.evaluation_documents} documents), "
         f"calibration {sets.calibration.numel()} tokens, windows of {seq_len}")
-    head = output_head_name(model)
-    exclude = [head] if head else []
-    if head:
+    for head in output_head_names(model):  # quantize_model's rule (groupquant.nn.output_head), said once here
         say(f"output head {head!r} kept in float")
     float_bits = float(next((m.weight.element_size() * 8 for m in model.modules() if isinstance(m, nn.Linear)), 32))
     float_row, float_gen = _measure(str(next(model.parameters()).dtype).replace("torch.", ""), model, tokenizer,
                                     sets.evaluation, seq_len, options, float_bits)
-    model = _quantize(model, options, sets.calibration_inputs(), exclude, say)
+    model = _quantize(model, options, sets.calibration_inputs(), say)
     model = pack_model(model, progress=options.progress)
     label = f"{options.recipe} {options.method_label} packed"
     row, gen = _measure(label, model, tokenizer, sets.evaluation, seq_len, options,
