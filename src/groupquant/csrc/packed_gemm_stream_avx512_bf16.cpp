@@ -135,9 +135,20 @@ struct Tile {
   int64_t block_size;
 };
 
-inline __m512 run_scales(const Tile& t, const float* sbuf, int64_t r, int64_t b0) {
-  const int64_t first = r * 128 / t.block_size - b0;
+// Per-lane block scales of a run whose first block is sbuf[first].
+inline __m512 run_scales(const Tile& t, const float* sbuf, int32_t first) {
   return _mm512_permutexvar_ps(t.lane_block, _mm512_loadu_ps(sbuf + first));
+}
+
+// sbuf[0 .. count) = scale_table[sc[0 .. count)], 16 at a time by gathers (sbuf has room for a
+// whole last vector; the scale bytes past count are not read).
+inline void fill_scales(const float* table, const uint8_t* sc, int64_t count, float* sbuf) {
+  int64_t b = 0;
+  for (; b + 16 <= count; b += 16) {
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + b)));
+    _mm512_store_ps(sbuf + b, _mm512_i32gather_ps(idx, table, 4));
+  }
+  for (; b < count; ++b) sbuf[b] = table[sc[b]];
 }
 
 inline __m512bh decode(const Tile& t, __m512i raw, int shift) {
@@ -155,6 +166,8 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
   const int64_t b0 = r0 * 128 / p.block_size;
   const int64_t b1 = std::min(p.num_blocks, (r1 * 128 + p.block_size - 1) / p.block_size);
   alignas(64) float sbuf[kMaxChunkRuns * 16 + 16];  // scales of blocks [b0, b1) (+ slack for the loads)
+  int32_t first[kMaxChunkRuns];                     // run r0 + i starts at block b0 + first[i]
+  for (int64_t r = r0; r < r1; ++r) first[r - r0] = static_cast<int32_t>(r * 128 / p.block_size - b0);
   const int64_t span = (r1 - r0) * 64;
   __m512 u[MR];
   for (int m = 0; m < MR; ++m) u[m] = _mm512_set1_ps(t.unscale[m0 + m]);
@@ -166,7 +179,7 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
       for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
     }
     const uint8_t* sc = job.scale + n * p.num_blocks;
-    for (int64_t b = b0; b < b1; ++b) sbuf[b - b0] = job.scale_table[sc[b]];
+    fill_scales(job.scale_table, sc + b0, b1 - b0, sbuf);
     const uint16_t* xr = t.x + m0 * t.kp + r0 * 128;
     float* out = part + (n - n0) * MR;
     if constexpr (MR == 1) {
@@ -177,7 +190,7 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
         __m512 b = _mm512_dpbf16_ps(zero, decode(t, raw, 4), xload(xr + 32));
         a = _mm512_dpbf16_ps(a, decode(t, raw, 8), xload(xr + 64));
         b = _mm512_dpbf16_ps(b, decode(t, raw, 12), xload(xr + 96));
-        const __m512 s = run_scales(t, sbuf, r, b0);
+        const __m512 s = run_scales(t, sbuf, first[r - r0]);
         const __m512 lane = _mm512_mul_ps(_mm512_add_ps(a, b), u[0]);  // unscaled lane sums
         if ((r & 1) == 0) {
           acc0 = _mm512_fmadd_ps(lane, s, acc0);
@@ -192,7 +205,7 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
         const __m512i raw = _mm512_loadu_si512(row);
         const __m512bh w0 = decode(t, raw, 0), w1 = decode(t, raw, 4), w2 = decode(t, raw, 8), w3 = decode(t, raw, 12);
-        const __m512 s = run_scales(t, sbuf, r, b0);
+        const __m512 s = run_scales(t, sbuf, first[r - r0]);
         for (int m = 0; m < MR; ++m) {
           const uint16_t* xm = xr + m * t.kp;
           __m512 d = _mm512_dpbf16_ps(zero, w0, xload(xm));
