@@ -23,10 +23,11 @@ called once, in turn: no layer's bytes are still in cache when it comes round ag
   scales and zero points, bfloat16 input), PyTorch's own weight-only kernel, on the same cycle;
 - ``fp32``: ``nn.Linear`` float32 layers of the same shape (the float model), same cycle;
 
-and prints per-layer milliseconds (median over ``--rounds`` cycles; the four are timed in turn
+and prints per-layer milliseconds (median over ``--rounds`` cycles; the five are timed in turn
 inside every round, so all see the same machine load), ``packed / floor``, ``int4 / packed`` (>1:
-packed is faster), the same two for ``packed bf16`` and ``fp32 / packed``. ``--shared-core`` adds rows (``--shared-formats``,
-default MXFP4 and NVFP4) with a busy-loop process pinned (``taskset``) to the last CPU: 2 threads,
+packed is faster), the same two for ``packed bf16`` and ``fp32 / packed``. ``--shared-core`` adds
+rows (``--shared-formats``, default MXFP4 and NVFP4) with a busy-loop process pinned (``taskset``)
+to the last CPU: 2 threads,
 median and worst of ``--calls`` (40) cycles, over the 1-thread median measured just before without
 it. The header gives the CPU model, its SIMD flags and the kernel path in use
 (``GROUPQUANT_CPU_PATH``).
@@ -190,8 +191,8 @@ class BusyCore:
 
 def main_table(cycles: Dict[str, Cycle], threads: Sequence[int], batches: Sequence[int], rounds: int,
                layers: int) -> None:
-    print("| format | threads | batch | floor ms | packed ms | packed / floor | packed bf16 ms | bf16 / floor | int4 ms | "
-          "int4 / packed | int4 / packed bf16 | fp32 ms | fp32 / packed |")
+    print("| format | threads | batch | floor ms | packed ms | packed / floor | packed bf16 ms | bf16 / floor | "
+          "int4 ms | int4 / packed | int4 / packed bf16 | fp32 ms | fp32 / packed |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, cyc in cycles.items():
         for t in threads:
@@ -206,8 +207,8 @@ def main_table(cycles: Dict[str, Cycle], threads: Sequence[int], batches: Sequen
                     torch.set_num_threads(t)
                 bf = med["packed bf16"]
                 print(f"| {name} | {t} | {batch} | {med['floor']:.3f} | {med['packed']:.3f} | "
-                      f"{med['packed'] / med['floor']:.2f}x | {bf:.3f} | {bf / med['floor']:.2f}x | {med['int4']:.3f} | "
-                      f"{med['int4'] / med['packed']:.2f}x | {med['int4'] / bf:.2f}x | "
+                      f"{med['packed'] / med['floor']:.2f}x | {bf:.3f} | {bf / med['floor']:.2f}x | "
+                      f"{med['int4']:.3f} | {med['int4'] / med['packed']:.2f}x | {med['int4'] / bf:.2f}x | "
                       f"{med['fp32']:.3f} | {med['fp32'] / med['packed']:.2f}x |", flush=True)
 
 
