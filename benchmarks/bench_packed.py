@@ -17,14 +17,17 @@ called once, in turn: no layer's bytes are still in cache when it comes round ag
   ``torch.sum`` -- the memory floor the kernel can at best reach (with several threads, the faster
   of that and the same on one thread, since OpenMP's sum may wait on a thread kept off its core);
 - ``packed``: the layer's ``PackedLinear`` (what ``groupquant.pack_model`` makes), float32 input;
+- ``packed bf16``: the same layers with the bfloat16 input (the input ``int4`` takes; on a host with
+  AVX-512 BF16 the ``avx512_bf16`` path's dot-product kernel for 4-bit codes);
 - ``int4``: ``torch.ops.aten._weight_int4pack_mm_for_cpu`` (int4 in groups of 32 with bfloat16
   scales and zero points, bfloat16 input), PyTorch's own weight-only kernel, on the same cycle;
 - ``fp32``: ``nn.Linear`` float32 layers of the same shape (the float model), same cycle;
 
-and prints per-layer milliseconds (median over ``--rounds`` cycles; the four are timed in turn
+and prints per-layer milliseconds (median over ``--rounds`` cycles; the five are timed in turn
 inside every round, so all see the same machine load), ``packed / floor``, ``int4 / packed`` (>1:
-packed is faster) and ``fp32 / packed``. ``--shared-core`` adds rows (``--shared-formats``,
-default MXFP4 and NVFP4) with a busy-loop process pinned (``taskset``) to the last CPU: 2 threads,
+packed is faster), the same two for ``packed bf16`` and ``fp32 / packed``. ``--shared-core`` adds
+rows (``--shared-formats``, default MXFP4 and NVFP4) with a busy-loop process pinned (``taskset``)
+to the last CPU: 2 threads,
 median and worst of ``--calls`` (40) cycles, over the 1-thread median measured just before without
 it. The header gives the CPU model, its SIMD flags and the kernel path in use
 (``GROUPQUANT_CPU_PATH``).
@@ -127,7 +130,7 @@ class Cycle:
         self.words = [[t.view(torch.int64) if t.numel() % 8 == 0 else t for t in b] for b in self.bytes]
 
     def runners(self, batch: int) -> Dict[str, Callable[[], object]]:
-        """The four cycles at ``batch`` input rows (inputs made once)."""
+        """The five cycles at ``batch`` input rows (inputs made once)."""
         size = self.packed[0].in_features
         x = torch.randn(batch, size)
         xb = x.to(torch.bfloat16)
@@ -141,6 +144,10 @@ class Cycle:
             for layer in self.packed:
                 layer(x)
 
+        def packed_bf16():
+            for layer in self.packed:
+                layer(xb)
+
         def int4():
             for w, sz in self.int4:
                 torch.ops.aten._weight_int4pack_mm_for_cpu(xb, w, INT4_GROUP, sz)
@@ -149,7 +156,7 @@ class Cycle:
             for layer in self.dense:
                 layer(x)
 
-        return {"floor": floor, "packed": packed, "int4": int4, "fp32": fp32}
+        return {"floor": floor, "packed": packed, "packed bf16": packed_bf16, "int4": int4, "fp32": fp32}
 
 
 def cycle_times(runs: Dict[str, Callable[[], object]], rounds: int, layers: int) -> Dict[str, List[float]]:
@@ -184,9 +191,9 @@ class BusyCore:
 
 def main_table(cycles: Dict[str, Cycle], threads: Sequence[int], batches: Sequence[int], rounds: int,
                layers: int) -> None:
-    print("| format | threads | batch | floor ms | packed ms | packed / floor | int4 ms | int4 / packed | "
-          "fp32 ms | fp32 / packed |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| format | threads | batch | floor ms | packed ms | packed / floor | packed bf16 ms | bf16 / floor | "
+          "int4 ms | int4 / packed | int4 / packed bf16 | fp32 ms | fp32 / packed |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, cyc in cycles.items():
         for t in threads:
             torch.set_num_threads(t)
@@ -198,8 +205,10 @@ def main_table(cycles: Dict[str, Cycle], threads: Sequence[int], batches: Sequen
                     med["floor"] = min(med["floor"], statistics.median(cycle_times({"floor": runs["floor"]}, rounds,
                                                                                    layers)["floor"]))
                     torch.set_num_threads(t)
+                bf = med["packed bf16"]
                 print(f"| {name} | {t} | {batch} | {med['floor']:.3f} | {med['packed']:.3f} | "
-                      f"{med['packed'] / med['floor']:.2f}x | {med['int4']:.3f} | {med['int4'] / med['packed']:.2f}x | "
+                      f"{med['packed'] / med['floor']:.2f}x | {bf:.3f} | {bf / med['floor']:.2f}x | "
+                      f"{med['int4']:.3f} | {med['int4'] / med['packed']:.2f}x | {med['int4'] / bf:.2f}x | "
                       f"{med['fp32']:.3f} | {med['fp32'] / med['packed']:.2f}x |", flush=True)
 
 

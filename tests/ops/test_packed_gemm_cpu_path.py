@@ -24,7 +24,7 @@ from groupquant.ops.packed_gemm import PackedWeight, packed_decode, packed_linea
 from groupquant.ops.packed_gemm_params import packed_gemm_params
 from groupquant.ops.packed_tables import element_value_table, scale_table
 
-PATHS = ("avx512", "avx2", "scalar")
+PATHS = ("avx512_bf16", "avx512", "avx2", "scalar")
 INT4 = IntFormat(name="int4_mx", bit_width=4, signed=True, narrow_range=True, frac_bits=2)
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -125,7 +125,7 @@ def test_paths_agree_on_the_decoded_weight_and_within_gemm_error():
 
 def test_env_value_is_checked(monkeypatch):
     monkeypatch.setenv(cpu.CPU_PATH_ENV, "avx9000")
-    with pytest.raises(cpu.CpuPathSettingError, match="GROUPQUANT_CPU_PATH must be one of auto, avx512, avx2, scalar"):
+    with pytest.raises(cpu.CpuPathSettingError, match="GROUPQUANT_CPU_PATH must be one of auto, avx512_bf16, avx512, avx2, scalar"):
         cpu.requested_cpu_path()
     monkeypatch.setenv(cpu.CPU_PATH_ENV, " AVX2 ")
     assert cpu.requested_cpu_path() == "avx2"

@@ -112,6 +112,7 @@ struct PackedGemmJob {
   const float* bias;           // [N] or nullptr
   float* out;                  // [M, N] float32
   int64_t rows;                // M
+  bool x_bf16;                 // x holds bfloat16 values (the input was bfloat16)
 };
 
 }  // namespace packed

@@ -291,7 +291,12 @@ void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const 
     run_many_rows(job, x, out, path);
     return;
   }
-  if (path == CpuPath::kAvx512 && stream512_applies(job.p)) {
+  if (path == CpuPath::kAvx512Bf16 && job.x_bf16 && stream512_bf16_applies(job.p, job.value_table)) {
+    const at::Tensor rows16 = at::empty_like(x, x.options().dtype(at::kBFloat16));  // the rows in its order
+    const at::Tensor unscale = at::empty({job.rows}, x.options());
+    if (run_packed_stream_avx512_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>())) return;
+  }
+  if (is_avx512(path) && stream512_applies(job.p)) {
     const at::Tensor scratch = at::empty_like(x);
     if (run_packed_stream_avx512(job, scratch.data_ptr<float>())) return;
   }

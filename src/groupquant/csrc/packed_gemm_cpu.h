@@ -43,6 +43,16 @@ bool stream512_applies(const PackedGemmParams& p);
 // does not apply or the build is not x86. Call only where the host has AVX-512 F/BW/VL/DQ.
 bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch);
 
+// Whether the AVX-512 BF16 kernel (packed_gemm_stream_avx512_bf16.cpp) takes this weight: where the
+// AVX-512 kernel does, and the 16 table values are exact in bfloat16, multiples of 2^-8, at most 2^8.
+bool stream512_bf16_applies(const PackedGemmParams& p, const float* value_table);
+
+// That kernel, for a job whose x holds bfloat16 values (job.x_bf16); scratch: job.rows * padded K
+// bfloat16 values, unscale: job.rows floats. False where it does not apply, where an input row's
+// nonzero magnitudes span more than about 2^100 (the kernel's exactness rule), or the build is not
+// x86. Call only where the host has AVX-512 F/BW/VL/DQ and BF16.
+bool run_packed_stream_avx512_bf16(const PackedGemmJob& job, void* scratch, float* unscale);
+
 // Whether that kernel wants its input rows permuted to the nibble decode order (within every 8
 // columns: 0, 2, 4, 6, 1, 3, 5, 7).
 bool nibble_order_input(const PackedGemmParams& p);

@@ -10,7 +10,7 @@ namespace {
 
 // The best available path, from the host's CPUID (and XCR0: libgcc's checks include OS support).
 CpuPath best_path() {
-  for (CpuPath p : {CpuPath::kAvx512, CpuPath::kAvx2}) {
+  for (CpuPath p : {CpuPath::kAvx512Bf16, CpuPath::kAvx512, CpuPath::kAvx2}) {
     if (cpu_path_available(p)) return p;
   }
   return CpuPath::kScalar;
@@ -36,6 +36,8 @@ bool cpu_path_available(CpuPath path) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case CpuPath::kAvx512Bf16:
+      return cpu_path_available(CpuPath::kAvx512) && __builtin_cpu_supports("avx512bf16");
 #endif
     default:
       return false;
@@ -52,6 +54,7 @@ bool set_cpu_path(CpuPath path) {
 
 const char* cpu_path_name(CpuPath path) {
   switch (path) {
+    case CpuPath::kAvx512Bf16: return "avx512_bf16";
     case CpuPath::kAvx512: return "avx512";
     case CpuPath::kAvx2: return "avx2";
     default: return "scalar";

@@ -1,5 +1,6 @@
 // The instruction-set path of the packed-GEMM CPU kernels, chosen at run time from the host's
-// CPU features (not the build's flags): AVX-512 (F, BW, VL, DQ), AVX2 (+ FMA, F16C) or scalar
+// CPU features (not the build's flags): AVX-512 with BF16 (avx512_bf16: the AVX-512 kernels, and the
+// BF16 dot-product kernel for bfloat16 inputs), AVX-512 (F, BW, VL, DQ), AVX2 (+ FMA, F16C) or scalar
 // (portable C++, what a non-x86 build runs). The AVX2 and AVX-512 kernels are compiled on every
 // x86 build with GCC or Clang (function-level target options in their own translation units,
 // packed_gemm_stream.cpp and packed_gemm_stream_avx512.cpp), so one build serves every x86 host.
@@ -19,7 +20,12 @@
 namespace groupquant {
 namespace packed {
 
-enum class CpuPath : int32_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// kAvx512Bf16 is the AVX-512 path plus, for bfloat16 inputs, the AVX-512 BF16 kernel
+// (packed_gemm_stream_avx512_bf16.cpp); everything else it runs as kAvx512.
+enum class CpuPath : int32_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+
+// Whether path runs the AVX-512 kernels (avx512 or avx512_bf16).
+inline bool is_avx512(CpuPath path) { return path == CpuPath::kAvx512 || path == CpuPath::kAvx512Bf16; }
 
 // Whether path is compiled into this build and the host CPU (and OS) supports it.
 bool cpu_path_available(CpuPath path);
@@ -30,7 +36,7 @@ CpuPath active_cpu_path();
 // Sets the path; false (and nothing changes) where it is not available.
 bool set_cpu_path(CpuPath path);
 
-// "scalar", "avx2", "avx512".
+// "scalar", "avx2", "avx512", "avx512_bf16".
 const char* cpu_path_name(CpuPath path);
 
 }  // namespace packed

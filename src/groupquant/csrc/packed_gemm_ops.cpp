@@ -112,6 +112,7 @@ at::Tensor packed_linear_impl(const at::Tensor& x, const at::Tensor& data, const
   job.x = xf.data_ptr<float>();
   job.out = out.data_ptr<float>();
   job.rows = x.size(0);
+  job.x_bf16 = x.scalar_type() == at::kBFloat16;
   run(job, xf, out);
   return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
 }
@@ -146,7 +147,7 @@ at::Tensor packed_decode_cpu(const at::Tensor& data, const at::Tensor& scale, co
   return packed_decode_impl(data, scale, value_table, scale_table, params, run_decode_on_cpu);
 }
 
-constexpr CpuPath kPathsBestFirst[] = {CpuPath::kAvx512, CpuPath::kAvx2, CpuPath::kScalar};
+constexpr CpuPath kPathsBestFirst[] = {CpuPath::kAvx512Bf16, CpuPath::kAvx512, CpuPath::kAvx2, CpuPath::kScalar};
 
 std::string packed_cpu_paths() {
   std::string names;
@@ -167,7 +168,7 @@ std::string packed_set_cpu_path(const std::string& name) {
                       packed_cpu_paths());
     return name;
   }
-  TORCH_CHECK_VALUE(false, "groupquant: CPU path must be one of avx512, avx2, scalar, got '", name, "'");
+  TORCH_CHECK_VALUE(false, "groupquant: CPU path must be one of avx512_bf16, avx512, avx2, scalar, got '", name, "'");
   return name;
 }
 

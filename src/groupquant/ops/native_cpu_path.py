@@ -12,7 +12,7 @@ __all__ = ["CPU_PATH_ENV", "CPU_PATHS", "CpuPathSettingError", "requested_cpu_pa
 
 CPU_PATH_ENV = "GROUPQUANT_CPU_PATH"
 #: The values of ``GROUPQUANT_CPU_PATH``; the kernel paths, best first.
-CPU_PATHS = ("auto", "avx512", "avx2", "scalar")
+CPU_PATHS = ("auto", "avx512_bf16", "avx512", "avx2", "scalar")
 
 
 class CpuPathSettingError(ValueError):

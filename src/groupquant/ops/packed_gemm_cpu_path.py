@@ -3,9 +3,13 @@
 The extension holds AVX-512, AVX2 and scalar kernels and takes, at run time, the best one the
 host's CPU has (``csrc/packed_gemm_cpu_path.h``). ``GROUPQUANT_CPU_PATH`` forces one:
 
-- unset or ``auto``: the best the host has (AVX-512 F/BW/VL/DQ, else AVX2 + FMA, else scalar);
-- ``avx512``, ``avx2``, ``scalar``: that path; an error when the native kernels load if the host
-  (or the build: not x86) has no such path.
+- unset or ``auto``: the best the host has (AVX-512 with BF16, else AVX-512 F/BW/VL/DQ, else
+  AVX2 + FMA, else scalar);
+- ``avx512_bf16``: the AVX-512 kernels, and for bfloat16 inputs the AVX-512 BF16 (``vdpbf16ps``)
+  kernel of 4-bit weights (``csrc/packed_gemm_stream_avx512_bf16.cpp``);
+- ``avx512``: the AVX-512 kernels only (bfloat16 inputs are widened to float32: the BF16 kernel is off);
+- ``avx2``, ``scalar``: that path; an error when the native kernels load if the host (or the
+  build: not x86) has no such path.
 
 The variable is read once, when the native kernels are first loaded (:mod:`.native_cpu_path`); a
 value that is not a path is a :class:`CpuPathSettingError` naming the variable and the values. :func:`cpu_path` switches
