@@ -141,6 +141,7 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         results = {recipe: _run(recipe, rank, out_dir) for recipe in RECIPES}
+        dist.barrier()  # both ranks done before either closes its gloo pairs (an abort at exit otherwise)
     finally:
         dist.destroy_process_group()
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:

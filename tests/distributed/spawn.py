@@ -48,6 +48,7 @@ def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], out_dir: st
                                              init_method=f"tcp://127.0.0.1:{port}")
         try:
             result = fn(rank, world)
+            torch.distributed.barrier()  # both ranks done before either closes its gloo pairs (an abort at exit otherwise)
         finally:
             torch.distributed.destroy_process_group()
         torch.save({"ok": True, "result": result}, path)
