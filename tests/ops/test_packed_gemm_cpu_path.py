@@ -162,10 +162,11 @@ def test_env_forces_the_path_in_a_fresh_process():
 @pytest.mark.parametrize("name,rows", [("fp4_e2m1", 1), ("nvfp4", 3), ("fp8_e4m3", 1), ("fp6_e2m3", 2), ("int8", 5)])
 def test_any_thread_count_gives_the_same_bits(name, rows):
     """Rows are claimed dynamically but each output is computed by one thread in one order: the
-    result is bit for bit the same for 1, 2 and 3 threads."""
+    result is bit for bit the same for 1, 2 and 3 threads. (A call takes one thread per 2**20
+    multiply-adds, kMultiplyAddsPerThread: 3072 x 1024 weights give every thread count work.)"""
     torch.manual_seed(rows)
-    pw, _ = packed(name, torch.randn(300, 256))
-    x = torch.randn(rows, 256)
+    pw, _ = packed(name, torch.randn(3072, 1024))
+    x = torch.randn(rows, 1024)
     before = torch.get_num_threads()
     try:
         outs = []
@@ -181,8 +182,8 @@ def test_any_thread_count_gives_the_same_bits(name, rows):
 def test_concurrent_callers_get_their_own_results():
     """Two Python threads calling at once (one runs its job alone while the other holds the helpers)."""
     torch.manual_seed(5)
-    pws = [packed("fp4_e2m1", torch.randn(200, 512))[0] for _ in range(2)]
-    xs = [torch.randn(1, 512) for _ in range(2)]
+    pws = [packed("fp4_e2m1", torch.randn(2048, 1024))[0] for _ in range(2)]  # 2 threads' worth each
+    xs = [torch.randn(1, 1024) for _ in range(2)]
     want = [packed_linear(x, pw) for x, pw in zip(xs, pws)]
     bad = []
 

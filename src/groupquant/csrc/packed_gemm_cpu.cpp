@@ -234,7 +234,7 @@ void run_few_rows(const PackedGemmJob& job, CpuPath path) {
   const BlockDecoder decode = pick_decoder(p, path);
   const bool vec = path != CpuPath::kScalar;
   const int64_t pairs = (p.out_features + 1) / 2;
-  claim_chunks(pairs, 32, kernel_threads(), [&](int64_t q0, int64_t q1) {
+  claim_chunks(pairs, 32, kernel_threads(p.out_features * kp * job.rows), [&](int64_t q0, int64_t q1) {
     std::vector<float> wbuf(2 * chunk);
     std::vector<float> part(job.rows * 2);
     for (int64_t q = q0; q < q1; ++q) {
@@ -319,7 +319,7 @@ void run_packed_decode_cpu(const PackedGemmJob& job, float* dst) {
   const PackedGemmParams& p = job.p;
   const int64_t kp = p.num_blocks * p.block_size;
   const BlockDecoder decode = pick_decoder(p, active_cpu_path());
-  claim_chunks(p.out_features, 16, kernel_threads(), [&](int64_t r0, int64_t r1) {
+  claim_chunks(p.out_features, 16, kernel_threads(p.out_features * kp), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) decode_span(job, decode, r, 0, kp, dst + r * kp);
   });
 }

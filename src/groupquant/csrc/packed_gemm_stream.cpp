@@ -362,7 +362,8 @@ void rows_all_chunks(const PackedGemmJob& job, const Dec& dec, const float* x, i
 template <bool Pairs, class Dec>
 void run_with(const PackedGemmJob& job, const Dec& dec, const float* x, float post) {
   const PackedGemmParams& p = job.p;
-  claim_chunks(p.out_features, kRowsPerPass, kernel_threads(), [&](int64_t n0, int64_t n1) {
+  const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);
+  claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
     float part[kRowsPerPass * kMaxRows];
     {
      for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {

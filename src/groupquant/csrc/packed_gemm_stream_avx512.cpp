@@ -186,7 +186,8 @@ bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch) {
   permute_input(job.x, job.rows, t.kp, scratch);
   t.x = scratch;
   const float post = p.has_global_scale ? p.global_scale : 1.0f;  // NVFP4's second scale, on the row sums
-  claim_chunks(p.out_features, kRowsPerPass, kernel_threads(), [&](int64_t n0, int64_t n1) {
+  const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);
+  claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
     float part[kRowsPerPass * kMaxRows];
     for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
       switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {

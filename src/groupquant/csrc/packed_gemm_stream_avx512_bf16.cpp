@@ -316,7 +316,8 @@ bool run_packed_stream_avx512_bf16(const PackedGemmJob& job, void* scratch, floa
   for (int j = 0; j < 16; ++j) lanes[j] = static_cast<int32_t>(j * 8 / p.block_size);
   t.lane_block = _mm512_load_si512(lanes);
   const float post = p.has_global_scale ? p.global_scale : 1.0f;  // NVFP4's second scale, on the row sums
-  claim_chunks(p.out_features, kRowsPerPass, kernel_threads(), [&](int64_t n0, int64_t n1) {
+  const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);
+  claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
     float part[kRowsPerPass * kMaxRows];
     for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
       switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {

@@ -10,6 +10,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -143,7 +144,11 @@ class Workers {
 
 }  // namespace
 
-int kernel_threads() { return at::in_parallel_region() ? 1 : at::get_num_threads(); }
+int kernel_threads(int64_t multiply_adds) {
+  if (at::in_parallel_region()) return 1;
+  const int64_t useful = std::max<int64_t>(1, multiply_adds / kMultiplyAddsPerThread);
+  return static_cast<int>(std::min<int64_t>(at::get_num_threads(), useful));
+}
 
 void run_claimed_tasks(int64_t tasks, int threads, TaskFn task, void* ctx) {
   if (tasks <= 0) return;

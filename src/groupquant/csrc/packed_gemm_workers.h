@@ -30,9 +30,12 @@ using TaskFn = void (*)(void* ctx, int64_t t);
 // keeps subnormals while it runs tasks (KeepDenormals).
 void run_claimed_tasks(int64_t tasks, int threads, TaskFn task, void* ctx);
 
-// The threads a kernel call may use: at::get_num_threads(), or 1 when called inside a parallel
-// region (no nested teams).
-int kernel_threads();
+// The threads a kernel call of `multiply_adds` (weight elements x input rows) may use:
+// at::get_num_threads(), at most one per kMultiplyAddsPerThread of work (waking a helper costs more
+// than a small layer's whole call: a language model's 576-wide projections run on one thread), and
+// 1 when called inside a parallel region (no nested teams). Results do not depend on it.
+constexpr int64_t kMultiplyAddsPerThread = int64_t(1) << 20;
+int kernel_threads(int64_t multiply_adds);
 
 // f(i0, i1) over [0, n) in chunks of `chunk` (the last may be shorter), claimed dynamically by
 // `threads` threads (run_claimed_tasks).
