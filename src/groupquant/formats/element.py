@@ -26,6 +26,7 @@ __all__ = [
     "get_format",
     "known_formats",
     "MX_FORMATS",
+    "format_from_record",
 ]
 
 
@@ -313,6 +314,25 @@ class FloatFormat:
 
 
 ElementFormat = Union[IntFormat, FloatFormat]
+
+
+def format_from_record(record: Dict[str, object]) -> ElementFormat:
+    """Rebuild the format of a ``record()`` dict (``kind`` 'int' or 'float' plus the constructor
+    fields); TypeError for a non-dict, ValueError names a missing or bad field."""
+    if not isinstance(record, dict):
+        raise TypeError(f"a format record is a dict, got {type(record).__name__}")
+    kind = record.get("kind")
+    fields = {"int": ("name", "bit_width", "signed", "narrow_range", "frac_bits"),
+              "float": ("name", "exponent_bit_width", "mantissa_bit_width", "special_values", "signed", "bias")}
+    if kind not in fields:
+        raise ValueError(f"format record field 'kind' must be 'int' or 'float', got {kind!r}")
+    missing = [f for f in fields[kind] if f not in record]
+    if missing:
+        raise ValueError(f"format record of kind {kind!r} lacks field(s) {missing}")
+    args = {f: record[f] for f in fields[kind]}
+    if kind == "int":
+        return IntFormat(**args)  # type: ignore[arg-type]
+    return FloatFormat(**args)  # type: ignore[arg-type]  # validates special_values and the widths itself
 
 
 def _registry() -> Dict[str, ElementFormat]:
