@@ -213,6 +213,37 @@ def test_op_rejects_bad_arguments_by_name() -> None:
         op(x, record.pack()[:-1])
 
 
+def test_op_rejects_scale_fields_that_do_not_fit_their_kind() -> None:
+    # group_quant.h checks the scale part of the record per scale kind (scale_fields_error)
+    x = torch.randn(4, 32)
+
+    def op(scale_format: str, rule: str, **change) -> None:
+        record = kernel_params(make_spec(x, "fp4_e2m1", scale_mode=rule, scale_format=scale_format), x.dtype)
+        torch.ops.groupquant.group_fake_quant(x, dataclasses.replace(record, **change).pack(), False, False)
+
+    op("bfloat16", "float")  # a record as made is accepted
+    with pytest.raises(ValueError, match=r"scale_kind must be 0\.\.3 .*got 4"):
+        op("e8m0", "floor", scale_kind=4)
+    with pytest.raises(ValueError, match="scale_kind must be"):
+        op("e8m0", "floor", scale_kind=-1)
+    with pytest.raises(ValueError, match="scale_bias in \\[1, 127\\].*scale_bias 128"):
+        op("e8m0", "floor", scale_bias=128)
+    with pytest.raises(ValueError, match="exp_max <= scale_bias"):
+        op("e5m0", "floor", exp_max=16)
+    with pytest.raises(ValueError, match="scale_nan_code must be a byte"):
+        op("e8m0", "floor", scale_nan_code=256)
+    with pytest.raises(ValueError, match="minifloat scale needs 0..7 mantissa bits.*scale_mantissa_bits 8"):
+        op("ue4m3", "float", scale_mantissa_bits=8)
+    with pytest.raises(ValueError, match="normal range"):
+        op("ue4m3", "float", scale_min=2.0 ** -127)
+    with pytest.raises(ValueError, match="tensor_scale needs a minifloat"):
+        op("float32", "float", tensor_scale=True)
+    with pytest.raises(ValueError, match="scale_mode float goes with float-valued"):
+        op("float32", "float", scale_mode=0)  # the floor rule on a float32 scale
+    with pytest.raises(ValueError, match="scale_mode float goes with float-valued"):
+        op("e8m0", "floor", scale_mode=4)  # the float rule on an E8M0 scale
+
+
 def test_op_treats_a_block_size_beyond_the_dim_as_the_whole_dim() -> None:
     # the op itself, given a huge block (it used to overflow the block count and return garbage)
     x = make_input((3, 40), -1, torch.float32, seed=2).nan_to_num(0.0, 0.0, 0.0)

@@ -33,8 +33,13 @@ enum Special : int32_t { kSpecialNone = 0, kSpecialIeee = 1, kSpecialNanOnly = 2
 enum ScaleMode : int32_t { kScaleFloor = 0, kScaleCeil = 1, kScaleEven = 2, kScaleRceil = 3, kScaleFloat = 4 };
 // Element rounding (element_round.ROUNDING_MODES).
 enum Rounding : int32_t { kRoundEven = 0, kRoundNearest = 1, kRoundFloor = 2, kRoundStochastic = 3 };
-// How a scale value is stored (formats.ScaleKind).
+// How a scale value is stored (formats.ScaleKind). This header is the one C++ place that decides by
+// scale kind: dispatch_scale_kind (the one switch), block_scale_as, scale_fields_error.
 enum ScaleKind : int32_t { kScaleExponent = 0, kScaleFloat32 = 1, kScaleBFloat16 = 2, kScaleMinifloat = 3 };
+// Number of scale kinds: a record's scale_kind is one of 0 .. kNumScaleKinds - 1.
+constexpr int32_t kNumScaleKinds = 4;
+// Their names in kernel order, for error messages.
+constexpr const char* kScaleKindNames = "exponent, float32, bfloat16, minifloat";
 // How a block's scale meets its elements: x * inv (power of two: exact), x / scale (float scales, a
 // true division), or x * ((1 / g) / scale) and (v * scale) * g (two-level: a per-tensor g).
 enum ScaleApply : int32_t { kApplyInv = 0, kApplyDiv = 1, kApplyTwoLevel = 2 };
@@ -249,18 +254,77 @@ GQ_HD BlockScale float_block_scale_as(uint32_t amax_bits, const FormatParams& f,
   return s;
 }
 
-// float_block_scale_as for the scale format the record names.
-GQ_HD BlockScale float_block_scale(uint32_t amax_bits, const FormatParams& f, float g) {
-  switch (f.scale_kind) {
-    case kScaleMinifloat: return float_block_scale_as<kScaleMinifloat>(amax_bits, f, g);
-    case kScaleBFloat16: return float_block_scale_as<kScaleBFloat16>(amax_bits, f, g);
-    default: return float_block_scale_as<kScaleFloat32>(amax_bits, f, g);
+// ---- scale kinds: the one switch ----------------------------------------------------------
+
+// A scale kind as a type (ScaleKindTag<K>::value is K), so code templated on the kind is chosen
+// once per call rather than per block.
+template <int32_t Kind>
+struct ScaleKindTag {
+  static constexpr int32_t value = Kind;
+};
+
+// fn(ScaleKindTag<kind>{}) for a run-time scale kind: the one switch over scale kinds in C++ (a new
+// kind is one case here). A kind out of range (ops.cpp refuses it) goes as float32.
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <class Fn>
+GQ_HD auto dispatch_scale_kind(int32_t kind, Fn&& fn) -> decltype(fn(ScaleKindTag<kScaleFloat32>{})) {
+  switch (kind) {
+    case kScaleExponent: return fn(ScaleKindTag<kScaleExponent>{});
+    case kScaleBFloat16: return fn(ScaleKindTag<kScaleBFloat16>{});
+    case kScaleMinifloat: return fn(ScaleKindTag<kScaleMinifloat>{});
+    default: return fn(ScaleKindTag<kScaleFloat32>{});
   }
 }
 
-// The scale of a block by any mode (shared_scale.group_scale); g: the per-tensor scale (or 1).
+// The scale of a block in scale format Kind: an exponent scale by the power-of-two rule `mode`
+// (pow2_block_scale), a float-valued one by the float rule with per-tensor scale g (1 without one).
+// ops.cpp pairs the rule with the kind (the float rule exactly for float-valued kinds).
+template <int32_t Kind>
+GQ_HD BlockScale block_scale_as(uint32_t amax_bits, const FormatParams& f, int32_t mode, float g) {
+  if constexpr (Kind == kScaleExponent) {
+    return pow2_block_scale(amax_bits, f, mode);
+  } else {
+    return float_block_scale_as<Kind>(amax_bits, f, g);
+  }
+}
+
+// The scale of a block (shared_scale.group_scale) in the scale format the record names.
 GQ_HD BlockScale block_scale(uint32_t amax_bits, const FormatParams& f, int32_t mode, float g) {
-  return mode == kScaleFloat ? float_block_scale(amax_bits, f, g) : pow2_block_scale(amax_bits, f, mode);
+  return dispatch_scale_kind(f.scale_kind, [&](auto kind) {
+    return block_scale_as<decltype(kind)::value>(amax_bits, f, mode, g);
+  });
+}
+
+// Whether scales of this kind are powers of two (the power-of-two rules make them; the float rule
+// makes every other kind).
+GQ_HD bool scale_kind_is_power_of_two(int32_t kind) { return kind == kScaleExponent; }
+
+// What is wrong with a record's scale fields for scale format Kind, or nullptr (checked by ops.cpp):
+// an exponent scale needs scale_bias in [1, 127], exp_max <= scale_bias and a byte NaN code; a
+// minifloat 0..7 mantissa bits and a finite normal range [scale_min, scale_max]; only a minifloat
+// takes a per-tensor scale.
+template <int32_t Kind>
+inline const char* scale_fields_error_as(const FormatParams& f) {
+  if constexpr (Kind == kScaleExponent) {
+    if (!(f.scale_bias >= 1 && f.scale_bias <= 127 && f.exp_max <= f.scale_bias)) {
+      return "an exponent scale needs scale_bias in [1, 127] and exp_max <= scale_bias";
+    }
+    if (!(f.scale_nan_code >= 0 && f.scale_nan_code <= 255)) return "scale_nan_code must be a byte";
+  } else if constexpr (Kind == kScaleMinifloat) {
+    if (!(f.scale_mantissa_bits >= 0 && f.scale_mantissa_bits <= 7 && f.scale_min >= exp2i(-126) &&
+          f.scale_max >= f.scale_min && std::isfinite(f.scale_max))) {
+      return "a minifloat scale needs 0..7 mantissa bits and a normal range [scale_min, scale_max]";
+    }
+  }
+  if (f.tensor_scale && Kind != kScaleMinifloat) return "tensor_scale needs a minifloat scale format";
+  return nullptr;
+}
+
+// scale_fields_error_as for the record's scale kind (which must be in range).
+inline const char* scale_fields_error(const FormatParams& f) {
+  return dispatch_scale_kind(f.scale_kind, [&](auto kind) { return scale_fields_error_as<decltype(kind)::value>(f); });
 }
 
 // x brought onto the element grid's scale, by how the block scale applies (ScaleApply).

@@ -125,43 +125,29 @@ float padding_value(const BlockScale& sc, const Job& job) {
   return quantize_element(s, job.fmt, rule, rule.threshold);
 }
 
-// Float-valued scales of n blocks in scale format Kind (float_block_scale_as), a loop that vectorizes.
-template <int Kind>
-void float_block_scales(const uint32_t* __restrict amax, int64_t n, const FormatParams& fmt, float g,
-                        float* __restrict scale, float* __restrict inv, uint8_t* __restrict code) {
+// Shared scales of n blocks in scale format Kind from their amax (float32 bits of |x|): scale, inv
+// and the scale format's code per block (block_scale_as), a loop that vectorizes (no per-block branches).
+template <int32_t Kind>
+void block_scales_as(const uint32_t* __restrict amax, int64_t n, const FormatParams& fmt, int32_t mode, float g,
+                     float* __restrict scale, float* __restrict inv, uint8_t* __restrict code) {
   const FormatParams f = fmt;
 #pragma omp simd
   for (int64_t t = 0; t < n; ++t) {
-    const BlockScale sc = float_block_scale_as<Kind>(amax[t], f, g);
+    const BlockScale sc = block_scale_as<Kind>(amax[t], f, mode, g);
     scale[t] = sc.scale;
     inv[t] = sc.inv;
     code[t] = sc.code;
   }
 }
 
-// Shared scales of n blocks from their amax (float32 bits of |x|): scale, inv and the scale
-// format's code per block, in a loop over blocks that vectorizes (no per-block branches).
-template <int Apply>
+// block_scales_as for the job's scale kind, chosen once for the n blocks (dispatch_scale_kind).
 void block_scales(const uint32_t* __restrict amax, int64_t n, const Job& job, float* __restrict scale,
                   float* __restrict inv, uint8_t* __restrict code) {
-  const FormatParams f = job.fmt;
   const int32_t mode = job.scale_mode;
   const float g = job.g();
-  if (Apply == kApplyInv) {
-#pragma omp simd
-    for (int64_t t = 0; t < n; ++t) {
-      const BlockScale sc = pow2_block_scale(amax[t], f, mode);
-      scale[t] = sc.scale;
-      inv[t] = sc.inv;
-      code[t] = sc.code;
-    }
-  } else if (f.scale_kind == kScaleMinifloat) {
-    float_block_scales<kScaleMinifloat>(amax, n, f, g, scale, inv, code);
-  } else if (f.scale_kind == kScaleBFloat16) {
-    float_block_scales<kScaleBFloat16>(amax, n, f, g, scale, inv, code);
-  } else {
-    float_block_scales<kScaleFloat32>(amax, n, f, g, scale, inv, code);
-  }
+  dispatch_scale_kind(job.fmt.scale_kind, [&](auto kind) {
+    block_scales_as<decltype(kind)::value>(amax, n, job.fmt, mode, g, scale, inv, code);
+  });
 }
 
 // ---- drivers -----------------------------------------------------------------------------------
@@ -233,7 +219,7 @@ struct Driver {
           if (++kb == k) { kb = 0; ++o; }
           len = std::min(bs, dim - kb * bs);
         }
-        block_scales<Apply>(amax_blk, nb, job, scale_blk, inv_blk, code_blk);
+        block_scales(amax_blk, nb, job, scale_blk, inv_blk, code_blk);
         if (job.scale != nullptr) std::copy(scale_blk, scale_blk + nb, job.scale + b_first);
         for (int64_t t = 0, off = 0; t < nb; off += len_blk[t], ++t) {
           fill(scale_buf + off, len_blk[t], scale_blk[t]);
@@ -317,7 +303,7 @@ struct Driver {
         }
 #pragma omp simd
         for (int64_t c = 0; c < cols; ++c) amax_buf[c] = S::widen_abs(amax_buf[c]);
-        block_scales<Apply>(amax_buf, cols, job, scale_buf, inv_buf, code_buf);
+        block_scales(amax_buf, cols, job, scale_buf, inv_buf, code_buf);
         if (job.scale != nullptr) std::copy(scale_buf, scale_buf + cols, job.scale + scale_at);
         if (job.scale_codes != nullptr) std::copy(code_buf, code_buf + cols, job.scale_codes + scale_at);
         // pass 2: the same rows again, quantized along the columns

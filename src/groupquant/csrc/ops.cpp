@@ -58,22 +58,13 @@ void make_format_params(FormatParams& f) {
   }
   TORCH_CHECK_VALUE(f.saturating || (f.is_float && f.special != kSpecialNone),
                     "groupquant: saturating=false needs a float format with Inf or NaN codes");
-  TORCH_CHECK_VALUE(f.scale_kind >= kScaleExponent && f.scale_kind <= kScaleMinifloat,
-                    "groupquant: scale_kind must be 0..3 (exponent, float32, bfloat16, minifloat), got ",
-                    num(f.scale_kind));
-  if (f.scale_kind == kScaleExponent) {
-    TORCH_CHECK_VALUE(f.scale_bias >= 1 && f.scale_bias <= 127 && f.exp_max <= f.scale_bias,
-                      "groupquant: an exponent scale needs scale_bias in [1, 127] and exp_max <= scale_bias, got ",
-                      num(f.scale_bias), ", ", num(f.exp_max));
-    TORCH_CHECK_VALUE(f.scale_nan_code >= 0 && f.scale_nan_code <= 255, "groupquant: scale_nan_code must be a byte");
-  }
-  if (f.scale_kind == kScaleMinifloat) {
-    TORCH_CHECK_VALUE(f.scale_mantissa_bits >= 0 && f.scale_mantissa_bits <= 7 && f.scale_min >= exp2i(-126) &&
-                          f.scale_max >= f.scale_min && std::isfinite(f.scale_max),
-                      "groupquant: a minifloat scale needs 0..7 mantissa bits and a normal range [scale_min, scale_max]");
-  }
-  TORCH_CHECK_VALUE(!f.tensor_scale || f.scale_kind == kScaleMinifloat,
-                    "groupquant: tensor_scale needs a minifloat scale format");
+  TORCH_CHECK_VALUE(f.scale_kind >= 0 && f.scale_kind < kNumScaleKinds, "groupquant: scale_kind must be 0..",
+                    kNumScaleKinds - 1, " (", kScaleKindNames, "), got ", num(f.scale_kind));
+  const char* scale_error = scale_fields_error(f);
+  TORCH_CHECK_VALUE(scale_error == nullptr, "groupquant: ", scale_error, " (scale_kind ", num(f.scale_kind),
+                    ", scale_bias ", num(f.scale_bias), ", exp_max ", num(f.exp_max), ", scale_nan_code ",
+                    num(f.scale_nan_code), ", scale_mantissa_bits ", num(f.scale_mantissa_bits), ", scale_min ",
+                    f.scale_min, ", scale_max ", f.scale_max, ", tensor_scale ", f.tensor_scale, ")");
   if (f.is_float) {
     f.qemin = f.emin;
     f.qmant = f.mantissa_bits;
@@ -155,7 +146,7 @@ Job make_job(const at::Tensor& x, at::IntArrayRef params, const std::optional<at
   job.scale_mode = call.scale_mode;
   job.rounding = call.rounding;
   job.seed = call.seed;
-  TORCH_CHECK_VALUE((call.scale_mode == kScaleFloat) == (job.fmt.scale_kind != kScaleExponent),
+  TORCH_CHECK_VALUE((call.scale_mode == kScaleFloat) != scale_kind_is_power_of_two(job.fmt.scale_kind),
                     "groupquant: scale_mode float goes with float-valued scale formats, the power-of-two modes "
                     "with exponent scale formats");
   const bool has_ts = tensor_scale.has_value() && tensor_scale->defined();
