@@ -306,3 +306,26 @@ def test_float_scale_block_scale_rounds_as_round_to_format(name, fractions):
     scale, codes = sf.block_scale(amax, get_format("fp4_e2m1"), "float", torch.float32)
     assert torch.equal(scale, round_to_format((amax / 6.0).clamp(el.min_normal, el.max_normal), el, "even"))
     assert torch.equal(codes, sf.encode(scale))
+
+
+def test_each_scale_kind_has_one_class_that_reads_its_records():
+    # a record's kind finds its class in the registry (formats/scale.py); packing holds no kind list
+    from groupquant.formats import ExponentScale, FloatScale, ScaleKind, scale_format_from_record
+    from groupquant.formats.scale import SCALE_FORMAT_CLASSES
+
+    owned = [kind for cls in SCALE_FORMAT_CLASSES for kind in cls.record_kinds]
+    assert sorted(owned) == sorted(kind.name.lower() for kind in ScaleKind)  # each kind once
+    for name in ("e8m0", "e3m0", "ue8m0", "ue4m3", "ue3m2", "float32", "bfloat16"):
+        sf = get_scale_format(name)
+        record = sf.record()
+        assert record["kind"] in type(sf).record_kinds, name
+        for back in (type(sf).from_record(record), scale_format_from_record(record)):
+            assert back == sf and back.name == sf.name and type(back) is type(sf), name
+    assert isinstance(scale_format_from_record({"kind": "exponent", "bits": 6}), ExponentScale)
+    assert scale_format_from_record({"kind": "bfloat16"}) == FloatScale(ScaleKind.BFLOAT16)
+    with pytest.raises(ValueError, match="'element'"):
+        FloatScale.from_record({"kind": "minifloat", "name": "ue4m3"})
+    with pytest.raises(ValueError, match="'kind' must be 'exponent', 'float32', 'bfloat16' or 'minifloat'"):
+        scale_format_from_record({"kind": "float16"})
+    with pytest.raises(TypeError, match="is a dict"):
+        scale_format_from_record(["exponent", 8])
