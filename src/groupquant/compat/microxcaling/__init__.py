@@ -16,26 +16,22 @@ Underneath: the element-wise settings (``bfloat`` / ``fp``, ``round``, ``vec_use
 :class:`groupquant.elementwise.RoundedMath` (:func:`.mapping.rounding_kit`, with microxcaling's
 formulas); softmax, the activations, the norms and the ``simd_*`` ops are
 :mod:`groupquant.elementwise`'s ops run with it; ``Linear``, the convolutions and ``matmul`` are
-groupquant quant layers built from :func:`.recipe.recipe_from_mx_specs` (roundings around the GEMM:
-:class:`groupquant.nn.GemmRounding`); the GEMMs under settings no quantizer expresses keep autograd
-functions of their own, written with the same kit and :mod:`.quantize`; MX quantization is
-:func:`groupquant.fake_quant`.
+groupquant quant layers built from :func:`.recipe.recipe_from_mx_specs`'s route (:mod:`.gemm`;
+roundings around the GEMM: :class:`groupquant.nn.GemmRounding`); MX quantization is
+:func:`groupquant.fake_quant`. compat has no autograd of its own.
 
 The MX shared exponent is OCP's exact ``floor(log2(amax))``; microxcaling's float-log2 exponent is
-``MxSpecs(shared_exp_from_float_log2=True)`` (see :mod:`.quantize`).
+``MxSpecs(shared_exp_from_float_log2=True)``, the scale rule ``float_log2`` (PyTorch reference only).
 """
 from . import mx_mapping
-from .activations import (GELU, LeakyReLU, ReLU, ReLU6, SiLU, Sigmoid, Tanh, gelu, leaky_relu, relu, relu6, sigmoid,
-                          silu, tanh)
-from .convolution import Conv1d, Conv2d, Conv3d, conv1d, conv2d, conv3d
-from .linear import Linear, linear
-from .matmul import bmm, matmul
+from .activations import (GELU, LeakyReLU, ReLU, ReLU6, SiLU, Sigmoid, Softmax, Tanh, gelu, leaky_relu, relu, relu6,
+                          sigmoid, silu, softmax, tanh)
+from .gemm import Conv1d, Conv2d, Conv3d, Linear, bmm, conv1d, conv2d, conv3d, linear, matmul
 from .norms import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, RMSNorm, batch_norm, group_norm, layer_norm
 from .recipe import recipe_from_mx_specs
 from .quantize import quantize_bfloat, quantize_elemwise_op, quantize_mx_op
 from .simd_ops import (simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm, simd_reduce_mean,
                        simd_reduce_sum, simd_split, simd_sqrt, simd_square, simd_sub)
-from .softmax import Softmax, softmax
 from .specs import (MxSpecs, UnknownMxSpecError, add_mx_args, apply_mx_specs, finalize_mx_specs,
                     get_backwards_mx_specs, get_default_mx_specs, get_mx_specs)
 

@@ -6,7 +6,9 @@
   symmetric intN (-2**(N-1) unused). Its ``fp16`` / ``bfloat16`` MX element formats are not provided.
 - ``scale_bits`` k (other than 0 / 8) and ``mx_flush_fp32_subnorms``: the scale format E{k}M0 with
   NaN above its largest exponent, flushing subnormal blocks (``ExponentScale(k, saturating=False,
-  flush_subnormal_blocks=...)``), as microxcaling's shared exponent.
+  flush_subnormal_blocks=...)``), as microxcaling's shared exponent; ``shared_exp_from_float_log2``:
+  the scale rule ``float_log2`` (microxcaling's ``floor(torch.log2(amax))``, not OCP's exact floor);
+  ``shared_exp_method='none'``: blocks of one element.
 - rounding: ``nearest`` (ties away from zero), ``even`` (ties to even), ``floor`` (toward zero:
   microxcaling floors the magnitude) are groupquant's modes of the same names; ``dither`` (floor of
   magnitude plus a uniform draw) is groupquant's ``stochastic`` (MX quantization only).
@@ -16,14 +18,17 @@
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import torch
 
 from ...formats import ElementFormat, ExponentScale, get_format
 from ...elementwise.rounded_math import RoundedMath
 from ...ops.precision import ElementPrecision, resolve_precision
+from .specs import apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "check_settings", "rounding_kit",
-           "scale_format"]
+           "specs_kit", "rounded", "scale_format", "scale_rule", "group_size"]
 
 MX_ELEM_FORMATS = {
     "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "fp6_e3m2": "fp6_e3m2", "fp6_e2m3": "fp6_e2m3",
@@ -50,17 +55,39 @@ def elem_format(name: Any, setting: str = "elem_format") -> Optional[ElementForm
                      f"{', '.join(sorted(MX_ELEM_FORMATS))}")
 
 
-def scale_format(scale_bits: int, flush_fp32_subnorms: bool = False) -> Optional[ExponentScale]:
+def scale_format(scale_bits: int, flush_fp32_subnorms: bool = False,
+                 float_log2: bool = False) -> Optional[ExponentScale]:
     """microxcaling's ``scale_bits`` k (0: 8) and ``mx_flush_fp32_subnorms`` as a scale format: E{k}M0
     whose blocks above its largest exponent are NaN (not saturated), as microxcaling's shared
     exponent is, flushing blocks whose max is a float32 subnormal to zero when asked; None (E8M0)
-    for 8 bits without the flush. ValueError naming ``scale_bits`` unless k is 0 or an int in 2..8."""
+    for 8 bits without the flush, unless ``float_log2`` (whose exponent can pass E8M0's top).
+    ValueError naming ``scale_bits`` unless k is 0 or an int in 2..8."""
     if isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not (scale_bits == 0 or 2 <= scale_bits <= 8):
         raise ValueError(f"mx_specs scale_bits={scale_bits!r}: use 0 (8) or an int in 2..8")
     bits = scale_bits or 8
-    if bits == 8 and not flush_fp32_subnorms:
+    if bits == 8 and not flush_fp32_subnorms and not float_log2:
         return None
     return ExponentScale(bits, saturating=False, flush_subnormal_blocks=bool(flush_fp32_subnorms))
+
+
+def scale_rule(mx_specs: Mapping[str, Any]) -> str:
+    """The scale rule of ``mx_specs``: ``float_log2`` (microxcaling's float-log2 exponent) with
+    ``shared_exp_from_float_log2``, else OCP's exact ``floor``."""
+    return "float_log2" if mx_specs.get("shared_exp_from_float_log2") else "floor"
+
+
+def group_size(mx_specs: Mapping[str, Any], block_size: Optional[int] = None) -> int:
+    """Elements per shared exponent: 1 for ``shared_exp_method='none'``, else ``block_size`` (None:
+    ``mx_specs['block_size']``; 0: the whole axis). ValueError naming the setting for a bad value."""
+    method = mx_specs.get("shared_exp_method", "max")
+    if method == "none":
+        return 1
+    if method != "max":
+        raise ValueError(f"mx_specs shared_exp_method={method!r}: use 'max' or 'none'")
+    size = mx_specs["block_size"] if block_size is None else block_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"mx_specs block_size={size!r}: use a block size > 0 (or 0: the whole axis)")
+    return size
 
 
 def mx_rounding(round: str, setting: str = "round") -> str:
@@ -118,3 +145,16 @@ def rounding_kit(mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = N
                        division="reciprocal" if flags.get("vec_use_recip") else "divide",
                        exp_via_exp2=bool(flags.get("vec_use_exp2")), constants=_BFLOAT16, formulas="microxcaling",
                        grad=None if grad is None else rounding_kit(grad, round))
+
+
+def specs_kit(mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = None) -> RoundedMath:
+    """The rounding kit of ``mx_specs`` (over the defaults) whose gradient kit is its backward specs'."""
+    specs = apply_mx_specs(mx_specs)
+    return rounding_kit(specs, round, grad=get_backwards_mx_specs(specs))
+
+
+def rounded(op: Callable[..., torch.Tensor], input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
+            *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``op(input, *args, precision=kit, **kwargs)`` of :mod:`groupquant.elementwise` with the kit of
+    ``mx_specs`` (:func:`specs_kit`), in ``input``'s dtype."""
+    return op(input, *args, precision=specs_kit(mx_specs), **kwargs).to(input.dtype)

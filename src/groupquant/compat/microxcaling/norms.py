@@ -13,27 +13,17 @@ does (torch keeps the unbiased variance). As in microxcaling, ``LayerNorm`` / ``
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
 from ... import elementwise as ew
 from . import _torch
-from .mapping import rounding_kit
-from .module_specs import MxSpecsMixin
-from .specs import apply_mx_specs, get_backwards_mx_specs
+from .mapping import rounded
+from .module_specs import MxSpecsMixin, calls, mx_module
 
 __all__ = ["LayerNorm", "RMSNorm", "layer_norm", "GroupNorm", "group_norm", "BatchNorm1d", "BatchNorm2d",
            "BatchNorm3d", "batch_norm"]
-
-
-def _rounded(op: Callable[..., torch.Tensor], input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
-             *args: Any, **kwargs: Any) -> torch.Tensor:
-    """``op(input, *args, precision=kit, **kwargs)`` with the rounding kit of ``mx_specs``, in
-    ``input``'s dtype."""
-    specs = apply_mx_specs(mx_specs)
-    kit = rounding_kit(specs, grad=get_backwards_mx_specs(specs))
-    return op(input, *args, precision=kit, **kwargs).to(input.dtype)
 
 
 def layer_norm(input: torch.Tensor, normalized_shape: Any, weight: Optional[torch.Tensor] = None,
@@ -46,7 +36,7 @@ def layer_norm(input: torch.Tensor, normalized_shape: Any, weight: Optional[torc
     if len(shape) != 1 or shape[0] != input.shape[-1]:
         raise NotImplementedError(f"layer_norm with mx_specs normalizes the last dim only; got normalized_shape="
                                   f"{normalized_shape!r} for an input of shape {tuple(input.shape)}")
-    return _rounded(ew.layer_norm, input, mx_specs, shape, weight, bias, eps)
+    return rounded(ew.layer_norm, input, mx_specs, shape, weight, bias, eps)
 
 
 def group_norm(x: torch.Tensor, num_groups: int, weight: Optional[torch.Tensor] = None,
@@ -55,7 +45,7 @@ def group_norm(x: torch.Tensor, num_groups: int, weight: Optional[torch.Tensor] 
     """``F.group_norm`` with ``mx_specs`` (plain when None)."""
     if mx_specs is None:
         return _torch.group_norm(x, num_groups, weight, bias, eps)
-    return _rounded(ew.group_norm, x, mx_specs, num_groups, weight, bias, eps)
+    return rounded(ew.group_norm, x, mx_specs, num_groups, weight, bias, eps)
 
 
 def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor], running_var: Optional[torch.Tensor],
@@ -66,7 +56,7 @@ def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor], running_va
         return _torch.batch_norm(x, running_mean, running_var, weight, bias, is_training, momentum, eps)
     if not is_training and (running_mean is None or running_var is None):
         raise ValueError("batch_norm(is_training=False) needs running_mean and running_var")
-    return _rounded(ew.batch_norm, x, mx_specs, running_mean, running_var, weight, bias, is_training, momentum, eps)
+    return rounded(ew.batch_norm, x, mx_specs, running_mean, running_var, weight, bias, is_training, momentum, eps)
 
 
 class LayerNorm(MxSpecsMixin, torch.nn.LayerNorm):
@@ -81,71 +71,33 @@ class LayerNorm(MxSpecsMixin, torch.nn.LayerNorm):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, mx_specs=self.specs_or_none())
 
 
-class RMSNorm(MxSpecsMixin, torch.nn.LayerNorm):
+class RMSNorm(LayerNorm):
     """microxcaling's RMSNorm (a LayerNorm with weight and bias, no mean subtracted); always rounds,
     as there (``mx_specs`` None means the default specs, which round nothing)."""
 
-    def __init__(self, hidden_size: Any, eps: float = 1e-12, mx_specs: Optional[Mapping[str, Any]] = None,
-                 name: Optional[str] = None, **kwargs: Any) -> None:
-        super().__init__(hidden_size, eps=eps, **kwargs)
-        self._init_mx(mx_specs, name)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _rounded(ew.rms_norm, x, self.mx_specs, self.normalized_shape, self.weight, self.eps, bias=self.bias)
+        return rounded(ew.rms_norm, x, self.mx_specs, self.normalized_shape, self.weight, self.eps, bias=self.bias)
 
 
-class GroupNorm(MxSpecsMixin, torch.nn.GroupNorm):
-    """``torch.nn.GroupNorm`` taking ``mx_specs``."""
-
-    def __init__(self, num_groups: int, num_channels: int, mx_specs: Optional[Mapping[str, Any]] = None,
-                 name: Optional[str] = None, **kwargs: Any) -> None:
-        super().__init__(num_groups, num_channels, **kwargs)
-        self._init_mx(mx_specs, name)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps, mx_specs=self.specs_or_none())
+GroupNorm = mx_module(torch.nn.GroupNorm, 2, calls(group_norm, "num_groups", "weight", "bias", "eps"))
 
 
-class _BatchNormMx(MxSpecsMixin):
-    """The forward shared by the BatchNorm modules (momentum None: cumulative average, as torch)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input_dim(x)
-        if self.mx_none:
-            return torch.nn.modules.batchnorm._BatchNorm.forward(self, x)
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            if self.momentum is None:
-                factor = 1.0 / float(self.num_batches_tracked)
-        training = self.training or self.running_mean is None
-        track = not self.training or self.track_running_stats
-        return batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
-                          self.weight, self.bias, training, factor, self.eps, mx_specs=self.mx_specs)
+def _batch_norm_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+    """The BatchNorm modules' forward, as torch's (momentum None: cumulative average) with ``mx_specs``."""
+    self._check_input_dim(x)
+    if self.mx_none:
+        return torch.nn.modules.batchnorm._BatchNorm.forward(self, x)
+    factor = 0.0 if self.momentum is None else self.momentum
+    if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+        self.num_batches_tracked.add_(1)
+        if self.momentum is None:
+            factor = 1.0 / float(self.num_batches_tracked)
+    training = self.training or self.running_mean is None
+    track = not self.training or self.track_running_stats
+    return batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
+                      self.weight, self.bias, training, factor, self.eps, mx_specs=self.mx_specs)
 
 
-class BatchNorm1d(_BatchNormMx, torch.nn.BatchNorm1d):
-    """``torch.nn.BatchNorm1d`` taking ``mx_specs``."""
-
-    def __init__(self, num_features: int, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
-                 **kwargs: Any) -> None:
-        super().__init__(num_features, **kwargs)
-        self._init_mx(mx_specs, name)
-
-
-class BatchNorm2d(_BatchNormMx, torch.nn.BatchNorm2d):
-    """``torch.nn.BatchNorm2d`` taking ``mx_specs``."""
-
-    def __init__(self, num_features: int, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
-                 **kwargs: Any) -> None:
-        super().__init__(num_features, **kwargs)
-        self._init_mx(mx_specs, name)
-
-
-class BatchNorm3d(_BatchNormMx, torch.nn.BatchNorm3d):
-    """``torch.nn.BatchNorm3d`` taking ``mx_specs``."""
-
-    def __init__(self, num_features: int, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
-                 **kwargs: Any) -> None:
-        super().__init__(num_features, **kwargs)
-        self._init_mx(mx_specs, name)
+BatchNorm1d = mx_module(torch.nn.BatchNorm1d, 1, _batch_norm_forward)
+BatchNorm2d = mx_module(torch.nn.BatchNorm2d, 1, _batch_norm_forward)
+BatchNorm3d = mx_module(torch.nn.BatchNorm3d, 1, _batch_norm_forward)

@@ -17,11 +17,12 @@ groupquant slot                       mx_specs format         mx_specs round
 
 An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling).
 ``scale_bits`` k (other than 0 / 8) is each quantizer's scale format E{k}M0 with NaN above its
-largest exponent (``ExponentScale(k, saturating=False)``), as microxcaling.
-``shared_exp_from_float_log2`` has no recipe setting, and the recipe leaves out
-``mx_flush_fp32_subnorms`` (a UserWarning names them; the compat layers carry the flush in their
-scale format). The compat layers' recipe (``_recipe``) also takes ``block_size=0`` (a group as long
-as its dim) and ``int4`` / ``int2`` elements, which :func:`recipe_from_mx_specs` refuses.
+largest exponent (``ExponentScale(k, saturating=False)``), as microxcaling;
+``shared_exp_from_float_log2`` is the quantizers' ``scale_rounding="float_log2"`` (a UserWarning
+says that rule runs on the PyTorch reference). The recipe leaves out ``mx_flush_fp32_subnorms`` (a
+UserWarning names it; the compat layers carry the flush in their scale format). The compat layers'
+recipe (``_recipe``) also takes ``block_size=0`` (a group as long as its dim) and ``int4`` / ``int2``
+elements, which :func:`recipe_from_mx_specs` refuses: its checks are the only difference.
 ``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
 GEMMs in float from the saved high-precision ``x`` and ``W`` (``dX = dY W``), which groupquant's
 backward does with every operand disabled; the recipe's ``quantize_backprop=False`` would instead
@@ -35,9 +36,6 @@ the backward re-reads the operands as given. ``grad_weight_groups="sequence"``: 
 GEMM groups a 3-d input along dim -2, each sequence on its own, as microxcaling. The element-wise
 ops outside the GEMM layers (norms, activations, softmax, residual adds) are not in the recipe
 (a UserWarning names ``bfloat`` / ``fp``).
-
-:func:`native_problem` says which settings no recipe carries (the compat ops then quantize block by
-block, :mod:`.quantize`).
 """
 from __future__ import annotations
 
@@ -49,10 +47,10 @@ from ...formats import IntFormat
 from ...nn import DISABLED, GemmRounding, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
-from .mapping import elem_format, element_precision, mx_rounding, scale_format
+from .mapping import elem_format, element_precision, group_size, mx_rounding, scale_format, scale_rule
 from .specs import ELEM_FORMAT_KEYS, MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
-__all__ = ["recipe_from_mx_specs", "native_problem", "gemm_rounding", "matmul_settings"]
+__all__ = ["recipe_from_mx_specs", "gemm_rounding", "matmul_settings"]
 
 _SLOTS = (  # slot, format key, MX round key, weight or act quantizer, element-wise round key
     ("weight_quant", "w_elem_format", "round_mx_output", "weight"),
@@ -83,11 +81,13 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str],
     if fmt is None:
         return None
     pair, settings = _mx_pair(fmt, fmt_key, specs[fmt_key])
-    size = 1 if specs["shared_exp_method"] == "none" else (specs["block_size"] or WHOLE_AXIS)  # 'none': per element
-    settings.update({"group_size": size,
+    settings.update({"group_size": group_size(specs) or WHOLE_AXIS,
                       "float_to_int_rounding": FloatToIntRounding(
                           "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))})
-    sf = scale_format(specs["scale_bits"], specs["mx_flush_fp32_subnorms"])
+    rule = scale_rule(specs)
+    if rule != "floor":
+        settings["scale_rounding"] = rule
+    sf = scale_format(specs["scale_bits"], specs["mx_flush_fp32_subnorms"], rule == "float_log2")
     if sf is not None:
         settings["scale_format"] = sf
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
@@ -121,19 +121,6 @@ def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Option
     return None if rounding.input is None else rounding
 
 
-def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
-    """Why the compat layers' recipe cannot compute what the compat ops compute for ``specs`` (None:
-    it can): ``shared_exp_from_float_log2``, quantized block by block in :mod:`.quantize`, or a bad
-    ``shared_exp_method`` / ``block_size`` (the block path names it)."""
-    if specs["shared_exp_method"] not in ("max", "none"):
-        return f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'"
-    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] < 0):
-        return f"mx_specs block_size={specs['block_size']!r}: use a block size > 0 (or 0: the whole axis)"
-    if specs["shared_exp_from_float_log2"]:
-        return "mx_specs shared_exp_from_float_log2=True has no recipe setting"
-    return None
-
-
 def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") -> Recipe:
     """A :class:`groupquant.nn.Recipe` with the MX settings of ``mx_specs`` (see the module table).
 
@@ -141,23 +128,20 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
     native slot) or an element format without an MX quantizer; ``shared_exp_method='none'`` is
     ``group_size=1``."""
     specs = apply_mx_specs(mx_specs)
-    if specs["shared_exp_method"] not in ("max", "none"):
-        raise ValueError(f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'")
-    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] <= 0):
+    if group_size(specs) == 0:
         raise ValueError(f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0")
-    if not isinstance(specs["scale_bits"], int) or isinstance(specs["scale_bits"], bool) or not (
-            specs["scale_bits"] == 0 or 2 <= specs["scale_bits"] <= 8):
-        raise ValueError(f"mx_specs scale_bits={specs['scale_bits']!r}: use 0 (8) or an int in 2..8")
+    scale_format(specs["scale_bits"])  # ValueError naming scale_bits
     for key in ELEM_FORMAT_KEYS:  # OCP MX element formats only: microxcaling's int4 / int2 run in the compat layers
         fmt = elem_format(specs[key], key)
         if fmt is not None and fmt.name not in MX_QUANTIZERS:
             raise ValueError(f"mx_specs {key}={specs[key]!r} is not an OCP MX element format (those: "
                              f"{', '.join(MX_QUANTIZERS)}); the compat layers take it")
-    for key, what in (("shared_exp_from_float_log2", "the shared exponent is OCP's exact floor(log2(amax))"),
-                      ("mx_flush_fp32_subnorms", "blocks whose max is a float32 subnormal are quantized, not zeroed")):
-        if specs[key]:
-            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}=True is not carried by the recipe: {what}",
-                          UserWarning, stacklevel=2)
+    if specs["shared_exp_from_float_log2"]:
+        warnings.warn("recipe_from_mx_specs: mx_specs shared_exp_from_float_log2=True is the quantizers' scale rule "
+                      "float_log2, which runs on the PyTorch reference (no native kernel)", UserWarning, stacklevel=2)
+    if specs["mx_flush_fp32_subnorms"]:
+        warnings.warn("recipe_from_mx_specs: mx_specs mx_flush_fp32_subnorms=True is not carried by the recipe: "
+                      "blocks whose max is a float32 subnormal are quantized, not zeroed", UserWarning, stacklevel=2)
     for key in ("bfloat", "fp"):
         if specs[key]:
             warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} rounds the GEMM layers' operands, "

@@ -13,15 +13,14 @@ sum of the rounded input; ``simd_reduce_mean``: that sum times ``1 / n``; ``simd
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
 from ... import elementwise as ew
 from . import _torch
-from .specs import apply_mx_specs, get_backwards_mx_specs
-from ...elementwise.rounded_math import RoundedMath
-from .mapping import rounding_kit
+from .mapping import specs_kit
 
 __all__ = ["simd_add", "simd_sub", "simd_mul", "simd_div", "simd_split", "simd_square", "simd_sqrt", "simd_exp",
            "simd_log", "simd_reduce_sum", "simd_reduce_mean", "simd_norm"]
@@ -29,18 +28,13 @@ __all__ = ["simd_add", "simd_sub", "simd_mul", "simd_div", "simd_split", "simd_s
 Operand = Union[torch.Tensor, float]
 
 
-def _kit(mx_specs: Mapping[str, Any]) -> RoundedMath:
-    """The rounding kit of ``mx_specs`` with the gradient kit of its backward specs."""
-    specs = apply_mx_specs(mx_specs)
-    return rounding_kit(specs, grad=get_backwards_mx_specs(specs))
-
-
 def _binary(op: str, a: torch.Tensor, b: Operand, mx_specs: Optional[Mapping[str, Any]]) -> torch.Tensor:
+    """``a op b`` (``op`` one of add, sub, mul, div) with ``mx_specs`` (plain when None)."""
     if mx_specs is None:
-        return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "div": lambda: a / b}[op]()
+        return getattr(operator, "truediv" if op == "div" else op)(a, b)
     if not isinstance(a, torch.Tensor):
         raise TypeError(f"simd_{op}: the first operand must be a tensor, got {type(a).__name__}")
-    return getattr(ew, op)(a, b, precision=_kit(mx_specs))
+    return getattr(ew, op)(a, b, precision=specs_kit(mx_specs))
 
 
 def simd_add(in1: torch.Tensor, in2: Operand, mx_specs: Optional[Mapping[str, Any]] = None) -> torch.Tensor:
@@ -64,10 +58,11 @@ def simd_div(in1: torch.Tensor, in2: Operand, mx_specs: Optional[Mapping[str, An
 
 
 def _unary(op: str, x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]]) -> torch.Tensor:
+    """``op(x)`` (``op`` one of square, sqrt, exp, log) with ``mx_specs`` (plain when None)."""
     if mx_specs is None:
         return {"square": lambda: x * x, "sqrt": lambda: _torch.sqrt(x), "exp": lambda: _torch.exp(x),
                 "log": lambda: _torch.log(x)}[op]()
-    kit = _kit(mx_specs)
+    kit = specs_kit(mx_specs)
     out = ew.pow(x, 2.0, precision=kit) if op == "square" else getattr(ew, op)(x, precision=kit)
     return out if op == "sqrt" else out.to(x.dtype)  # (sqrt in float32, as microxcaling's)
 
@@ -93,6 +88,7 @@ def simd_log(in1: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None) ->
 
 
 def _dims(x: torch.Tensor, dim: Union[int, Sequence[int], None]) -> List[int]:
+    """The dims of a reduction (all of ``x``'s when ``dim`` is None)."""
     if dim is None:
         return list(range(x.ndim))
     return [dim] if isinstance(dim, int) else list(dim)
@@ -104,7 +100,7 @@ def simd_reduce_sum(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = No
     dims = _dims(in1, dim)
     if mx_specs is None:
         return in1.sum(dims, keepdim=keepdim)
-    return ew.sum(in1, dims, keepdim, precision=_kit(mx_specs)).to(in1.dtype)
+    return ew.sum(in1, dims, keepdim, precision=specs_kit(mx_specs)).to(in1.dtype)
 
 
 def simd_reduce_mean(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = None, keepdim: bool = False,
@@ -130,4 +126,4 @@ def simd_split(in1: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None) 
     """Two uses of ``in1`` whose gradients are added (rounded)."""
     if mx_specs is None:
         return in1, in1
-    return ew.split(in1, precision=_kit(mx_specs))
+    return ew.split(in1, precision=specs_kit(mx_specs))
