@@ -24,16 +24,15 @@ The MX shared exponent is OCP's exact ``floor(log2(amax))``; microxcaling's floa
 ``MxSpecs(shared_exp_from_float_log2=True)``, the scale rule ``float_log2`` (PyTorch reference only).
 """
 from . import mx_mapping
-from .activations import (GELU, LeakyReLU, ReLU, ReLU6, SiLU, Sigmoid, Softmax, Tanh, gelu, leaky_relu, relu, relu6,
-                          sigmoid, silu, softmax, tanh)
 from .gemm import Conv1d, Conv2d, Conv3d, Linear, bmm, conv1d, conv2d, conv3d, linear, matmul
-from .norms import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, RMSNorm, batch_norm, group_norm, layer_norm
 from .recipe import recipe_from_mx_specs
 from .quantize import quantize_bfloat, quantize_elemwise_op, quantize_mx_op
-from .simd_ops import (simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm, simd_reduce_mean,
-                       simd_reduce_sum, simd_split, simd_sqrt, simd_square, simd_sub)
 from .specs import (MxSpecs, UnknownMxSpecError, add_mx_args, apply_mx_specs, finalize_mx_specs,
                     get_backwards_mx_specs, get_default_mx_specs, get_mx_specs)
+from .vector_ops import (GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, LeakyReLU, ReLU, ReLU6,
+                         RMSNorm, SiLU, Sigmoid, Softmax, Tanh, batch_norm, gelu, group_norm, layer_norm, leaky_relu,
+                         relu, relu6, sigmoid, silu, simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm,
+                         simd_reduce_mean, simd_reduce_sum, simd_split, simd_sqrt, simd_square, simd_sub, softmax, tanh)
 
 __all__ = [
     "MxSpecs", "UnknownMxSpecError", "add_mx_args", "apply_mx_specs", "finalize_mx_specs", "get_backwards_mx_specs",

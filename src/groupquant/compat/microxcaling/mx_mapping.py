@@ -25,12 +25,11 @@ import torch
 import torch.nn.functional as F
 
 from . import _torch
-from .activations import (GELU, LeakyReLU, ReLU, ReLU6, SiLU, Sigmoid, Softmax, Tanh, gelu, leaky_relu, relu, relu6,
-                          sigmoid, silu, softmax, tanh)
 from .gemm import Conv1d, Conv2d, Conv3d, Linear, bmm, conv1d, conv2d, conv3d, linear, matmul
-from .norms import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, batch_norm, group_norm, layer_norm
-from .simd_ops import (simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm, simd_reduce_mean,
-                       simd_reduce_sum, simd_square, simd_sub)
+from .vector_ops import (GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, LeakyReLU, ReLU, ReLU6,
+                         SiLU, Sigmoid, Softmax, Tanh, batch_norm, gelu, group_norm, layer_norm, leaky_relu, relu, relu6,
+                         sigmoid, silu, simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm, simd_reduce_mean,
+                         simd_reduce_sum, simd_square, simd_sub, softmax, tanh)
 
 __all__ = ["inject_pyt_ops", "restore_pyt_ops", "injected_pyt_ops", "MODULE_MAPPING", "FUNCTION_MAPPING"]
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ...inject import UnknownSettingError, closest
 
-__all__ = ["MxSpecs", "UnknownMxSpecError", "SETTINGS", "DEFAULTS", "HELP", "NOT_APPLICABLE", "get_default_mx_specs",
+__all__ = ["MxSpecs", "UnknownMxSpecError", "SETTINGS", "DEFAULTS", "HELP", "get_default_mx_specs",
            "apply_mx_specs", "finalize_mx_specs", "get_backwards_mx_specs", "add_mx_args", "get_mx_specs"]
 
 _FMT = "MX element format: fp8_e5m2, fp8_e4m3, fp6_e3m2, fp6_e2m3, fp4_e2m1 (fp4), int8, int4, int2"
@@ -68,8 +68,6 @@ SETTINGS: Dict[str, Tuple[Any, Optional[str], str]] = {
 DEFAULTS: Dict[str, Any] = {key: default for key, (default, _, _) in SETTINGS.items()}
 HELP: Dict[str, str] = {key: text for key, (_, _, text) in SETTINGS.items()}
 ELEM_FORMAT_KEYS = tuple(key for key in SETTINGS if "elem_format" in key)
-
-NOT_APPLICABLE = ("custom_cuda", "round_m")
 
 
 class UnknownMxSpecError(UnknownSettingError, KeyError):
