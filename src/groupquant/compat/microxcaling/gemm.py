@@ -14,9 +14,7 @@ functions, ``matmul`` / ``bmm``, each groupquant's quant-layer route built from 
   read), the bias inside the rounded output; backward ``dY`` and ``x`` blocked along the batch for
   ``dW``, ``W`` along the output channels and ``dY`` along its channels for ``dX``, quantized whole
   (``blocks_across_groups``: a grouped convolution's blocks may span its groups, as microxcaling's).
-- ``matmul``: :class:`groupquant.nn.QuantMatMul` with :func:`.recipe.matmul_settings` (``mode_config``
-  ``'aa'`` / ``'aw'`` / ``'wa'`` puts ``w_elem_format`` on that side; ``dY`` in ``a_elem_format_bp_os``
-  in both backward GEMMs; a bias, as ``addmm`` gives, added after the rounded product).
+- ``matmul``: :class:`groupquant.nn.QuantMatMul` with :func:`.recipe.matmul_settings`.
 """
 from __future__ import annotations
 
