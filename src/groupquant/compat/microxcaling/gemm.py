@@ -19,7 +19,7 @@ functions, ``matmul`` / ``bmm``, each groupquant's quant-layer route built from 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 import torch
 
@@ -27,30 +27,22 @@ from ...nn import QuantMatMul
 from ...nn.functional_quantizers import FunctionalConv, FunctionalLinear
 from . import _torch
 from ._torch import native_torch
-from .mapping import check_settings
 from .module_specs import calls, mx_module
 from .recipe import _recipe, matmul_settings
 from .specs import MxSpecs, apply_mx_specs
 
 __all__ = ["Linear", "linear", "Conv1d", "Conv2d", "Conv3d", "conv1d", "conv2d", "conv3d", "matmul", "bmm"]
 
-_LINEAR_FORMATS = ("w_elem_format", "a_elem_format", "w_elem_format_bp", "a_elem_format_bp", "a_elem_format_bp_ex",
-                   "a_elem_format_bp_os")
-_LINEAR_MX_ROUNDS = ("round_mx_output", "round_mx_weight_grad_input", "round_mx_grad_output_grad_input",
-                     "round_mx_input_grad_weight", "round_mx_grad_output_grad_weight")
-_ELEMENT_ROUNDS = ("round_output", "round_weight", "round_grad_weight", "round_grad_input")
 _MODES = ("aa", "aw", "wa")
 _CONVS = {1: _torch.conv1d, 2: _torch.conv2d, 3: _torch.conv3d}
 
 Key = Tuple[Tuple[str, Any], ...]
 
 
-def _key(mx_specs: Mapping[str, Any], formats: Sequence[str], mx_rounds: Sequence[str]) -> Key:
-    """The settings over the defaults as a hashable key (one layer each), checked first: the error
-    names the user's key (an element format in ``formats``, an MX round mode in ``mx_rounds``)."""
-    specs = apply_mx_specs(mx_specs)
-    check_settings(specs, formats, mx_rounds, _ELEMENT_ROUNDS)
-    return tuple(sorted(specs.items(), key=lambda item: item[0]))
+def _key(mx_specs: Mapping[str, Any]) -> Key:
+    """The settings over the defaults as a hashable key: one layer per distinct ``mx_specs`` (a bad
+    value raises when the layer is built, the error naming the user's key)."""
+    return tuple(sorted(apply_mx_specs(mx_specs).items(), key=lambda item: item[0]))
 
 
 def _per_dim(value: Any, spatial: int) -> Tuple[int, ...]:
@@ -89,7 +81,7 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         return _torch.linear(input, weight, bias)
     if input.ndim == 1:  # torch's linear takes one vector and returns one
         return linear(input.unsqueeze(0), weight, bias, mx_specs=mx_specs).squeeze(0)
-    layer = _linear_layer(_key(mx_specs, _LINEAR_FORMATS, _LINEAR_MX_ROUNDS), tuple(weight.shape), bias is not None, weight.device)
+    layer = _linear_layer(_key(mx_specs), tuple(weight.shape), bias is not None, weight.device)
     with native_torch():
         return layer(input, weight, bias)
 
@@ -107,8 +99,7 @@ def _conv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
         return _CONVS[spatial](x, weight, bias, stride, padding, dilation, groups)
     if isinstance(padding, str):
         raise NotImplementedError(f"padding={padding!r}: give the padding as numbers with mx_specs")
-    key = _key(mx_specs, ("a_elem_format", "w_elem_format"), ())
-    layer = _conv_layer(key, tuple(weight.shape), bias is not None, weight.device, groups)
+    layer = _conv_layer(_key(mx_specs), tuple(weight.shape), bias is not None, weight.device, groups)
     with native_torch():
         return layer(x, weight, bias, _per_dim(stride, spatial), _per_dim(padding, spatial),
                      _per_dim(dilation, spatial))
@@ -146,11 +137,9 @@ def matmul(in1: torch.Tensor, in2: torch.Tensor, bias: Optional[torch.Tensor] = 
         return matmul(in1.unsqueeze(0), in2, bias, mx_specs, name, mode_config).squeeze(-2)
     if in2.ndim == 1:  # ... a column vector on the right, the added dim removed from the result
         return matmul(in1, in2.unsqueeze(-1), bias, mx_specs, name, mode_config).squeeze(-1)
-    formats = [side + "_elem_format" + suffix for side in sorted(set(mode_config)) for suffix in ("", "_bp")]
-    key = _key(mx_specs, formats + ["a_elem_format_bp_os"],
-               ("round_mx_output", "round_mx_input_grad_input", "round_mx_grad_output_grad_input"))
+    layer = _matmul_layer(_key(mx_specs), mode_config)
     with native_torch():
-        return _matmul_layer(key, mode_config)(in1, in2, bias)
+        return layer(in1, in2, bias)
 
 
 def bmm(in1: torch.Tensor, in2: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None,

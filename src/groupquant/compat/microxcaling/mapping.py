@@ -18,7 +18,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
@@ -27,7 +27,7 @@ from ...elementwise.rounded_math import RoundedMath
 from ...ops.precision import ElementPrecision, resolve_precision
 from .specs import apply_mx_specs, get_backwards_mx_specs
 
-__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "check_settings", "rounding_kit",
+__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "rounding_kit",
            "specs_kit", "rounded", "scale_format", "scale_rule", "group_size"]
 
 MX_ELEM_FORMATS = {
@@ -111,20 +111,6 @@ def element_precision(mx_specs: Mapping[str, Any], round: Optional[str] = None,
     return ElementPrecision.from_mx_specs(bfloat=mx_specs.get("bfloat", 0), fp=mx_specs.get("fp", 0),
                                           bfloat_subnorms=bool(mx_specs.get("bfloat_subnorms", True)),
                                           round=round)
-
-
-def check_settings(mx_specs: Mapping[str, Any], formats: Sequence[str] = (), mx_rounds: Sequence[str] = (),
-                   element_rounds: Sequence[str] = ()) -> None:
-    """ValueError naming the mx_specs key (e.g. ``a_elem_format``) whose value a layer cannot use:
-    the element formats ``formats``, the MX round modes ``mx_rounds`` and, when ``bfloat`` / ``fp``
-    is set, the element-wise round modes ``element_rounds``. Layers call it before computing, so the
-    error names the user's key rather than the argument of the function that reads it."""
-    for key in formats:
-        elem_format(mx_specs[key], key)
-    for key in mx_rounds:
-        mx_rounding(mx_specs[key], key)
-    for key in element_rounds:
-        element_precision(mx_specs, mx_specs[key], setting=key)
 
 
 _BFLOAT16 = resolve_precision("bfloat16")

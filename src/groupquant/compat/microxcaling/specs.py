@@ -94,13 +94,8 @@ class MxSpecs(dict):
     help_strings = HELP
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__()
-        given = dict(*args, **kwargs)
-        for key in given:
-            if key not in DEFAULTS:
-                raise _unknown(key)
-        super().update(DEFAULTS)
-        super().update(given)
+        super().__init__(DEFAULTS)
+        self.update(*args, **kwargs)
 
     def __setitem__(self, key: str, value: Any) -> None:
         if key not in DEFAULTS:
