@@ -1,20 +1,8 @@
-"""How microxcaling's setting values map onto groupquant's names.
-
-- element formats: microxcaling's names are groupquant's (``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e3m2``,
-  ``fp6_e2m3``, ``fp4_e2m1``, ``int8``, ``int4``, ``int2``), plus its alias ``fp4`` (= ``fp4_e2m1``).
-  The values agree: microxcaling's intN are sign-magnitude 1.(N-2) fixed point, i.e. groupquant's
-  symmetric intN (-2**(N-1) unused). Its ``fp16`` / ``bfloat16`` MX element formats are not provided.
-- ``scale_bits`` k (other than 0 / 8) and ``mx_flush_fp32_subnorms``: the scale format E{k}M0 with
-  NaN above its largest exponent, flushing subnormal blocks (``ExponentScale(k, saturating=False,
-  flush_subnormal_blocks=...)``), as microxcaling's shared exponent; ``shared_exp_from_float_log2``:
-  the scale rule ``float_log2`` (microxcaling's ``floor(torch.log2(amax))``, not OCP's exact floor);
-  ``shared_exp_method='none'``: blocks of one element.
-- rounding: ``nearest`` (ties away from zero), ``even`` (ties to even), ``floor`` (toward zero:
-  microxcaling floors the magnitude) are groupquant's modes of the same names; ``dither`` (floor of
-  magnitude plus a uniform draw) is groupquant's ``stochastic`` (MX quantization only).
-- ``bfloat`` / ``fp`` / ``bfloat_subnorms`` + a round mode -> :class:`ElementPrecision`; with
-  ``vec_use_recip`` / ``vec_use_exp2`` -> the settings of the rounding kit
-  :class:`groupquant.elementwise.RoundedMath` (:func:`rounding_kit`).
+"""How microxcaling's setting values map onto groupquant's: element formats (its names are
+groupquant's, plus the alias ``fp4``; its intN, sign-magnitude 1.(N-2) fixed point, are groupquant's
+symmetric intN), round modes (its ``dither`` is ``stochastic``), the element-wise precision and
+rounding kit (:class:`groupquant.elementwise.RoundedMath`), and the scale rule, scale format and
+block of its shared exponent.
 """
 from __future__ import annotations
 
@@ -28,7 +16,7 @@ from ...ops.precision import ElementPrecision, resolve_precision
 from .specs import apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "rounding_kit",
-           "specs_kit", "rounded", "scale_format", "scale_rule", "group_size"]
+           "rounded", "scale_format", "scale_rule", "group_size"]
 
 MX_ELEM_FORMATS = {
     "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "fp6_e3m2": "fp6_e3m2", "fp6_e2m3": "fp6_e2m3",
@@ -117,30 +105,24 @@ _BFLOAT16 = resolve_precision("bfloat16")
 
 
 def rounding_kit(mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = None,
-                 grad: Optional[Mapping[str, Any]] = None) -> RoundedMath:
-    """microxcaling's vector arithmetic as groupquant's rounding kit: every step rounded to the
-    ``bfloat`` / ``fp`` precision with ``round`` (default ``mx_specs['round']``; no rounding when both
-    are 0 or ``mx_specs`` is None), library functions and sums in float32 (torch's kernels, as
-    microxcaling), ``a / b`` as ``a * q(1 / b)`` with ``vec_use_recip``, ``e**x`` as ``2**q(x log2 e)``
-    with ``vec_use_exp2``, constants rounded to bfloat16 (microxcaling's ``log2(e)``, ``ln 2``), and
-    microxcaling's formulas where its ops differ (``formulas="microxcaling"``).
-    ``grad``: the (backward) specs of the gradient kit; None: this kit."""
-    flags = mx_specs or {}
-    precision = None if mx_specs is None else element_precision(mx_specs, round, setting="round")
-    return RoundedMath(precision, library="float32", accumulate="float32",
-                       division="reciprocal" if flags.get("vec_use_recip") else "divide",
-                       exp_via_exp2=bool(flags.get("vec_use_exp2")), constants=_BFLOAT16, formulas="microxcaling",
-                       grad=None if grad is None else rounding_kit(grad, round))
-
-
-def specs_kit(mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = None) -> RoundedMath:
-    """The rounding kit of ``mx_specs`` (over the defaults) whose gradient kit is its backward specs'."""
+                 gradient: bool = True) -> RoundedMath:
+    """microxcaling's vector arithmetic of ``mx_specs`` (over the defaults) as groupquant's rounding
+    kit: every step rounded to the ``bfloat`` / ``fp`` precision with ``round`` (default
+    ``mx_specs['round']``; none when both are 0), library functions and sums in float32 (torch's
+    kernels, as microxcaling), ``a / b`` as ``a * q(1 / b)`` with ``vec_use_recip``, ``e**x`` as
+    ``2**q(x log2 e)`` with ``vec_use_exp2``, constants rounded to bfloat16 (microxcaling's
+    ``log2(e)``, ``ln 2``), microxcaling's formulas where its ops differ; with ``gradient``, the
+    gradient kit of the backward specs."""
     specs = apply_mx_specs(mx_specs)
-    return rounding_kit(specs, round, grad=get_backwards_mx_specs(specs))
+    grad = rounding_kit(get_backwards_mx_specs(specs), round, gradient=False) if gradient else None
+    return RoundedMath(element_precision(specs, round, setting="round"), library="float32", accumulate="float32",
+                       division="reciprocal" if specs["vec_use_recip"] else "divide",
+                       exp_via_exp2=bool(specs["vec_use_exp2"]), constants=_BFLOAT16, formulas="microxcaling",
+                       grad=grad)
 
 
 def rounded(op: Callable[..., torch.Tensor], input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
             *args: Any, **kwargs: Any) -> torch.Tensor:
     """``op(input, *args, precision=kit, **kwargs)`` of :mod:`groupquant.elementwise` with the kit of
-    ``mx_specs`` (:func:`specs_kit`), in ``input``'s dtype."""
-    return op(input, *args, precision=specs_kit(mx_specs), **kwargs).to(input.dtype)
+    ``mx_specs`` (:func:`rounding_kit`), in ``input``'s dtype."""
+    return op(input, *args, precision=rounding_kit(mx_specs), **kwargs).to(input.dtype)

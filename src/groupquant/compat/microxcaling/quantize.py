@@ -17,7 +17,7 @@ from ...elementwise.unary import cast
 from ...ops.api import fake_quant
 from ...ops.precision import round_to_precision
 from ._torch import native_torch
-from .mapping import elem_format as to_format, element_precision, group_size, mx_rounding, scale_format, specs_kit
+from .mapping import elem_format as to_format, element_precision, group_size, mx_rounding, scale_format, rounding_kit
 
 __all__ = ["quantize_elemwise_op", "quantize_mx_op", "quantize_bfloat"]
 
@@ -79,4 +79,4 @@ def quantize_bfloat(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]], roun
     ``mx_specs`` is None."""
     if mx_specs is None:
         return x
-    return cast(x, precision=specs_kit(mx_specs, round)).to(x.dtype)
+    return cast(x, precision=rounding_kit(mx_specs, round)).to(x.dtype)

@@ -1,7 +1,7 @@
 """The element-wise ops taking ``mx_specs``: activations, softmax, norms and the ``simd_*`` ops.
 
 Each is the :mod:`groupquant.elementwise` op of the same name run with the rounding kit of
-``mx_specs`` (:func:`.mapping.specs_kit`: microxcaling's formulas, the backward specs' kit for the
+``mx_specs`` (:func:`.mapping.rounding_kit`: microxcaling's formulas, the backward specs' kit for the
 gradient; the op's module notes give every step), in the input's dtype; ``mx_specs`` None is
 plain torch. microxcaling's own choices:
 
@@ -24,7 +24,7 @@ import torch
 
 from ... import elementwise as ew
 from . import _torch
-from .mapping import rounded, specs_kit
+from .mapping import rounded, rounding_kit
 from .module_specs import MxSpecsMixin, calls, mx_module
 from .specs import apply_mx_specs
 
@@ -199,7 +199,7 @@ def _simd_binary(op: str, symbol: str, note: str = "") -> Callable[..., torch.Te
             return plain(in1, in2)
         if not isinstance(in1, torch.Tensor):
             raise TypeError(f"simd_{op}: the first operand must be a tensor, got {type(in1).__name__}")
-        return getattr(ew, op)(in1, in2, precision=specs_kit(mx_specs))
+        return getattr(ew, op)(in1, in2, precision=rounding_kit(mx_specs))
 
     simd.__name__ = simd.__qualname__ = f"simd_{op}"
     simd.__doc__ = f"``in1 {symbol} in2`` rounded (operands too{note})."
@@ -217,7 +217,7 @@ def _simd_unary(op: str, formula: str) -> Callable[..., torch.Tensor]:
     def simd(in1: torch.Tensor, mx_specs: Specs = None) -> torch.Tensor:
         if mx_specs is None:
             return plain(in1)
-        kit = specs_kit(mx_specs)
+        kit = rounding_kit(mx_specs)
         out = ew.pow(in1, 2.0, precision=kit) if op == "square" else getattr(ew, op)(in1, precision=kit)
         return out if op == "sqrt" else out.to(in1.dtype)  # (sqrt in float32, as microxcaling's)
 
@@ -243,7 +243,7 @@ def simd_reduce_sum(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = No
     dims = _dims(in1, dim)
     if mx_specs is None:
         return in1.sum(dims, keepdim=keepdim)
-    return ew.sum(in1, dims, keepdim, precision=specs_kit(mx_specs)).to(in1.dtype)
+    return ew.sum(in1, dims, keepdim, precision=rounding_kit(mx_specs)).to(in1.dtype)
 
 
 def simd_reduce_mean(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = None, keepdim: bool = False,
@@ -269,4 +269,4 @@ def simd_split(in1: torch.Tensor, mx_specs: Specs = None) -> Tuple[torch.Tensor,
     """Two uses of ``in1`` whose gradients are added (rounded)."""
     if mx_specs is None:
         return in1, in1
-    return ew.split(in1, precision=specs_kit(mx_specs))
+    return ew.split(in1, precision=rounding_kit(mx_specs))
