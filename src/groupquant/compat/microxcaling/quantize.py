@@ -1,11 +1,6 @@
-"""microxcaling's two quantizers, on groupquant's ops.
-
-- :func:`quantize_elemwise_op` rounds every value on its own to the ``bfloat`` / ``fp`` precision
-  of ``mx_specs`` (:func:`groupquant.ops.precision.round_to_precision`); identity when both are 0.
-- :func:`quantize_mx_op` quantizes blocks of ``block_size`` along one axis to an MX element format:
-  :func:`groupquant.fake_quant` with the scale rule and scale format of ``mx_specs``
-  (:func:`.mapping.scale_rule`, :func:`.mapping.scale_format`).
-- :func:`quantize_bfloat`: the element-wise rounding with a rounded gradient.
+"""microxcaling's quantizers on groupquant's ops: ``quantize_elemwise_op`` (the ``bfloat`` / ``fp``
+precision), ``quantize_mx_op`` (:func:`groupquant.fake_quant` with the scale rule, scale format and
+block of ``mx_specs``) and ``quantize_bfloat`` (the element-wise rounding with a rounded gradient).
 """
 from __future__ import annotations
 

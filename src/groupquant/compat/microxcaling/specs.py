@@ -1,15 +1,10 @@
-"""``mx_specs``: microxcaling's settings table, with its names, defaults and helpers.
+"""``mx_specs``: microxcaling's settings (:data:`SETTINGS`: default, the setting each follows, help).
 
-:class:`MxSpecs` is a ``dict`` holding every setting microxcaling knows, at microxcaling's default,
-plus one groupquant setting, ``shared_exp_from_float_log2``: microxcaling's float-log2 shared
-exponent (the scale rule ``float_log2``; default: OCP's exact ``floor(log2(amax))``). A key that is
-not a setting is refused with a did-you-mean (:class:`UnknownMxSpecError`, a ``KeyError``, as
-microxcaling raises one too). ``finalize_mx_specs`` / ``get_backwards_mx_specs`` / ``add_mx_args``
-/ ``get_mx_specs`` / ``apply_mx_specs`` behave as microxcaling's functions of the same names.
-
-Accepted but without effect here: ``custom_cuda`` (groupquant runs its own C++/CUDA kernels or its
-PyTorch reference; both give the same bits, so the switch selects nothing) and ``round_m`` (an
-optimizer setting microxcaling's layers never read).
+:class:`MxSpecs` is a ``dict`` holding every setting at microxcaling's default, plus groupquant's
+``shared_exp_from_float_log2`` (the scale rule ``float_log2``); a key that is no setting is refused
+with a did-you-mean (:class:`UnknownMxSpecError`, a ``KeyError`` as in microxcaling).
+``finalize_mx_specs`` / ``get_backwards_mx_specs`` / ``add_mx_args`` / ``get_mx_specs`` /
+``apply_mx_specs`` behave as microxcaling's functions of the same names.
 """
 from __future__ import annotations
 
