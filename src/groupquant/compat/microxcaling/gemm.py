@@ -1,20 +1,10 @@
-"""The GEMM layers taking ``mx_specs``: ``Linear`` / ``linear``, ``Conv1d`` / ``2d`` / ``3d`` and their
-functions, ``matmul`` / ``bmm``, each groupquant's quant-layer route built from :mod:`.recipe`
-(one stateless layer per distinct ``mx_specs`` and weight shape; dynamic MX scales).
-
-- ``linear``: :func:`.recipe._recipe` in :class:`groupquant.nn.functional_quantizers.FunctionalLinear`
-  (borrowing ``W`` and ``b``). Forward: ``x`` rounded (``round_output``), ``W`` and ``b``
-  (``round_weight``); MX blocks along the features; float GEMM; output rounded, bias added and
-  rounded again. Backward (backward specs): ``dY`` rounded (``round_grad_input``); ``dW = dY^T x``
-  with both blocked along dim -2 (each sequence of a 3-d input on its own), ``dX = dY W`` with ``W``
-  blocked along dim 0; results rounded (``round_grad_weight``, ``round_grad_input``), the bias
-  gradient the rounded sum of ``dY``.
-- convolutions: ``_recipe(gemm="conv")`` in :class:`~groupquant.nn.functional_quantizers.FunctionalConv`:
-  the forward formats in every GEMM, MX rounding ``nearest`` (the ``round_mx_*`` settings are not
-  read), the bias inside the rounded output; backward ``dY`` and ``x`` blocked along the batch for
-  ``dW``, ``W`` along the output channels and ``dY`` along its channels for ``dX``, quantized whole
-  (``blocks_across_groups``: a grouped convolution's blocks may span its groups, as microxcaling's).
-- ``matmul``: :class:`groupquant.nn.QuantMatMul` with :func:`.recipe.matmul_settings`.
+"""The GEMM layers taking ``mx_specs`` (``Linear`` / ``linear``, ``Conv1d`` / ``2d`` / ``3d`` and
+their functions, ``matmul`` / ``bmm``): groupquant quant layers built from :mod:`.recipe`, one
+stateless layer (dynamic MX scales) per distinct ``mx_specs`` and weight shape, borrowing ``W`` and
+``b`` at each call (:class:`~groupquant.nn.functional_quantizers.FunctionalLinear` /
+``FunctionalConv``, :class:`groupquant.nn.QuantMatMul`). A convolution quantizes its backward
+operands whole (``blocks_across_groups``: a grouped convolution's blocks may span its groups, as
+microxcaling's). The order of every rounding: ``docs/compat-microxcaling.md``.
 """
 from __future__ import annotations
 

@@ -1,20 +1,13 @@
 """``mx_specs`` as a groupquant recipe: the one route of the compat GEMM layers (:mod:`.gemm`) and
 of a migrated program (``groupquant.quantize_model(model, recipe=recipe_from_mx_specs(specs))``).
 
-Each slot of :class:`groupquant.nn.Recipe` is the MX quantizer of its ``mx_specs`` format
-(:data:`_SLOTS`) with ``group_size=block_size``, the slot's MX round mode, the scale rule
-(``float_log2`` for ``shared_exp_from_float_log2``) and the scale format of ``scale_bits`` /
-``mx_flush_fp32_subnorms`` (:mod:`.mapping`); an unset backward format is DISABLED (high
-precision, as in microxcaling). microxcaling's ``quantize_backprop=False`` is a float backward on
-the saved high-precision ``x`` and ``W``: every backward slot DISABLED (the recipe's own
-``quantize_backprop=False`` would be the straight-through gradient of the quantized forward).
-``bfloat`` / ``fp`` are the recipe's ``gemm_rounding`` (:func:`gemm_rounding`); a linear layer's
-grad-weight GEMM groups each sequence on its own (``grad_weight_groups="sequence"``).
-
-:func:`recipe_from_mx_specs` refuses ``block_size=0`` and ``int4`` / ``int2`` elements (which the
-compat layers' ``_recipe`` takes), and leaves out ``mx_flush_fp32_subnorms``; UserWarnings name the
-flush, the float-log2 rule (PyTorch reference only) and ``bfloat`` / ``fp`` (the element-wise ops
-outside the GEMM layers are not in a recipe).
+Each slot is the MX quantizer of its ``mx_specs`` format (:data:`_SLOTS`) with the block, MX round
+mode, scale rule and scale format of ``mx_specs``; an unset backward format is DISABLED, and so is
+every backward slot without ``quantize_backprop`` (microxcaling's float backward on the saved
+high-precision operands, not the straight-through gradient). ``bfloat`` / ``fp`` are the recipe's
+``gemm_rounding``; a linear layer's grad-weight GEMM groups each sequence on its own.
+:func:`recipe_from_mx_specs` refuses ``block_size=0`` and ``int4`` / ``int2`` (which the compat
+layers' ``_recipe`` takes) and warns by name about what it leaves out or runs on the reference.
 """
 from __future__ import annotations
 

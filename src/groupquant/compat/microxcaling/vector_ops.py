@@ -1,18 +1,9 @@
 """The element-wise ops taking ``mx_specs``: activations, softmax, norms and the ``simd_*`` ops.
 
-Each is the :mod:`groupquant.elementwise` op of the same name run with the rounding kit of
-``mx_specs`` (:func:`.mapping.rounding_kit`: microxcaling's formulas, the backward specs' kit for the
-gradient; the op's module notes give every step), in the input's dtype; ``mx_specs`` None is
-plain torch. microxcaling's own choices:
-
-- ``gelu``: ``x * sigmoid(sqrt(8/pi) (x + 0.044715 x**3))`` (``approximate="sigmoid"``), or with
-  ``first_order_gelu`` ``x * sigmoid(1.702 x)`` (``"quick"``); ``approximate`` is ignored, as there.
-- ``softmax``: base 2 with ``softmax_exp2``; ``layer_norm`` over the last dim; ``LayerNorm`` /
-  ``RMSNorm`` take ``(hidden_size, eps=1e-12, mx_specs=None, name=None)``; ``RMSNorm`` always rounds.
-- ``simd_reduce_mean``: the rounded sum times ``1 / n``; ``simd_norm``: ``sqrt(sum(square(x)))``.
-
-``inplace=True`` is accepted and computed out of place. The modules are made from their forward
-(:func:`.module_specs.mx_module`).
+Each is the :mod:`groupquant.elementwise` op of the same name (its module notes give every step)
+run with the rounding kit of ``mx_specs`` (:func:`.mapping.rounding_kit`), in the input's dtype;
+``mx_specs`` None is plain torch. ``inplace=True`` is accepted and computed out of place. The
+modules are made from their forward (:func:`.module_specs.mx_module`).
 """
 from __future__ import annotations
 
