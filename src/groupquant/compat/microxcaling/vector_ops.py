@@ -7,6 +7,7 @@ modules are made from their forward (:func:`.module_specs.mx_module`).
 """
 from __future__ import annotations
 
+import math
 import operator
 import warnings
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -243,9 +244,7 @@ def simd_reduce_mean(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = N
     dims = _dims(in1, dim)
     if mx_specs is None:
         return in1.mean(dims, keepdim=keepdim)
-    n = 1
-    for d in dims:
-        n *= in1.shape[d]
+    n = math.prod(in1.shape[d] for d in dims)
     return simd_mul(simd_reduce_sum(in1, dims, keepdim, mx_specs), 1.0 / n, mx_specs)
 
 
