@@ -32,8 +32,8 @@ from .bits import exp2i, float_log2_floor, floor_log2, significand
 from .element import ElementFormat, FloatFormat, SpecialValues
 
 __all__ = ["ScaleKind", "ExponentScale", "FloatScale", "ScaleFormat", "E8M0", "UE4M3", "FLOAT32_SCALE",
-           "get_scale_format", "known_scale_formats", "POWER_OF_TWO_RULES", "FLOAT_RULES", "REFERENCE_RULES", "SCALE_RULES",
-           "E8M0_DTYPE"]
+           "get_scale_format", "known_scale_formats", "POWER_OF_TWO_RULES", "FLOAT_RULES", "REFERENCE_RULES",
+           "SCALE_RULES", "E8M0_DTYPE"]
 
 #: The power-of-two scale rules (exponent formats), see :meth:`ExponentScale.shared_exponent`.
 POWER_OF_TWO_RULES = ("floor", "ceil", "even", "rceil")
@@ -223,7 +223,8 @@ class ExponentScale:
         scale, codes = exp2i(e), (e + self.bias).to(torch.uint8)
         if self.saturating:
             return scale, codes
-        over = self.keeps(amax, rule, dtype) & (self._rule_exponent(amax.float(), fmt, rule, dtype) > self.max_exponent)
+        above = self._rule_exponent(amax.float(), fmt, rule, dtype) > self.max_exponent
+        over = self.keeps(amax, rule, dtype) & above
         return (torch.where(over, torch.full_like(scale, float("nan")), scale),
                 torch.where(over, torch.full_like(codes, self.nan_code), codes))
 

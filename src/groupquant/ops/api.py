@@ -10,7 +10,8 @@ from typing import Optional, Union
 
 import torch
 
-from ..formats import REFERENCE_RULES, ElementFormat, ScaleFormat, check_scale_setup, get_format, get_scale_format, get_scheme
+from ..formats import (REFERENCE_RULES, ElementFormat, ScaleFormat, check_scale_setup, get_format, get_scale_format,
+                       get_scheme)
 from . import native
 from .element_round import ROUNDING_MODES, check_saturating
 from .group_layout import GroupLayout

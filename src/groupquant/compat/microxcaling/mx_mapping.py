@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from . import _torch
 from .gemm import Conv1d, Conv2d, Conv3d, Linear, bmm, conv1d, conv2d, conv3d, linear, matmul
 from .vector_ops import (GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, LeakyReLU, ReLU, ReLU6,
-                         SiLU, Sigmoid, Softmax, Tanh, batch_norm, gelu, group_norm, layer_norm, leaky_relu, relu, relu6,
-                         sigmoid, silu, simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm, simd_reduce_mean,
-                         simd_reduce_sum, simd_square, simd_sub, softmax, tanh)
+                         SiLU, Sigmoid, Softmax, Tanh, batch_norm, gelu, group_norm, layer_norm, leaky_relu, relu,
+                         relu6, sigmoid, silu, simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm,
+                         simd_reduce_mean, simd_reduce_sum, simd_square, simd_sub, softmax, tanh)
 
 __all__ = ["inject_pyt_ops", "restore_pyt_ops", "injected_pyt_ops", "MODULE_MAPPING", "FUNCTION_MAPPING"]
 

@@ -68,7 +68,8 @@ def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: An
                           scale_mode="float_log2" if float_log2 else "floor", scale_format=sf)
 
 
-def quantize_bfloat(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = None) -> torch.Tensor:
+def quantize_bfloat(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
+                    round: Optional[str] = None) -> torch.Tensor:
     """``x`` rounded to the bfloat/fp precision of ``mx_specs``, its gradient too with the backward
     specs (microxcaling's ``quantize_bfloat``; :func:`groupquant.elementwise.cast`); ``x`` when
     ``mx_specs`` is None."""
