@@ -212,7 +212,7 @@ class ExponentScale:
             m_max, e_max = math.frexp(fmt.max_normal)
             e = e_a - (e_max - 1) + (significand(amax) > 2.0 * m_max).to(torch.int32)
         else:
-            raise ValueError(f"scale_mode must be one of {self.rules} here, got {rule!r}")
+            raise ValueError(f"scale_mode must be one of {POWER_OF_TWO_RULES + REFERENCE_RULES} here, got {rule!r}")
         return e
 
     def block_scale(self, amax: torch.Tensor, fmt: ElementFormat, rule: str, dtype: torch.dtype,
