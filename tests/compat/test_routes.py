@@ -212,3 +212,5 @@ def test_float_log2_exponent_runs_on_the_quant_layer_route():
                                        fake_quant(wd, "fp8_e4m3", 16, rounding="nearest")))
     assert torch.equal(x.grad, blocks(g, "fp4_e2m1", 1) @ blocks(wd, "fp8_e4m3", 0))
     assert torch.equal(w.grad, blocks(g, "fp4_e2m1", 0).t() @ blocks(xd, "fp4_e2m1", 0))
+    from groupquant.compat.microxcaling import matmul  # both sides activations: a_elem_format
+    assert torch.equal(matmul(xd, wd.t(), mx_specs=specs), blocks(xd, "fp4_e2m1", 1) @ blocks(wd.t(), "fp4_e2m1", 0))
