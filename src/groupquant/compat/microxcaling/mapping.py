@@ -18,10 +18,9 @@ from .specs import apply_mx_specs, get_backwards_mx_specs
 __all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "rounding_kit",
            "rounded", "scale_format", "scale_rule", "group_size"]
 
-MX_ELEM_FORMATS = {
-    "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "fp6_e3m2": "fp6_e3m2", "fp6_e2m3": "fp6_e2m3",
-    "fp4_e2m1": "fp4_e2m1", "fp4": "fp4_e2m1", "int8": "int8", "int4": "int4", "int2": "int2",
-}
+#: microxcaling's MX element formats (groupquant's names), and its one alias
+MX_ELEM_FORMATS = ("fp8_e5m2", "fp8_e4m3", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1", "int8", "int4", "int2")
+_ALIASES = {"fp4": "fp4_e2m1"}
 _NOT_PROVIDED = ("fp16", "float16", "bf16", "bfloat16")
 _MX_ROUNDINGS = {"nearest": "nearest", "even": "even", "floor": "floor", "dither": "stochastic"}
 _ELEMENT_ROUNDINGS = ("nearest", "even", "floor")
@@ -34,13 +33,13 @@ def elem_format(name: Any, setting: str = "elem_format") -> Optional[ElementForm
     if not name:
         return None
     key = str(getattr(name, "name", name)).lower()  # microxcaling's ElemFormat enum members too
-    if key in MX_ELEM_FORMATS:
-        return get_format(MX_ELEM_FORMATS[key])
+    if _ALIASES.get(key, key) in MX_ELEM_FORMATS:
+        return get_format(_ALIASES.get(key, key))
     if key in _NOT_PROVIDED:
         raise ValueError(f"mx_specs {setting}={name!r}: MX blocks of {key} elements are not provided by "
                          "groupquant; use bfloat=16 / fp=16 for element-wise rounding")
     raise ValueError(f"mx_specs {setting}={name!r} is not an MX element format; use one of "
-                     f"{', '.join(sorted(MX_ELEM_FORMATS))}")
+                     f"{', '.join(MX_ELEM_FORMATS + tuple(_ALIASES))}")
 
 
 def scale_format(scale_bits: int, flush_fp32_subnorms: bool = False,
