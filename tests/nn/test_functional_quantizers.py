@@ -152,3 +152,28 @@ def test_linear_with_a_weight_of_another_rank_is_refused_by_name():
     with pytest.raises(ValueError, match=r"F.linear under quantize_model\(recipe='mxfp8'\): the weight must be "
                                          r"\[out, in\] or \[in\], got \(2, 3, 48\)"):
         model(torch.randn(4, 48))
+
+
+def test_functional_conv_blocks_across_groups_quantizes_whole_backward_operands():
+    """A grouped FunctionalConv whose blocks (8) cross its groups (6 output channels each): by default
+    its backward stays straight through with a warning; ``blocks_across_groups=True`` quantizes dY
+    along dim 1 and W along dim 0 whole (microxcaling's convolution), against fake_quant compositions."""
+    from groupquant.nn.functional_quantizers import FunctionalConv
+    from groupquant.quantizers import MXFloat8e4m3Act
+    wq, aq = MXFloat8e4m3Weight.let(group_size=8), MXFloat8e4m3Act.let(group_size=8)
+    r = Recipe("cross", weight_quant=wq, input_quant=aq, grad_output_quant=aq, weight_quant_for_grad_input=wq,
+               grad_output_quant_for_grad_weight=aq, input_quant_for_grad_weight=aq, quantize_backprop=True)
+    with pytest.raises(gq.inject.ConfigError, match="inside each group's 6"):
+        FunctionalConv((24, 4, 3, 3), False, r, groups=4)
+    layer = FunctionalConv((24, 4, 3, 3), False, r, groups=4, blocks_across_groups=True)
+    torch.manual_seed(0)
+    x = (torch.randn(2, 16, 5, 5) * 3).requires_grad_()
+    w, g = torch.randn(24, 4, 3, 3).requires_grad_(), torch.randn(2, 24, 5, 5)
+    layer(x, w, None, (1, 1), (1, 1), (1, 1)).backward(g)
+
+    def q(t, dim):
+        return gq.fake_quant(t, "fp8_e4m3", 8, dim=dim)
+
+    dx = torch.nn.grad.conv2d_input(x.shape, q(w.detach(), 0), q(g, 1), padding=1, groups=4)
+    dw = torch.nn.grad.conv2d_weight(q(x.detach(), 0), w.shape, q(g, 0), padding=1, groups=4)
+    assert torch.equal(x.grad, dx) and torch.equal(w.grad, dw)

@@ -4,7 +4,7 @@ A quantizer class (:mod:`groupquant.quantizers`) resolves its settings once into
 proxies, the core modules, kernel dispatch, packing and export read that record and nothing else.
 Modes are the lower-level names the ops use (the quantizer enums are ``str`` enums with these
 values): ``restrict`` in ``fp`` / ``power_of_two``; ``scale_rounding`` in ``floor`` / ``ceil`` /
-``even`` / ``rceil``; ``scale_source`` in ``stats`` / ``running_stats`` / ``learned``;
+``even`` / ``rceil`` / ``float_log2``; ``scale_source`` in ``stats`` / ``running_stats`` / ``learned``;
 ``stats_op`` in ``abs_max`` / ``percentile`` / ``mse``; ``rounding`` in ``even`` / ``nearest`` /
 ``floor`` / ``stochastic``; ``ste`` in ``identity`` / ``clipped``.
 
@@ -84,7 +84,7 @@ class QuantSpec:
             raise ValueError(f"QuantSpec scale_format {self.scale_format.name!r} needs abs-max scales from each tensor "
                              f"(scale_source='stats', stats_op='abs_max'), got {self.scale_source}/{self.stats_op}")
         allowed = {"granularity": ("tensor", "channel", "group"), "restrict": ("fp", "power_of_two"),
-                   "scale_rounding": ("floor", "ceil", "even", "rceil"),
+                   "scale_rounding": ("floor", "ceil", "even", "rceil", "float_log2"),
                    "scale_source": ("stats", "running_stats", "learned"), "stats_op": ("abs_max", "percentile", "mse"),
                    "rounding": ("even", "nearest", "floor", "stochastic"), "ste": ("identity", "clipped")}
         for name, choices in allowed.items():
@@ -158,7 +158,8 @@ class QuantSpec:
         else:
             rule = {"floor": f"2^(floor(log2({stat})) - emax)", "ceil": f"2^(ceil(log2({stat})) - emax)",
                     "even": f"2^(floor(log2(round_mantissa({stat}))) - emax)",
-                    "rceil": f"2^ceil(log2({stat} / max_normal))"}[self.scale_rounding]
+                    "rceil": f"2^ceil(log2({stat} / max_normal))",
+                    "float_log2": f"2^(floor(float_log2({stat})) - emax)"}[self.scale_rounding]
         if stat == "mse":
             rule = (f"the power of two from {self.mse_window} binades below the floor rule's to one above it "
                     "with the least squared error")

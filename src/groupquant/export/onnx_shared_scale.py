@@ -25,8 +25,8 @@ from onnx import TensorProto
 
 from typing import Optional
 
-from ..formats import E8M0, FLOAT32_SCALE, ElementFormat, ScaleFormat
-from ..ops.shared_scale import SCALE_MODES, exponent_cap
+from ..formats import E8M0, FLOAT32_SCALE, POWER_OF_TWO_RULES, ElementFormat, ScaleFormat
+from ..ops.shared_scale import exponent_cap
 from .onnx_builder import GraphBuilder
 from .onnx_element_round import round_elements_of
 
@@ -89,8 +89,8 @@ def _exponent(b: GraphBuilder, a: str, fmt: ElementFormat, mode: str) -> str:
         m_max, e_max = math.frexp(fmt.max_normal)
         bump = _is_greater(b, _significand(b, a, e_a), 2.0 * m_max)
         return b.node("Add", [b.node("Sub", [e_a, b.const(float(e_max - 1))]), bump])
-    else:
-        raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {mode!r}")
+    else:  # float_log2 (microxcaling's float log2) has no exact ONNX form
+        raise ValueError(f"ONNX export computes the scale rules {POWER_OF_TWO_RULES}, got scale_mode={mode!r}")
     e = e_a if bump is None else b.node("Add", [e_a, bump])
     return b.node("Sub", [e, b.const(float(fmt.emax))])
 

@@ -1,13 +1,14 @@
 """Exact exponent arithmetic on float32 tensors: floor(log2|x|) and 2**k, with no float log2/pow.
 
 A float log2 rounds up just below a power of two (log2(nextafter(2.0, 0)) == 1.0 in float32),
-so the MX shared exponent is always taken from the exponent bits (frexp) instead.
+so the MX shared exponent is always taken from the exponent bits (frexp) instead; the one float
+log2 here, :func:`float_log2_floor`, is microxcaling's exponent (the scale rule ``float_log2``).
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["floor_log2", "exp2i", "significand"]
+__all__ = ["floor_log2", "float_log2_floor", "exp2i", "significand"]
 
 
 def floor_log2(x: torch.Tensor) -> torch.Tensor:
@@ -29,3 +30,13 @@ def exp2i(k: torch.Tensor) -> torch.Tensor:
     normal = ((k + 127).clamp(min=1) << 23).view(torch.float32)
     sub = (torch.ones_like(k) << (k + 149).clamp(0, 22)).view(torch.float32)
     return torch.where(k >= -126, normal, sub)
+
+
+def float_log2_floor(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``floor(torch.log2(amax))`` as int32, the log2 computed in ``dtype`` (``amax``, a magnitude of
+    that dtype, is exact in it), a zero amax read as float32's min normal: microxcaling's block
+    exponent. It rounds up to ``k`` for an amax just below ``2**k`` (float32: ``nextafter(2**k, 0)``
+    for k >= 2). Clamped to [-1000, 1000] so that a log2 of 0 (float16) converts to an int."""
+    a = amax.to(dtype)
+    guarded = a + (a == 0).to(dtype) * 2.0 ** -126
+    return torch.floor(torch.log2(guarded)).float().clamp(-1000, 1000).to(torch.int32)

@@ -21,11 +21,11 @@ from typing import Dict, List, Tuple, Type, Union
 from .element import FloatFormat, SpecialValues
 from .scale_exponent import ExponentScale
 from .scale_float import FloatScale
-from .scale_kind import E8M0_DTYPE, FLOAT_RULES, POWER_OF_TWO_RULES, SCALE_RULES, ScaleKind
+from .scale_kind import E8M0_DTYPE, FLOAT_RULES, POWER_OF_TWO_RULES, REFERENCE_RULES, SCALE_RULES, ScaleKind
 
 __all__ = ["ScaleKind", "ExponentScale", "FloatScale", "ScaleFormat", "E8M0", "UE4M3", "FLOAT32_SCALE",
            "BFLOAT16_SCALE", "get_scale_format", "known_scale_formats", "scale_format_from_record",
-           "SCALE_FORMAT_CLASSES", "POWER_OF_TWO_RULES", "FLOAT_RULES", "SCALE_RULES", "E8M0_DTYPE"]
+           "SCALE_FORMAT_CLASSES", "POWER_OF_TWO_RULES", "FLOAT_RULES", "REFERENCE_RULES", "SCALE_RULES", "E8M0_DTYPE"]
 
 ScaleFormat = Union[ExponentScale, FloatScale]
 

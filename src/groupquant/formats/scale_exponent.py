@@ -13,9 +13,9 @@ from typing import ClassVar, Dict, Optional, Tuple
 
 import torch
 
-from .bits import exp2i, floor_log2, significand
+from .bits import exp2i, float_log2_floor, floor_log2, significand
 from .element import ElementFormat
-from .scale_kind import E8M0_DTYPE, POWER_OF_TWO_RULES, ScaleKind, dtype_emax, record_field
+from .scale_kind import E8M0_DTYPE, POWER_OF_TWO_RULES, REFERENCE_RULES, ScaleKind, dtype_emax, record_field
 
 __all__ = ["ExponentScale"]
 
@@ -100,7 +100,7 @@ class ExponentScale:
 
     # ---- behaviour ------------------------------------------------------------------------------
 
-    rules = POWER_OF_TWO_RULES
+    rules = POWER_OF_TWO_RULES + REFERENCE_RULES
     default_rule = "floor"
     takes_tensor_scale = False  # the exponent range (2**-127 .. 2**127 for E8M0) needs no second scale
 
@@ -125,28 +125,39 @@ class ExponentScale:
         """What a quantized tensor keeps of the op's scale codes: all of them (one byte per scale)."""
         return codes
 
-    def exponent_cap(self, dtype: torch.dtype, fmt: ElementFormat) -> int:
-        """Largest shared exponent for input of ``dtype``: floor(log2(dtype max)) - emax, at most +bias."""
-        return min(self.max_exponent, dtype_emax(dtype) - fmt.emax)
+    def exponent_cap(self, dtype: torch.dtype, fmt: ElementFormat, rule: str = "floor") -> int:
+        """Largest shared exponent for input of ``dtype``: floor(log2(dtype max)) - emax, at most +bias
+        (one more for ``float_log2``, whose log2 of the dtype's top values rounds up to the next binade)."""
+        top = dtype_emax(dtype) + (1 if rule == "float_log2" else 0)
+        return min(self.max_exponent, top - fmt.emax)
 
     def shared_exponent(self, amax: torch.Tensor, fmt: ElementFormat, rule: str,
                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The shared exponent (int32) of finite, non-negative ``amax`` by ``rule`` (OCP MX v1.0 floor,
-        ceil, even, rceil; see :mod:`groupquant.ops.shared_scale`), from exponent bits only;
-        clamped to [-bias, :meth:`exponent_cap`]; zero amax gives -bias."""
+        ceil, even, rceil from exponent bits; float_log2 from a float log2; see
+        :mod:`groupquant.ops.shared_scale`), clamped to [-bias, :meth:`exponent_cap`]; zero amax gives -bias."""
         low = self.min_exponent
-        e = torch.where(self.keeps(amax), self._rule_exponent(amax.float(), fmt, rule),
+        e = torch.where(self.keeps(amax, rule, dtype), self._rule_exponent(amax.float(), fmt, rule, dtype),
                         torch.full_like(amax, low, dtype=torch.int32))
-        return e.clamp(low, self.exponent_cap(dtype, fmt))
+        return e.clamp(low, self.exponent_cap(dtype, fmt, rule))
 
-    def keeps(self, amax: torch.Tensor) -> torch.Tensor:
+    def keeps(self, amax: torch.Tensor, rule: str = "floor", dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Which blocks (by their amax) are quantized as they are: amax > 0, and with
-        ``flush_subnormal_blocks`` at least float32's min normal (the others are all-zero blocks)."""
-        return amax.float() >= _F32_MIN_NORMAL if self.flush_subnormal_blocks else amax > 0
+        ``flush_subnormal_blocks`` at least float32's min normal (the others are all-zero blocks);
+        under ``float_log2``, a float log2 of at least -126 (microxcaling's test of its exponent)."""
+        if not self.flush_subnormal_blocks:
+            return amax > 0
+        if rule == "float_log2":
+            return (amax > 0) & (float_log2_floor(amax, dtype) >= -126)
+        return amax.float() >= _F32_MIN_NORMAL
 
     @staticmethod
-    def _rule_exponent(amax: torch.Tensor, fmt: ElementFormat, rule: str) -> torch.Tensor:
-        """The shared exponent (int32) of positive float32 ``amax`` by ``rule``, before any clamp."""
+    def _rule_exponent(amax: torch.Tensor, fmt: ElementFormat, rule: str,
+                       dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The shared exponent (int32) of positive float32 ``amax`` (of input ``dtype``) by ``rule``,
+        before any clamp."""
+        if rule == "float_log2":
+            return float_log2_floor(amax, dtype) - fmt.emax
         e_a = floor_log2(amax)
         if rule == "floor":
             e = e_a - fmt.emax
@@ -158,7 +169,7 @@ class ExponentScale:
             m_max, e_max = math.frexp(fmt.max_normal)
             e = e_a - (e_max - 1) + (significand(amax) > 2.0 * m_max).to(torch.int32)
         else:
-            raise ValueError(f"scale_mode must be one of {POWER_OF_TWO_RULES} here, got {rule!r}")
+            raise ValueError(f"scale_mode must be one of {POWER_OF_TWO_RULES + REFERENCE_RULES} here, got {rule!r}")
         return e
 
     def block_scale(self, amax: torch.Tensor, fmt: ElementFormat, rule: str, dtype: torch.dtype,
@@ -169,7 +180,8 @@ class ExponentScale:
         scale, codes = exp2i(e), (e + self.bias).to(torch.uint8)
         if self.saturating:
             return scale, codes
-        over = self.keeps(amax) & (self._rule_exponent(amax.float(), fmt, rule) > self.max_exponent)
+        above = self._rule_exponent(amax.float(), fmt, rule, dtype) > self.max_exponent
+        over = self.keeps(amax, rule, dtype) & above
         return (torch.where(over, torch.full_like(scale, float("nan")), scale),
                 torch.where(over, torch.full_like(codes, self.nan_code), codes))
 

@@ -12,15 +12,18 @@ from typing import Dict, Tuple
 
 import torch
 
-__all__ = ["ScaleKind", "POWER_OF_TWO_RULES", "FLOAT_RULES", "SCALE_RULES", "E8M0_DTYPE", "dtype_emax",
+__all__ = ["ScaleKind", "POWER_OF_TWO_RULES", "FLOAT_RULES", "REFERENCE_RULES", "SCALE_RULES", "E8M0_DTYPE", "dtype_emax",
            "record_field"]
 
 #: The power-of-two scale rules (exponent formats), see :meth:`ExponentScale.shared_exponent`.
 POWER_OF_TWO_RULES: Tuple[str, ...] = ("floor", "ceil", "even", "rceil")
 #: The float scale rule (float-valued formats): ``amax / max_normal``, see :meth:`FloatScale.block_scale`.
 FLOAT_RULES: Tuple[str, ...] = ("float",)
-#: Every scale rule, in the kernels' numbering (csrc ``ScaleMode``).
-SCALE_RULES: Tuple[str, ...] = POWER_OF_TWO_RULES + FLOAT_RULES
+#: Power-of-two rules only the PyTorch reference computes (the native kernels refuse them by name):
+#: ``float_log2``, microxcaling's block exponent ``floor(torch.log2(amax))`` in the input's dtype.
+REFERENCE_RULES: Tuple[str, ...] = ("float_log2",)
+#: Every scale rule, in the kernels' numbering (csrc ``ScaleMode``; the reference rules come last).
+SCALE_RULES: Tuple[str, ...] = POWER_OF_TWO_RULES + FLOAT_RULES + REFERENCE_RULES
 
 #: dtype of stored E8M0 scale bytes (torch.float8_e8m0fnu where this torch has it, else uint8: same bytes).
 E8M0_DTYPE: torch.dtype = getattr(torch, "float8_e8m0fnu", torch.uint8)

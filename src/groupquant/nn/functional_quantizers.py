@@ -67,12 +67,15 @@ class FunctionalConv(QuantLayerMixin, nn.Module):
     """``F.conv{1,2,3}d(x, W, b, ...)`` with a recipe's quantizers for a weight of ``shape``
     (``[O, I/groups, k...]``): like :class:`FunctionalLinear` it borrows ``W`` and ``b`` at each
     call and computes through the quant layers' one route, activations grouped along the channels
-    (dim 1 of batched input). ``groups``: the convolution's groups (the backward set-up depends on it)."""
+    (dim 1 of batched input). ``groups``: the convolution's groups (the backward set-up depends on it).
+    ``blocks_across_groups``: the grad-input GEMM's operands (``dY`` along dim 1, ``W`` along dim 0)
+    are quantized whole, their blocks free to span groups (microxcaling's convolution); otherwise a
+    grouped convolution quantizes its backward only when every block lies inside one group."""
 
     def __init__(self, shape: Tuple[int, ...], bias: bool, r: Recipe, groups: int = 1,
-                 device: Optional[torch.device] = None) -> None:
+                 device: Optional[torch.device] = None, blocks_across_groups: bool = False) -> None:
         nn.Module.__init__(self)
-        self.groups, self.padding_mode = groups, "zeros"
+        self.groups, self.padding_mode, self.blocks_across_groups = groups, "zeros", blocks_across_groups
         kwargs = dict(r.layer_kwargs())
         quants = {name: kwargs.pop(name, None) for name in _FORWARD}
         stand_in = torch.empty((), device=device)

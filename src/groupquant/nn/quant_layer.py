@@ -132,11 +132,12 @@ class QuantLayerMixin:
         block of the grad-input GEMM's operands along the output channels (``grad_output_quant``
         along dim 1 of dY, ``weight_quant_for_grad_input`` along dim 0 of W) lies inside one
         group's ``out_channels / groups`` channels (the grad-weight GEMM reduces over the batch and
-        positions, inside every group)."""
+        positions, inside every group), unless the layer sets ``blocks_across_groups`` (those
+        operands then quantized whole, as microxcaling's convolution does)."""
         groups = getattr(self, "groups", 1)
         if getattr(self, "padding_mode", "zeros") != "zeros":
             return "backward quantization needs zero padding"
-        if groups == 1:
+        if groups == 1 or getattr(self, "blocks_across_groups", False):
             return None
         per_group = self.weight.shape[0] // groups  # type: ignore[attr-defined]  # O / groups
         for name in ("grad_output_quant", "weight_quant_for_grad_input"):

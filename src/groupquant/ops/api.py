@@ -1,7 +1,8 @@
 """Public entry points: :func:`fake_quant` and :func:`quantize` (argument checks + dispatch).
 
 Both run the native C++/CUDA op (:mod:`.native_ops`) when the extension is available for the
-tensor's device, else the PyTorch reference; the results are the same bit for bit.
+tensor's device, else the PyTorch reference; the results are the same bit for bit. A scale rule
+the kernels do not implement (``float_log2``) always runs on the reference.
 """
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Optional, Union
 
 import torch
 
-from ..formats import ElementFormat, ScaleFormat, check_scale_setup, get_format, get_scale_format, get_scheme
+from ..formats import (REFERENCE_RULES, ElementFormat, ScaleFormat, check_scale_setup, get_format, get_scale_format,
+                       get_scheme)
 from . import native
 from .element_round import ROUNDING_MODES, check_saturating
 from .group_layout import GroupLayout
@@ -58,8 +60,11 @@ class _ReferenceFakeQuant(torch.autograd.Function):
         return grad, None, None
 
 
-def _use_native(x: torch.Tensor) -> bool:
-    """Whether the native op runs for ``x``'s device (:func:`groupquant.ops.native.serves`)."""
+def _use_native(x: torch.Tensor, spec: GroupSpec) -> bool:
+    """Whether the native op runs for ``x``'s device (:func:`groupquant.ops.native.serves`) and
+    ``spec``'s scale rule (the kernels refuse the :data:`~groupquant.formats.REFERENCE_RULES`)."""
+    if spec.scale_mode in REFERENCE_RULES:
+        return False
     return native.serves("cpu" if x.is_cpu else x.device.type)  # (is_cpu: cheaper than building x.device)
 
 
@@ -215,7 +220,7 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating, scale_format,
                      tensor_scale)
     _check_ste(ste)
-    if _use_native(x):
+    if _use_native(x, spec):
         return native_fake_quant(x, spec, ste)
     if torch.is_grad_enabled() and x.requires_grad:
         return _ReferenceFakeQuant.apply(x, spec, ste)[0]
@@ -244,7 +249,7 @@ def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block
 def fake_quant_spec_with_scale(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> FakeQuantResult:
     """:func:`fake_quant_with_scale` for a spec that :func:`make_spec` made for a tensor of ``x``'s
     shape and dtype (callers that quantize tensors of one shape again and again keep the spec)."""
-    if _use_native(x):
+    if _use_native(x, spec):
         return native_fake_quant_with_scale(x, spec, ste)
     if torch.is_grad_enabled() and x.requires_grad:
         value, scale, ts = _ReferenceFakeQuant.apply(x, spec, ste)
@@ -267,6 +272,6 @@ def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Option
     """
     spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating, scale_format,
                      tensor_scale)
-    if _use_native(x):
+    if _use_native(x, spec):
         return native_quantize(x, spec)
     return reference_quantize(x, spec)

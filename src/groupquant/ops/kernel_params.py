@@ -19,7 +19,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from ..formats import SCALE_RULES, ElementFormat, FloatFormat, IntFormat, SpecialValues
+from ..formats import REFERENCE_RULES, SCALE_RULES, ElementFormat, FloatFormat, IntFormat, SpecialValues
 from .element_round import ROUNDING_MODES
 from .reference import GroupSpec
 
@@ -145,6 +145,8 @@ def kernel_params(spec: GroupSpec, dtype: torch.dtype) -> KernelParams:
     """The record of ``spec`` for input of ``dtype``; the scale fields (and the exponent cap
     ``exp_max``) are the scale format's own (:meth:`~groupquant.formats.ExponentScale.kernel_fields`)."""
     layout = spec.layout
+    if spec.scale_mode in REFERENCE_RULES:
+        raise ValueError(f"scale_mode={spec.scale_mode!r} has no native kernel: it runs on the PyTorch reference")
     seed = 0 if spec.seed is None else int(spec.seed) & 0xFFFFFFFF
     return KernelParams(dim=layout.dim, block_size=layout.block_size, scale_mode=SCALE_RULES.index(spec.scale_mode),
                         rounding=ROUNDING_MODES.index(spec.rounding), seed=seed,

@@ -84,7 +84,8 @@ def _quantize_values(x: torch.Tensor, spec: GroupSpec) -> _Quantized:
     scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_mode, x.dtype, spec.scale_format, g)
     noise = stochastic_noise(spec, x.device)
     if getattr(spec.scale_format, "flush_subnormal_blocks", False):  # all-zero blocks (signed zeros)
-        xg = xg * (spec.scale_format.keeps(amax) | (amax == 0) | ~torch.isfinite(amax)).float()
+        xg = xg * (spec.scale_format.keeps(amax, spec.scale_mode, x.dtype) | (amax == 0)
+                   | ~torch.isfinite(amax)).float()
     if g is None:
         scaled = xg / scale
     else:  # (1 / g) / s saturates at float32's max (see shared_scale): Inf would make 0 * Inf = NaN

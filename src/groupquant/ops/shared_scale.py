@@ -8,8 +8,14 @@ group with largest magnitude ``amax`` and an element format whose largest binade
 - ``ceil``: ``e = ceil(log2(amax)) - emax`` (nothing saturates, one binade of range lost).
 - ``even``: round amax to the element's mantissa width (nearest-even) first, then ``floor``.
 - ``rceil``: ``e = ceil(log2(amax / max_normal))``, the smallest scale that avoids saturation.
+- ``float_log2`` (microxcaling's): ``e = floor(torch.log2(amax)) - emax`` with the log2 computed in
+  the input's dtype, which rounds up to ``k`` for an amax just below ``2**k`` (float32:
+  ``nextafter(2**k, 0)``, k >= 2), so such a block gets twice the ``floor`` scale; with
+  ``flush_subnormal_blocks`` a block is flushed when that float log2 is below -126, and the cap
+  below is one binade higher. PyTorch reference only: the native kernels refuse it
+  (:data:`~groupquant.formats.REFERENCE_RULES`), so ``fake_quant`` / ``quantize`` take the reference.
 
-All are computed exactly from exponent bits, clamped to the scale format's [-bias, bias]
+The first four are computed exactly from exponent bits, clamped to the scale format's [-bias, bias]
 ([-127, 127] for E8M0; microxcaling's ``scale_bits`` clamps the same way, except that it turns an
 exponent above the top into NaN where groupquant saturates) and capped at ``dtype_emax - emax``
 (127 - emax for float32/bfloat16 input, 15 - emax for float16): the largest exponent ``floor`` can

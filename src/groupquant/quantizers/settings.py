@@ -36,12 +36,14 @@ class RestrictScaling(str, enum.Enum):
 
 class ScaleRounding(str, enum.Enum):
     """How a power-of-two scale's exponent is chosen from the abs-max (see
-    :mod:`groupquant.ops.shared_scale`): FLOOR is OCP MX v1.0's ``floor(log2 amax) - emax``."""
+    :mod:`groupquant.ops.shared_scale`): FLOOR is OCP MX v1.0's ``floor(log2 amax) - emax``;
+    FLOAT_LOG2 is microxcaling's, from a float log2 (PyTorch reference only)."""
 
     FLOOR = "floor"
     CEIL = "ceil"
     EVEN = "even"
     RCEIL = "rceil"
+    FLOAT_LOG2 = "float_log2"
 
 
 class FloatToIntRounding(str, enum.Enum):

@@ -39,7 +39,7 @@ SETTINGS: Dict[str, str] = {
     "tensor_scale": "a per-tensor float32 second scale over minifloat block scales (NVFP4: True)",
     "block_scheme": "None, or a scheme name ('nvfp4') whose element format, scale format and block size the "
                     "quantizer must keep",
-    "scale_rounding": "power-of-two rule: ScaleRounding.FLOOR (OCP), CEIL, EVEN, RCEIL",
+    "scale_rounding": "power-of-two rule: ScaleRounding.FLOOR (OCP), CEIL, EVEN, RCEIL, FLOAT_LOG2",
     "scaling_source": "ScalingSource.STATS (each tensor), RUNNING_STATS or LEARNED",
     "scaling_stats_op": "ScalingStatsOp.ABS_MAX, PERCENTILE or MSE (search of power-of-two scales)",
     "percentile": "PERCENTILE statistic, in (0, 100]",

@@ -15,16 +15,14 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
-__all__ = ["native_torch", "in_native_torch", "exp", "exp2", "log", "sqrt", "tanh", "matmul", "linear",
-           "conv1d", "conv2d", "relu",
-           "sigmoid", "silu", "gelu", "softmax", "layer_norm", "group_norm", "batch_norm",
-           "relu6", "leaky_relu", "conv3d"]
+__all__ = ["native_torch", "in_native_torch", "exp", "log", "sqrt", "tanh", "sigmoid", "matmul", "linear", "conv1d",
+           "conv2d", "conv3d", "relu", "relu6", "leaky_relu", "silu", "gelu", "softmax", "layer_norm", "group_norm",
+           "batch_norm"]
 
-exp, exp2, log, sqrt, tanh, matmul = torch.exp, torch.exp2, torch.log, torch.sqrt, torch.tanh, torch.matmul
-linear, conv1d, conv2d, relu = F.linear, F.conv1d, F.conv2d, F.relu
-sigmoid, silu, gelu, softmax, layer_norm = torch.sigmoid, F.silu, F.gelu, F.softmax, F.layer_norm
-group_norm, batch_norm = F.group_norm, F.batch_norm
-relu6, leaky_relu, conv3d = F.relu6, F.leaky_relu, F.conv3d
+exp, log, sqrt, tanh, sigmoid, matmul = torch.exp, torch.log, torch.sqrt, torch.tanh, torch.sigmoid, torch.matmul
+linear, conv1d, conv2d, conv3d = F.linear, F.conv1d, F.conv2d, F.conv3d
+relu, relu6, leaky_relu, silu, gelu, softmax = F.relu, F.relu6, F.leaky_relu, F.silu, F.gelu, F.softmax
+layer_norm, group_norm, batch_norm = F.layer_norm, F.group_norm, F.batch_norm
 
 _STATE = threading.local()
 

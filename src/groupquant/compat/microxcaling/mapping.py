@@ -1,34 +1,26 @@
-"""How microxcaling's setting values map onto groupquant's names.
-
-- element formats: microxcaling's names are groupquant's (``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e3m2``,
-  ``fp6_e2m3``, ``fp4_e2m1``, ``int8``, ``int4``, ``int2``), plus its alias ``fp4`` (= ``fp4_e2m1``).
-  The values agree: microxcaling's intN are sign-magnitude 1.(N-2) fixed point, i.e. groupquant's
-  symmetric intN (-2**(N-1) unused). Its ``fp16`` / ``bfloat16`` MX element formats are not provided.
-- ``scale_bits`` k (other than 0 / 8) and ``mx_flush_fp32_subnorms``: the scale format E{k}M0 with
-  NaN above its largest exponent, flushing subnormal blocks (``ExponentScale(k, saturating=False,
-  flush_subnormal_blocks=...)``), as microxcaling's shared exponent.
-- rounding: ``nearest`` (ties away from zero), ``even`` (ties to even), ``floor`` (toward zero:
-  microxcaling floors the magnitude) are groupquant's modes of the same names; ``dither`` (floor of
-  magnitude plus a uniform draw) is groupquant's ``stochastic`` (MX quantization only).
-- ``bfloat`` / ``fp`` / ``bfloat_subnorms`` + a round mode -> :class:`ElementPrecision`; with
-  ``vec_use_recip`` / ``vec_use_exp2`` -> the settings of the rounding kit
-  :class:`groupquant.elementwise.RoundedMath` (:func:`rounding_kit`).
+"""How microxcaling's setting values map onto groupquant's: element formats (its names are
+groupquant's, plus the alias ``fp4``; its intN, sign-magnitude 1.(N-2) fixed point, are groupquant's
+symmetric intN), round modes (its ``dither`` is ``stochastic``), the element-wise precision and
+rounding kit (:class:`groupquant.elementwise.RoundedMath`), and the scale rule, scale format and
+block of its shared exponent.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
+
+import torch
 
 from ...formats import ElementFormat, ExponentScale, get_format
 from ...elementwise.rounded_math import RoundedMath
 from ...ops.precision import ElementPrecision, resolve_precision
+from .specs import apply_mx_specs, get_backwards_mx_specs
 
-__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "check_settings", "rounding_kit",
-           "scale_format"]
+__all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "rounding_kit",
+           "rounded", "scale_format", "scale_rule", "group_size"]
 
-MX_ELEM_FORMATS = {
-    "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "fp6_e3m2": "fp6_e3m2", "fp6_e2m3": "fp6_e2m3",
-    "fp4_e2m1": "fp4_e2m1", "fp4": "fp4_e2m1", "int8": "int8", "int4": "int4", "int2": "int2",
-}
+#: microxcaling's MX element formats (groupquant's names), and its one alias
+MX_ELEM_FORMATS = ("fp8_e5m2", "fp8_e4m3", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1", "int8", "int4", "int2")
+_ALIASES = {"fp4": "fp4_e2m1"}
 _NOT_PROVIDED = ("fp16", "float16", "bf16", "bfloat16")
 _MX_ROUNDINGS = {"nearest": "nearest", "even": "even", "floor": "floor", "dither": "stochastic"}
 _ELEMENT_ROUNDINGS = ("nearest", "even", "floor")
@@ -41,26 +33,48 @@ def elem_format(name: Any, setting: str = "elem_format") -> Optional[ElementForm
     if not name:
         return None
     key = str(getattr(name, "name", name)).lower()  # microxcaling's ElemFormat enum members too
-    if key in MX_ELEM_FORMATS:
-        return get_format(MX_ELEM_FORMATS[key])
+    if _ALIASES.get(key, key) in MX_ELEM_FORMATS:
+        return get_format(_ALIASES.get(key, key))
     if key in _NOT_PROVIDED:
         raise ValueError(f"mx_specs {setting}={name!r}: MX blocks of {key} elements are not provided by "
                          "groupquant; use bfloat=16 / fp=16 for element-wise rounding")
     raise ValueError(f"mx_specs {setting}={name!r} is not an MX element format; use one of "
-                     f"{', '.join(sorted(MX_ELEM_FORMATS))}")
+                     f"{', '.join(MX_ELEM_FORMATS + tuple(_ALIASES))}")
 
 
-def scale_format(scale_bits: int, flush_fp32_subnorms: bool = False) -> Optional[ExponentScale]:
+def scale_format(scale_bits: int, flush_fp32_subnorms: bool = False,
+                 float_log2: bool = False) -> Optional[ExponentScale]:
     """microxcaling's ``scale_bits`` k (0: 8) and ``mx_flush_fp32_subnorms`` as a scale format: E{k}M0
     whose blocks above its largest exponent are NaN (not saturated), as microxcaling's shared
     exponent is, flushing blocks whose max is a float32 subnormal to zero when asked; None (E8M0)
-    for 8 bits without the flush. ValueError naming ``scale_bits`` unless k is 0 or an int in 2..8."""
+    for 8 bits without the flush, unless ``float_log2`` (whose exponent can pass E8M0's top).
+    ValueError naming ``scale_bits`` unless k is 0 or an int in 2..8."""
     if isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or not (scale_bits == 0 or 2 <= scale_bits <= 8):
         raise ValueError(f"mx_specs scale_bits={scale_bits!r}: use 0 (8) or an int in 2..8")
     bits = scale_bits or 8
-    if bits == 8 and not flush_fp32_subnorms:
+    if bits == 8 and not flush_fp32_subnorms and not float_log2:
         return None
     return ExponentScale(bits, saturating=False, flush_subnormal_blocks=bool(flush_fp32_subnorms))
+
+
+def scale_rule(mx_specs: Mapping[str, Any]) -> str:
+    """The scale rule of ``mx_specs``: ``float_log2`` (microxcaling's float-log2 exponent) with
+    ``shared_exp_from_float_log2``, else OCP's exact ``floor``."""
+    return "float_log2" if mx_specs.get("shared_exp_from_float_log2") else "floor"
+
+
+def group_size(mx_specs: Mapping[str, Any], block_size: Optional[int] = None) -> int:
+    """Elements per shared exponent: 1 for ``shared_exp_method='none'``, else ``block_size`` (None:
+    ``mx_specs['block_size']``; 0: the whole axis). ValueError naming the setting for a bad value."""
+    method = mx_specs.get("shared_exp_method", "max")
+    if method == "none":
+        return 1
+    if method != "max":
+        raise ValueError(f"mx_specs shared_exp_method={method!r}: use 'max' or 'none'")
+    size = mx_specs["block_size"] if block_size is None else block_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"mx_specs block_size={size!r}: use a block size > 0 (or 0: the whole axis)")
+    return size
 
 
 def mx_rounding(round: str, setting: str = "round") -> str:
@@ -86,35 +100,28 @@ def element_precision(mx_specs: Mapping[str, Any], round: Optional[str] = None,
                                           round=round)
 
 
-def check_settings(mx_specs: Mapping[str, Any], formats: Sequence[str] = (), mx_rounds: Sequence[str] = (),
-                   element_rounds: Sequence[str] = ()) -> None:
-    """ValueError naming the mx_specs key (e.g. ``a_elem_format``) whose value a layer cannot use:
-    the element formats ``formats``, the MX round modes ``mx_rounds`` and, when ``bfloat`` / ``fp``
-    is set, the element-wise round modes ``element_rounds``. Layers call it before computing, so the
-    error names the user's key rather than the argument of the function that reads it."""
-    for key in formats:
-        elem_format(mx_specs[key], key)
-    for key in mx_rounds:
-        mx_rounding(mx_specs[key], key)
-    for key in element_rounds:
-        element_precision(mx_specs, mx_specs[key], setting=key)
-
-
 _BFLOAT16 = resolve_precision("bfloat16")
 
 
 def rounding_kit(mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = None,
-                 grad: Optional[Mapping[str, Any]] = None) -> RoundedMath:
-    """microxcaling's vector arithmetic as groupquant's rounding kit: every step rounded to the
-    ``bfloat`` / ``fp`` precision with ``round`` (default ``mx_specs['round']``; no rounding when both
-    are 0 or ``mx_specs`` is None), library functions and sums in float32 (torch's kernels, as
-    microxcaling), ``a / b`` as ``a * q(1 / b)`` with ``vec_use_recip``, ``e**x`` as ``2**q(x log2 e)``
-    with ``vec_use_exp2``, constants rounded to bfloat16 (microxcaling's ``log2(e)``, ``ln 2``), and
-    microxcaling's formulas where its ops differ (``formulas="microxcaling"``).
-    ``grad``: the (backward) specs of the gradient kit; None: this kit."""
-    flags = mx_specs or {}
-    precision = None if mx_specs is None else element_precision(mx_specs, round, setting="round")
-    return RoundedMath(precision, library="float32", accumulate="float32",
-                       division="reciprocal" if flags.get("vec_use_recip") else "divide",
-                       exp_via_exp2=bool(flags.get("vec_use_exp2")), constants=_BFLOAT16, formulas="microxcaling",
-                       grad=None if grad is None else rounding_kit(grad, round))
+                 gradient: bool = True) -> RoundedMath:
+    """microxcaling's vector arithmetic of ``mx_specs`` (over the defaults) as groupquant's rounding
+    kit: every step rounded to the ``bfloat`` / ``fp`` precision with ``round`` (default
+    ``mx_specs['round']``; none when both are 0), library functions and sums in float32 (torch's
+    kernels, as microxcaling), ``a / b`` as ``a * q(1 / b)`` with ``vec_use_recip``, ``e**x`` as
+    ``2**q(x log2 e)`` with ``vec_use_exp2``, constants rounded to bfloat16 (microxcaling's
+    ``log2(e)``, ``ln 2``), microxcaling's formulas where its ops differ; with ``gradient``, the
+    gradient kit of the backward specs."""
+    specs = apply_mx_specs(mx_specs)
+    grad = rounding_kit(get_backwards_mx_specs(specs), round, gradient=False) if gradient else None
+    return RoundedMath(element_precision(specs, round, setting="round"), library="float32", accumulate="float32",
+                       division="reciprocal" if specs["vec_use_recip"] else "divide",
+                       exp_via_exp2=bool(specs["vec_use_exp2"]), constants=_BFLOAT16, formulas="microxcaling",
+                       grad=grad)
+
+
+def rounded(op: Callable[..., torch.Tensor], input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
+            *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``op(input, *args, precision=kit, **kwargs)`` of :mod:`groupquant.elementwise` with the kit of
+    ``mx_specs`` (:func:`rounding_kit`), in ``input``'s dtype."""
+    return op(input, *args, precision=rounding_kit(mx_specs), **kwargs).to(input.dtype)

@@ -1,11 +1,20 @@
-"""The ``mx_specs`` / ``name`` handling every compat module shares (microxcaling's module helpers)."""
+"""The compat modules: torch's module classes taking microxcaling's ``mx_specs`` and ``name``.
+
+:class:`MxSpecsMixin` is the ``mx_specs`` / ``name`` handling every compat module shares
+(microxcaling's module helpers); :func:`mx_module` makes the compat class of a torch module from
+its forward, built by :func:`calls` for a module whose forward is one compat function.
+"""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
+
+import torch
 
 from .specs import MxSpecs, apply_mx_specs
 
-__all__ = ["MxSpecsMixin"]
+__all__ = ["MxSpecsMixin", "mx_module", "calls"]
+
+Forward = Callable[[Any, torch.Tensor], torch.Tensor]
 
 
 class MxSpecsMixin:
@@ -32,3 +41,31 @@ class MxSpecsMixin:
     def specs_or_none(self) -> Optional[MxSpecs]:
         """The settings, or None when the module was built without them."""
         return None if self.mx_none else self.mx_specs
+
+
+def calls(function: Callable[..., torch.Tensor], *attributes: str) -> Forward:
+    """The forward ``function(input, *module.<attributes>, mx_specs=module.specs_or_none())``."""
+
+    def forward(self: Any, input: torch.Tensor) -> torch.Tensor:
+        return function(input, *(getattr(self, a) for a in attributes), mx_specs=self.specs_or_none())
+
+    forward.__module__ = function.__module__
+    return forward
+
+
+def mx_module(base: type, torch_args: int, forward: Forward) -> type:
+    """The compat class of torch module ``base``: its arguments, then ``mx_specs`` and ``name``
+    (microxcaling's order: after the first ``torch_args`` positional arguments, or as keywords),
+    with ``forward(module, input)``. Named as ``base``, in ``forward``'s module."""
+
+    def __init__(self: Any, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        base.__init__(self, *args[:torch_args], **kwargs)
+        if len(args) > torch_args:  # mx_specs (and name) given by position, as microxcaling allows
+            mx_specs, *rest = args[torch_args:]
+            name = rest[0] if rest else name
+        self._init_mx(mx_specs, name)
+
+    doc = f"``torch.nn.{base.__name__}`` taking ``mx_specs`` (None: the plain module) and ``name``."
+    return type(base.__name__, (MxSpecsMixin, base), {"__init__": __init__, "forward": forward, "__doc__": doc,
+                                                      "__module__": forward.__module__})

@@ -1,18 +1,9 @@
-"""``inject_pyt_ops(mx_specs)``: replace torch's layers and functions globally, as microxcaling does.
-
-This entry exists for migrating programs that call microxcaling's ``mx_mapping.inject_pyt_ops``.
-It swaps entries of ``torch.nn`` (``Linear``, ``Conv1d``, ``LayerNorm``, ...: later constructions get
-the compat layer with ``mx_specs``), ``torch.nn.functional`` and ``torch`` (``linear``, ``matmul``,
-``softmax``, ``add``, ``exp``, ``sum``, ...: later calls round as the compat op does). groupquant's
-native way is a recipe applied to a built model (``groupquant.quantize_model(model, recipe=...)``,
-see :func:`.recipe.recipe_from_mx_specs`), which touches no global state.
-
-Differences from microxcaling: :func:`restore_pyt_ops` (or the :func:`injected_pyt_ops` context
-manager) undoes the injection; a call whose arguments the compat op does not take (``torch.add(a, b,
-alpha=2)``, ``torch.sum(x, dtype=...)`` is handled: ``dtype`` casts the result as there) goes to
-the original torch function, and so does every torch call made inside groupquant's own arithmetic.
-Modules microxcaling maps but groupquant does not provide (ConvTranspose2d, LSTM,
-AdaptiveAvgPool2d) and their functions are left as torch's.
+"""``inject_pyt_ops(mx_specs)``: replace torch's layers and functions globally, as microxcaling does
+(later ``torch.nn.Linear(...)`` builds the compat layer with ``mx_specs``; later ``F.linear``,
+``torch.add``, ... round as the compat op does). :func:`restore_pyt_ops` (or the nesting context
+manager :func:`injected_pyt_ops`) undoes it. A call whose arguments the compat op does not take,
+and every torch call inside groupquant's own arithmetic, goes to torch's function (a ``dtype``
+keyword casts the result). ConvTranspose2d, LSTM and AdaptiveAvgPool2d stay torch's.
 """
 from __future__ import annotations
 
@@ -25,15 +16,11 @@ import torch
 import torch.nn.functional as F
 
 from . import _torch
-from .activations import (GELU, LeakyReLU, ReLU, ReLU6, SiLU, Sigmoid, Tanh, gelu, leaky_relu, relu, relu6, sigmoid,
-                          silu, tanh)
-from .convolution import Conv1d, Conv2d, Conv3d, conv1d, conv2d, conv3d
-from .linear import Linear, linear
-from .matmul import bmm, matmul
-from .norms import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, batch_norm, group_norm, layer_norm
-from .simd_ops import (simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm, simd_reduce_mean,
-                       simd_reduce_sum, simd_square, simd_sub)
-from .softmax import Softmax, softmax
+from .gemm import Conv1d, Conv2d, Conv3d, Linear, bmm, conv1d, conv2d, conv3d, linear, matmul
+from .vector_ops import (GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, LeakyReLU, ReLU, ReLU6,
+                         SiLU, Sigmoid, Softmax, Tanh, batch_norm, gelu, group_norm, layer_norm, leaky_relu, relu,
+                         relu6, sigmoid, silu, simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm,
+                         simd_reduce_mean, simd_reduce_sum, simd_square, simd_sub, softmax, tanh)
 
 __all__ = ["inject_pyt_ops", "restore_pyt_ops", "injected_pyt_ops", "MODULE_MAPPING", "FUNCTION_MAPPING"]
 

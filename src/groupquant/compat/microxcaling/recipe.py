@@ -1,60 +1,31 @@
-"""``mx_specs`` as a groupquant training recipe: the route of the compat ``Linear`` and the native
-path for a migrated program.
+"""``mx_specs`` as a groupquant recipe: the one route of the compat GEMM layers (:mod:`.gemm`) and
+of a migrated program (``groupquant.quantize_model(model, recipe=recipe_from_mx_specs(specs))``).
 
-:func:`recipe_from_mx_specs` fills the slots of :class:`groupquant.nn.Recipe` from the MX settings,
-each an MX quantizer of that format with ``group_size=block_size`` and the slot's MX round mode:
-
-===================================== ======================= ====================================
-groupquant slot                       mx_specs format         mx_specs round
-===================================== ======================= ====================================
-``weight_quant``                      ``w_elem_format``       ``round_mx_output``
-``input_quant``                       ``a_elem_format``       ``round_mx_output``
-``weight_quant_for_grad_input``       ``w_elem_format_bp``    ``round_mx_weight_grad_input``
-``grad_output_quant``                 ``a_elem_format_bp_os`` ``round_mx_grad_output_grad_input``
-``grad_output_quant_for_grad_weight`` ``a_elem_format_bp_ex`` ``round_mx_grad_output_grad_weight``
-``input_quant_for_grad_weight``       ``a_elem_format_bp``    ``round_mx_input_grad_weight``
-===================================== ======================= ====================================
-
-An unset backward format is DISABLED (that operand stays in high precision, as in microxcaling).
-``scale_bits`` k (other than 0 / 8) is each quantizer's scale format E{k}M0 with NaN above its
-largest exponent (``ExponentScale(k, saturating=False)``), as microxcaling.
-``shared_exp_from_float_log2`` has no recipe setting, and the recipe leaves out
-``mx_flush_fp32_subnorms`` (a UserWarning names them; the compat layers carry the flush in their
-scale format). The compat layers' recipe (``_recipe``) also takes ``block_size=0`` (a group as long
-as its dim) and ``int4`` / ``int2`` elements, which :func:`recipe_from_mx_specs` refuses.
-``quantize_backprop=False`` DISABLES every backward slot: microxcaling then computes the backward
-GEMMs in float from the saved high-precision ``x`` and ``W`` (``dX = dY W``), which groupquant's
-backward does with every operand disabled; the recipe's ``quantize_backprop=False`` would instead
-pass the gradient straight through the quantized forward (``dX = dY Q(W)``).
-
-``bfloat`` / ``fp`` become the recipe's ``gemm_rounding`` (:class:`groupquant.nn.GemmRounding`):
-``x`` rounded with ``round_output``, ``W`` and ``b`` with ``round_weight``, the output (and the
-bias sum) with ``round_output``; from the backward specs ``dY`` and ``dX`` with
-``round_grad_input``, ``dW`` and ``db`` with ``round_grad_weight``; with ``quantize_backprop=False``
-the backward re-reads the operands as given. ``grad_weight_groups="sequence"``: the grad-weight
-GEMM groups a 3-d input along dim -2, each sequence on its own, as microxcaling. The element-wise
-ops outside the GEMM layers (norms, activations, softmax, residual adds) are not in the recipe
-(a UserWarning names ``bfloat`` / ``fp``).
-
-:func:`native_problem` says which settings no recipe carries (the compat ops then quantize block by
-block, :mod:`.quantize`).
+Each slot is the MX quantizer of its ``mx_specs`` format (:data:`_SLOTS`) with the block, MX round
+mode, scale rule and scale format of ``mx_specs``; an unset backward format is DISABLED, and so is
+every backward slot without ``quantize_backprop`` (microxcaling's float backward on the saved
+high-precision operands, not the straight-through gradient). ``bfloat`` / ``fp`` are the recipe's
+``gemm_rounding``; a linear layer's grad-weight GEMM groups each sequence on its own.
+:func:`recipe_from_mx_specs` refuses ``block_size=0`` and ``int4`` / ``int2`` (which the compat
+layers' ``_recipe`` takes) and warns by name about what it leaves out or runs on the reference.
 """
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ...formats import IntFormat
 from ...nn import DISABLED, GemmRounding, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
-from .mapping import elem_format, element_precision, mx_rounding, scale_format
+from .mapping import elem_format, element_precision, group_size, mx_rounding, scale_format, scale_rule
 from .specs import ELEM_FORMAT_KEYS, MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
-__all__ = ["recipe_from_mx_specs", "native_problem", "gemm_rounding", "matmul_settings"]
+__all__ = ["recipe_from_mx_specs", "gemm_rounding", "matmul_settings"]
 
-_SLOTS = (  # slot, format key, MX round key, weight or act quantizer, element-wise round key
+#: (slot, format key, MX round key, weight or act quantizer) of microxcaling's Linear
+_SLOTS = (
     ("weight_quant", "w_elem_format", "round_mx_output", "weight"),
     ("input_quant", "a_elem_format", "round_mx_output", "act"),
     ("weight_quant_for_grad_input", "w_elem_format_bp", "round_mx_weight_grad_input", "weight"),
@@ -63,15 +34,7 @@ _SLOTS = (  # slot, format key, MX round key, weight or act quantizer, element-w
     ("input_quant_for_grad_weight", "a_elem_format_bp", "round_mx_input_grad_weight", "act"),
 )
 #: microxcaling's convolution: the forward formats in every GEMM, MX rounding always nearest (no round key)
-_CONV_SLOTS = (
-    ("weight_quant", "w_elem_format", None, "weight"),
-    ("input_quant", "a_elem_format", None, "act"),
-    ("weight_quant_for_grad_input", "w_elem_format", None, "weight"),
-    ("grad_output_quant", "a_elem_format", None, "act"),
-    ("grad_output_quant_for_grad_weight", "a_elem_format", None, "act"),
-    ("input_quant_for_grad_weight", "a_elem_format", None, "act"),
-)
-_FORWARD = ("weight_quant", "input_quant")
+_CONV_SLOTS = tuple((slot, kind[0] + "_elem_format", None, kind) for slot, _, _, kind in _SLOTS)
 #: microxcaling's ``block_size=0`` (the whole axis shares one exponent) as a group size: a group at
 #: least as long as its dim is the whole dim (:func:`groupquant.ops.group_layout.normalize_block_size`)
 WHOLE_AXIS = 2 ** 62
@@ -83,11 +46,13 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str],
     if fmt is None:
         return None
     pair, settings = _mx_pair(fmt, fmt_key, specs[fmt_key])
-    size = 1 if specs["shared_exp_method"] == "none" else (specs["block_size"] or WHOLE_AXIS)  # 'none': per element
-    settings.update({"group_size": size,
+    settings.update({"group_size": group_size(specs) or WHOLE_AXIS,
                       "float_to_int_rounding": FloatToIntRounding(
                           "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))})
-    sf = scale_format(specs["scale_bits"], specs["mx_flush_fp32_subnorms"])
+    rule = scale_rule(specs)
+    if rule != "floor":
+        settings["scale_rounding"] = rule
+    sf = scale_format(specs["scale_bits"], specs["mx_flush_fp32_subnorms"], rule == "float_log2")
     if sf is not None:
         settings["scale_format"] = sf
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
@@ -106,8 +71,11 @@ def _mx_pair(fmt: Any, fmt_key: str, given: Any) -> Tuple[Any, dict]:
 
 
 def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Optional[GemmRounding]:
-    """The element-wise roundings of ``bfloat`` / ``fp`` around a GEMM (module notes), or None.
-    ``bias_add``: ``"rounded"`` (linear, matmul) or ``"inside"`` (convolution)."""
+    """The element-wise roundings of ``bfloat`` / ``fp`` around a GEMM, or None: ``x`` and the output
+    with ``round_output``, ``W`` and ``b`` with ``round_weight``; from the backward specs ``dY`` and
+    ``dX`` with ``round_grad_input``, ``dW`` and ``db`` with ``round_grad_weight`` (without
+    ``quantize_backprop`` the backward takes the operands as given). ``bias_add``: ``"rounded"``
+    (linear, matmul: the bias added after the rounded product) or ``"inside"`` (convolution)."""
     back = get_backwards_mx_specs(specs)
 
     def p(source: Mapping[str, Any], key: str) -> Any:
@@ -121,43 +89,27 @@ def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Option
     return None if rounding.input is None else rounding
 
 
-def native_problem(specs: Mapping[str, Any]) -> Optional[str]:
-    """Why the compat layers' recipe cannot compute what the compat ops compute for ``specs`` (None:
-    it can): ``shared_exp_from_float_log2``, quantized block by block in :mod:`.quantize`, or a bad
-    ``shared_exp_method`` / ``block_size`` (the block path names it)."""
-    if specs["shared_exp_method"] not in ("max", "none"):
-        return f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'"
-    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] < 0):
-        return f"mx_specs block_size={specs['block_size']!r}: use a block size > 0 (or 0: the whole axis)"
-    if specs["shared_exp_from_float_log2"]:
-        return "mx_specs shared_exp_from_float_log2=True has no recipe setting"
-    return None
-
-
 def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") -> Recipe:
-    """A :class:`groupquant.nn.Recipe` with the MX settings of ``mx_specs`` (see the module table).
+    """A :class:`groupquant.nn.Recipe` with the MX settings of ``mx_specs`` (see the module notes).
 
     ValueError naming the setting for ``block_size`` 0 (microxcaling's whole-axis block has no
     native slot) or an element format without an MX quantizer; ``shared_exp_method='none'`` is
     ``group_size=1``."""
     specs = apply_mx_specs(mx_specs)
-    if specs["shared_exp_method"] not in ("max", "none"):
-        raise ValueError(f"mx_specs shared_exp_method={specs['shared_exp_method']!r}: use 'max' or 'none'")
-    if specs["shared_exp_method"] == "max" and (not isinstance(specs["block_size"], int) or specs["block_size"] <= 0):
+    if group_size(specs) == 0:
         raise ValueError(f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0")
-    if not isinstance(specs["scale_bits"], int) or isinstance(specs["scale_bits"], bool) or not (
-            specs["scale_bits"] == 0 or 2 <= specs["scale_bits"] <= 8):
-        raise ValueError(f"mx_specs scale_bits={specs['scale_bits']!r}: use 0 (8) or an int in 2..8")
+    scale_format(specs["scale_bits"])  # ValueError naming scale_bits
     for key in ELEM_FORMAT_KEYS:  # OCP MX element formats only: microxcaling's int4 / int2 run in the compat layers
         fmt = elem_format(specs[key], key)
         if fmt is not None and fmt.name not in MX_QUANTIZERS:
             raise ValueError(f"mx_specs {key}={specs[key]!r} is not an OCP MX element format (those: "
                              f"{', '.join(MX_QUANTIZERS)}); the compat layers take it")
-    for key, what in (("shared_exp_from_float_log2", "the shared exponent is OCP's exact floor(log2(amax))"),
-                      ("mx_flush_fp32_subnorms", "blocks whose max is a float32 subnormal are quantized, not zeroed")):
-        if specs[key]:
-            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}=True is not carried by the recipe: {what}",
-                          UserWarning, stacklevel=2)
+    if specs["shared_exp_from_float_log2"]:
+        warnings.warn("recipe_from_mx_specs: mx_specs shared_exp_from_float_log2=True is the quantizers' scale rule "
+                      "float_log2, which runs on the PyTorch reference (no native kernel)", UserWarning, stacklevel=2)
+    if specs["mx_flush_fp32_subnorms"]:
+        warnings.warn("recipe_from_mx_specs: mx_specs mx_flush_fp32_subnorms=True is not carried by the recipe: "
+                      "blocks whose max is a float32 subnormal are quantized, not zeroed", UserWarning, stacklevel=2)
     for key in ("bfloat", "fp"):
         if specs[key]:
             warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} rounds the GEMM layers' operands, "
@@ -168,42 +120,40 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
     return _recipe(MxSpecs(specs, mx_flush_fp32_subnorms=False), name)
 
 
+def _backward_disabled(specs: Mapping[str, Any], slots: Dict[str, Any], forward: Tuple[str, ...]) -> Dict[str, Any]:
+    """``slots`` with each backward slot whose format is unset, or every one without
+    ``quantize_backprop`` (microxcaling's float backward), DISABLED."""
+    backprop = bool(specs["quantize_backprop"])
+    return {slot: DISABLED if slot not in forward and (quant is None or not backprop) else quant
+            for slot, quant in slots.items()}
+
+
 def _recipe(specs: Mapping[str, Any], name: str, gemm: str = "linear") -> Recipe:
     """The recipe of checked ``specs`` (no warnings: the compat layers call it) for microxcaling's
-    ``gemm``: ``"linear"`` (the module table) or ``"conv"`` (its convolution's order: the forward
+    ``gemm``: ``"linear"`` (:data:`_SLOTS`) or ``"conv"`` (its convolution's order: the forward
     formats in the backward GEMMs too, MX rounding nearest, the bias inside the rounded output)."""
-    backprop = bool(specs["quantize_backprop"])
-    slots = {}
-    for slot, fmt_key, round_key, kind in (_SLOTS if gemm == "linear" else _CONV_SLOTS):
-        quant = _quantizer(specs, fmt_key, round_key, kind)
-        if slot not in _FORWARD and (quant is None or not backprop):
-            quant = DISABLED
-        slots[slot] = quant
-    # microxcaling's quantize_backprop=False is a float backward on the saved high-precision operands
-    # (dX = dY W, dW = dY^T x): groupquant's backward GEMMs with every operand DISABLED, not the
-    # straight-through gradient of the quantized forward (which quantize_backprop=False means here)
+    table = _SLOTS if gemm == "linear" else _CONV_SLOTS
+    slots = {slot: _quantizer(specs, fmt_key, round_key, kind) for slot, fmt_key, round_key, kind in table}
     rounding = gemm_rounding(specs, "rounded" if gemm == "linear" else "inside")
     return Recipe(name, quantize_backprop=True, gemm_rounding=rounding,
-                  grad_weight_groups="sequence" if gemm == "linear" else "tokens", **slots)
+                  grad_weight_groups="sequence" if gemm == "linear" else "tokens",
+                  **_backward_disabled(specs, slots, ("weight_quant", "input_quant")))
 
 
-def matmul_settings(specs: Mapping[str, Any], mode: str) -> dict:
+def matmul_settings(specs: Mapping[str, Any], mode: str) -> Dict[str, Any]:
     """The :class:`groupquant.nn.QuantMatMul` keywords of microxcaling's ``matmul`` (``mode``: the
     ``mode_config`` ``'aa'`` / ``'aw'`` / ``'wa'``): each side in its ``a_`` / ``w_elem_format``
     forward and ``*_bp`` backward, ``dY`` in ``a_elem_format_bp_os`` in both backward GEMMs; both
     operands and the output rounded with ``round_output``, both gradients with ``round_grad_input``
     (a bias: ``round_weight``, its gradient ``round_grad_weight``)."""
-    side = {"a": ("a_elem_format", "a_elem_format_bp"), "w": ("w_elem_format", "w_elem_format_bp")}
-    backprop = bool(specs["quantize_backprop"])
-    table = (("a_quant", side[mode[0]][0], "round_mx_output"), ("b_quant", side[mode[1]][0], "round_mx_output"),
+    a, b = (side + "_elem_format" for side in mode)
+    table = (("a_quant", a, "round_mx_output"), ("b_quant", b, "round_mx_output"),
              ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input"),
              ("grad_output_quant_for_grad_b", "a_elem_format_bp_os", "round_mx_grad_output_grad_input"),
-             ("b_quant_for_grad_a", side[mode[1]][1], "round_mx_input_grad_input"),
-             ("a_quant_for_grad_b", side[mode[0]][1], "round_mx_input_grad_input"))
-    out: dict = {"quantize_backprop": True}
-    for slot, fmt_key, round_key in table:
-        quant = _quantizer(specs, fmt_key, round_key, "act")
-        out[slot] = DISABLED if slot not in ("a_quant", "b_quant") and (quant is None or not backprop) else quant
+             ("b_quant_for_grad_a", b + "_bp", "round_mx_input_grad_input"),
+             ("a_quant_for_grad_b", a + "_bp", "round_mx_input_grad_input"))
+    slots = {slot: _quantizer(specs, fmt_key, round_key, "act") for slot, fmt_key, round_key in table}
+    out: Dict[str, Any] = dict(_backward_disabled(specs, slots, ("a_quant", "b_quant")), quantize_backprop=True)
     rounding = gemm_rounding(specs)
     if rounding is not None:
         back = get_backwards_mx_specs(specs)

@@ -1,88 +1,68 @@
-"""``mx_specs``: microxcaling's settings table, with its names, defaults and helpers.
+"""``mx_specs``: microxcaling's settings (:data:`SETTINGS`: default, the setting each follows, help).
 
-:class:`MxSpecs` is a ``dict`` holding every setting microxcaling knows, at microxcaling's default,
-plus one groupquant setting (``shared_exp_from_float_log2``, see :mod:`.quantize`). A key that is
-not a setting is refused with a did-you-mean (:class:`UnknownMxSpecError`, a ``KeyError``, as
-microxcaling raises one too). ``finalize_mx_specs`` / ``get_backwards_mx_specs`` / ``add_mx_args``
-/ ``get_mx_specs`` / ``apply_mx_specs`` behave as microxcaling's functions of the same names.
-
-Accepted but without effect here: ``custom_cuda`` (groupquant runs its own C++/CUDA kernels or its
-PyTorch reference; both give the same bits, so the switch selects nothing) and ``round_m`` (an
-optimizer setting microxcaling's layers never read).
+:class:`MxSpecs` is a ``dict`` holding every setting at microxcaling's default, plus groupquant's
+``shared_exp_from_float_log2`` (the scale rule ``float_log2``); a key that is no setting is refused
+with a did-you-mean (:class:`UnknownMxSpecError`, a ``KeyError`` as in microxcaling).
+``finalize_mx_specs`` / ``get_backwards_mx_specs`` / ``add_mx_args`` / ``get_mx_specs`` /
+``apply_mx_specs`` behave as microxcaling's functions of the same names.
 """
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ...inject import UnknownSettingError, closest
 
-__all__ = ["MxSpecs", "UnknownMxSpecError", "DEFAULTS", "HELP", "NOT_APPLICABLE", "get_default_mx_specs",
+__all__ = ["MxSpecs", "UnknownMxSpecError", "SETTINGS", "DEFAULTS", "HELP", "get_default_mx_specs",
            "apply_mx_specs", "finalize_mx_specs", "get_backwards_mx_specs", "add_mx_args", "get_mx_specs"]
 
-_ROUND_KEYS = ("round", "round_m", "round_weight", "round_output", "round_grad_weight", "round_grad_input",
-               "round_mx_output", "round_mx_input_grad_input", "round_mx_weight_grad_input",
-               "round_mx_grad_output_grad_input", "round_mx_input_grad_weight", "round_mx_grad_output_grad_weight")
+_FMT = "MX element format: fp8_e5m2, fp8_e4m3, fp6_e3m2, fp6_e2m3, fp4_e2m1 (fp4), int8, int4, int2"
+_MX_ROUND = "MX element rounding (nearest, even, floor, dither) of "
 
-ELEM_FORMAT_KEYS = ("w_elem_format", "a_elem_format", "w_elem_format_bp", "a_elem_format_bp",
-                    "a_elem_format_bp_ex", "a_elem_format_bp_os")
-
-DEFAULTS: Dict[str, Any] = {
-    "scale_bits": 0,
-    **{k: None for k in ELEM_FORMAT_KEYS},
-    "mx_flush_fp32_subnorms": False,
-    "shared_exp_method": "max",
-    "block_size": 0,
-    "bfloat": 0,
-    "fp": 0,
-    "bfloat_subnorms": True,
-    "quantize_backprop": True,
-    **{k: "nearest" for k in _ROUND_KEYS},
-    "softmax_exp2": False,
-    "vec_use_exp2": False,
-    "vec_use_recip": False,
-    "custom_cuda": False,
-    # groupquant's own: take the shared exponent from a float log2, as microxcaling computes it
-    "shared_exp_from_float_log2": False,
+#: Every setting: (microxcaling's default, the setting it follows when unset, help). A follower
+#: comes after its base, so :func:`finalize_mx_specs` fills them in this order.
+SETTINGS: Dict[str, Tuple[Any, Optional[str], str]] = {
+    "scale_bits": (0, None, "bits of the shared exponent (0 means 8: E8M0)"),
+    "w_elem_format": (None, None, "weights, forward GEMM. " + _FMT),
+    "a_elem_format": (None, None, "activations, forward GEMM. " + _FMT),
+    "w_elem_format_bp": (None, "w_elem_format", "weights in the grad-input GEMM"),
+    "a_elem_format_bp": (None, "a_elem_format", "saved inputs in the grad-weight GEMM"),
+    "a_elem_format_bp_ex": (None, "a_elem_format", "output gradients in the grad-weight GEMM"),
+    "a_elem_format_bp_os": (None, "a_elem_format", "output gradients in the grad-input GEMM"),
+    "mx_flush_fp32_subnorms": (False, None, "zero MX blocks whose max is an fp32 subnormal"),
+    "shared_exp_method": ("max", None, "shared exponent: 'max' (of the block's max magnitude) or 'none' "
+                                       "(one per element)"),
+    "block_size": (0, None, "elements per shared exponent (0: the whole reduction dim)"),
+    "bfloat": (0, None, "element-wise precision bfloatN (8 exponent bits, N-9 mantissa bits); 0: off"),
+    "fp": (0, None, "element-wise precision fpN (5 exponent bits, N-6 mantissa bits); 0: off"),
+    "bfloat_subnorms": (True, None, "keep subnormals in the bfloat/fp precision (False flushes inputs below "
+                                    "min normal)"),
+    "quantize_backprop": (True, None, "quantize the backward pass too"),
+    "round": ("nearest", None, "element-wise rounding: nearest (ties away), even (ties to even), floor "
+                               "(toward zero)"),
+    "round_m": ("nearest", "round", "optimizer rounding (accepted, not used by any layer)"),
+    "round_weight": ("nearest", "round", "element-wise rounding of weights and biases"),
+    "round_output": ("nearest", "round", "element-wise rounding of inputs and outputs"),
+    "round_grad_weight": ("nearest", "round", "element-wise rounding of weight and bias gradients"),
+    "round_grad_input": ("nearest", "round", "element-wise rounding of input and output gradients"),
+    "round_mx_output": ("nearest", "round", _MX_ROUND + "the forward GEMM's operands"),
+    "round_mx_input_grad_input": ("nearest", "round_grad_input", _MX_ROUND + "saved inputs (matmul backward)"),
+    "round_mx_weight_grad_input": ("nearest", "round_grad_input", _MX_ROUND + "weights in the grad-input GEMM"),
+    "round_mx_grad_output_grad_input": ("nearest", "round_grad_input",
+                                        _MX_ROUND + "output gradients in the grad-input GEMM"),
+    "round_mx_input_grad_weight": ("nearest", "round_grad_input", _MX_ROUND + "inputs in the grad-weight GEMM"),
+    "round_mx_grad_output_grad_weight": ("nearest", "round_grad_input",
+                                         _MX_ROUND + "output gradients in the grad-weight GEMM"),
+    "softmax_exp2": (False, None, "softmax takes 2**x instead of e**x"),
+    "vec_use_exp2": (False, None, "e**x computed as 2**(x * log2(e) in bfloat16)"),
+    "vec_use_recip": (False, None, "a / b computed as a * (1 / b)"),
+    "custom_cuda": (False, None, "accepted, no effect: groupquant picks its kernel or reference (same bits)"),
+    "shared_exp_from_float_log2": (False, None, "groupquant: shared exponent floor(float log2(max)) as "
+                                                "microxcaling (default False: exact floor, OCP MX)"),
 }
-
-_FMT_HELP = "MX element format: fp8_e5m2, fp8_e4m3, fp6_e3m2, fp6_e2m3, fp4_e2m1 (fp4), int8, int4, int2"
-HELP: Dict[str, str] = {
-    "scale_bits": "bits of the shared exponent (0 means 8: E8M0)",
-    "w_elem_format": "weights, forward GEMM. " + _FMT_HELP,
-    "a_elem_format": "activations, forward GEMM. " + _FMT_HELP,
-    "w_elem_format_bp": "weights in the grad-input GEMM (default: w_elem_format)",
-    "a_elem_format_bp": "saved inputs in the grad-weight GEMM (default: a_elem_format)",
-    "a_elem_format_bp_ex": "output gradients in the grad-weight GEMM (default: a_elem_format)",
-    "a_elem_format_bp_os": "output gradients in the grad-input GEMM (default: a_elem_format)",
-    "mx_flush_fp32_subnorms": "zero MX blocks whose max is an fp32 subnormal",
-    "shared_exp_method": "shared exponent: 'max' (of the block's max magnitude) or 'none' (one per element)",
-    "block_size": "elements per shared exponent (0: the whole reduction dim)",
-    "bfloat": "element-wise precision bfloatN (8 exponent bits, N-9 mantissa bits); 0: off",
-    "fp": "element-wise precision fpN (5 exponent bits, N-6 mantissa bits); 0: off",
-    "bfloat_subnorms": "keep subnormals in the bfloat/fp precision (False flushes inputs below min normal)",
-    "quantize_backprop": "quantize the backward pass too",
-    "round": "element-wise rounding: nearest (ties away), even (ties to even), floor (toward zero)",
-    "round_m": "optimizer rounding (accepted, not used by any layer)",
-    "round_weight": "element-wise rounding of weights and biases",
-    "round_output": "element-wise rounding of inputs and outputs",
-    "round_grad_weight": "element-wise rounding of weight and bias gradients",
-    "round_grad_input": "element-wise rounding of input and output gradients",
-    "round_mx_output": "MX element rounding in the forward GEMM",
-    "round_mx_input_grad_input": "MX element rounding of saved inputs (matmul/bmm backward)",
-    "round_mx_weight_grad_input": "MX element rounding of weights in the grad-input GEMM",
-    "round_mx_grad_output_grad_input": "MX element rounding of output gradients in the grad-input GEMM",
-    "round_mx_input_grad_weight": "MX element rounding of inputs in the grad-weight GEMM",
-    "round_mx_grad_output_grad_weight": "MX element rounding of output gradients in the grad-weight GEMM",
-    "softmax_exp2": "softmax takes 2**x instead of e**x",
-    "vec_use_exp2": "e**x computed as 2**(x * log2(e) in bfloat16)",
-    "vec_use_recip": "a / b computed as a * (1 / b)",
-    "custom_cuda": "accepted, no effect: groupquant picks its kernel or reference (same bits)",
-    "shared_exp_from_float_log2": "groupquant: shared exponent floor(float log2(max)) as microxcaling "
-                                  "(default False: exact floor from the exponent bits, OCP MX)",
-}
-
-NOT_APPLICABLE = ("custom_cuda", "round_m")
+DEFAULTS: Dict[str, Any] = {key: default for key, (default, _, _) in SETTINGS.items()}
+HELP: Dict[str, str] = {key: text for key, (_, _, text) in SETTINGS.items()}
+ELEM_FORMAT_KEYS = tuple(key for key in SETTINGS if "elem_format" in key)
 
 
 class UnknownMxSpecError(UnknownSettingError, KeyError):
@@ -109,13 +89,8 @@ class MxSpecs(dict):
     help_strings = HELP
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__()
-        given = dict(*args, **kwargs)
-        for key in given:
-            if key not in DEFAULTS:
-                raise _unknown(key)
-        super().update(DEFAULTS)
-        super().update(given)
+        super().__init__(DEFAULTS)
+        self.update(*args, **kwargs)
 
     def __setitem__(self, key: str, value: Any) -> None:
         if key not in DEFAULTS:
@@ -158,21 +133,6 @@ def apply_mx_specs(mx_specs: Optional[Mapping[str, Any]], default_mx_specs: Opti
     return out
 
 
-def _copy_if_unset(specs: Dict[str, Any], key: str, source: str) -> None:
-    """Give ``key`` the value of ``source`` where ``key`` is missing or None (and ``source`` given)."""
-    if specs.get(key) is None and source in specs:
-        specs[key] = specs[source]
-
-
-_DEPENDS = (("w_elem_format_bp", "w_elem_format"), ("a_elem_format_bp", "a_elem_format"),
-            ("a_elem_format_bp_os", "a_elem_format"), ("a_elem_format_bp_ex", "a_elem_format"),
-            ("round_m", "round"), ("round_output", "round"), ("round_grad_weight", "round"),
-            ("round_grad_input", "round"), ("round_weight", "round"), ("round_mx_output", "round"),
-            ("round_mx_input_grad_input", "round_grad_input"), ("round_mx_weight_grad_input", "round_grad_input"),
-            ("round_mx_grad_output_grad_input", "round_grad_input"),
-            ("round_mx_input_grad_weight", "round_grad_input"),
-            ("round_mx_grad_output_grad_weight", "round_grad_input"))
-
 _ACTIVE = ELEM_FORMAT_KEYS + ("bfloat", "fp")
 
 
@@ -191,8 +151,9 @@ def finalize_mx_specs(specs: Dict[str, Any], early_exit: bool = True) -> Optiona
             raise _unknown(key)
     if early_exit and not any(specs.get(k) for k in _ACTIVE):
         return None
-    for key, source in _DEPENDS:
-        _copy_if_unset(specs, key, source)
+    for key, (_, base, _) in SETTINGS.items():
+        if base is not None and specs.get(key) is None and base in specs:
+            specs[key] = specs[base]
     return apply_mx_specs(specs, get_default_mx_specs())
 
 
