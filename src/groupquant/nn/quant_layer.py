@@ -164,8 +164,8 @@ class QuantLayerMixin:
         ``GroupwiseIntQuantTensor`` for MXINT8 / int per group, ``Int/FloatQuantTensor`` per tensor
         or channel), or the float weight when ``weight_quant`` is None.
 
-        For export, call it under ``torch.no_grad()``: ``.to_group_quantized()`` gives element
-        codes and E8M0 scale codes (contracted), ``.int()`` / ``.codes()`` the element codes.
+        For export (codes, scale codes, layout) read :meth:`group_quantized_weight` instead: the
+        one accessor every export reader uses.
         """
         return self.weight_quant(self.weight)  # type: ignore[attr-defined]
 
