@@ -23,9 +23,9 @@ float32 summation order. ``group_quantized_weight()`` reads the packed storage b
 scale bytes bit for bit); ``quant_weight()`` is its group-wise quant tensor.
 
 Backward: the input gets its gradient ``dY @ W`` (float32 accumulation;
-:mod:`groupquant.nn.packed_gemm_op`), the packed weight none. Dtypes: the state stays float32 / bytes whatever ``.to(dtype)`` /
-``.half()`` / ``.bfloat16()`` say (those set the dtype the weight is dequantized to); inputs may be
-float32, bfloat16 or float16. An in-place change of ``weight_tensor_scale`` is seen by the next
+:mod:`groupquant.nn.packed_gemm_op`), the packed weight none. Dtypes: the state stays float32 /
+bytes whatever ``.to(dtype)`` / ``.half()`` / ``.bfloat16()`` say (those set the dtype the weight
+is dequantized to); inputs may be float32, bfloat16 or float16. An in-place change of ``weight_tensor_scale`` is seen by the next
 forward. ``to_quant_linear()`` is the way back: a trainable ``QuantLinear`` with the dequantized
 weight and the same quantizers.
 """
