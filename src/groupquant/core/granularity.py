@@ -5,6 +5,10 @@
 ``group``   one scale per group of ``group_size`` consecutive elements along ``dim``, kept in the
             contracted layout of :class:`groupquant.ops.GroupLayout` (a weight ``[O, I]`` grouped
             along dim 1 has scales ``[O, k, 1]``): the expanded ``[O, I]`` scale is never built.
+
+``group_size`` is the quantizer setting's name; the layout it resolves to (:meth:`ScaleGranularity.layout`,
+the one crossing) and everything in ``ops`` / ``packing`` below call the same number ``block_size``
+(docs/architecture.md, "Names").
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from ..core import QuantSpec
+from ..ops.group_layout import normalize_block_size
 from ..ops.shared_scale import MIN_TENSOR_SCALE, tensor_scale_divisor
 from .onnx_builder import GraphBuilder
 from .onnx_element_round import round_elements_of
@@ -53,7 +54,7 @@ def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spe
     g = g_finite = None
     if spec.tensor_scale:
         g, g_finite = tensor_scale_of(b, x, spec)
-    block = min(spec.group_size or dim_size, dim_size)
+    block = normalize_block_size(spec.group_size, dim_size)  # the spec's group_size as the layout's block
     k = -(-dim_size // block)
     pad = k * block - dim_size
     if pad:

@@ -86,12 +86,13 @@ def _act_quant(b: GraphBuilder, proxy: QuantProxy, x: str, shape: Optional[torch
 
 def _weight(b: GraphBuilder, layer: nn.Module, info: NodeInfo, options: QuantLayerOptions) -> str:
     """The layer's weight as a graph value: codes + DequantizeLinear (its ``group_quantized_weight()``),
-    or the float weight of a layer without a weight quantizer."""
-    if not isinstance(layer, PackedLinear) and not layer.weight_quant.is_quant_enabled:
-        return b.const(float_array(layer.weight, info.name), hint=f"{_hint(info)}_weight")
+    or the float weight of a layer without a weight quantizer (the accessor says which, for every
+    quant layer: a ``PackedLinear`` always has its packed weight)."""
     try:
         q = layer.group_quantized_weight(info.name)
     except WeightNotGroupQuantized as e:
+        if not layer.weight_quant.is_quant_enabled:  # a float weight
+            return b.const(float_array(layer.weight, info.name), hint=f"{_hint(info)}_weight")
         raise ExportError(info.name, type(layer).__name__, f"{e}; only group-wise (MX / per-group) weight "
                           "quantizers export") from None
     what = f"{type(layer).__name__} weight_quant {_quantizer_name(layer.weight_quant)}"

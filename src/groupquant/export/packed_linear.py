@@ -14,16 +14,18 @@ to 8 bits in blocks, E{k}M0 or other minifloat scales) and keeps:
   and ``weight_quant`` only to rebuild the trainable layer: it holds no weight).
 
 It is a quant layer (:class:`groupquant.nn.QuantLayerMixin`) whose weight comes from packed
-storage: ``forward`` computes ``output_quant(F.linear(input_quant(x), W, bias_quant(b)))`` with the
-layer's proxies and the mixin's output tail (``return_quant_tensor``), and ``W`` decoded inside the
-kernel (:func:`groupquant.ops.packed_gemm.packed_linear`), so it equals the fake-quant layer up to
+storage: ``forward`` is the quant layers' one route (``QuantLayerMixin._quant_gemm``: online
+rotation, ``output_quant(F.linear(input_quant(x), W, bias_quant(b)))`` with the layer's proxies,
+the ``return_quant_tensor`` tail) with a :class:`~groupquant.nn.packed_gemm_op.PackedGemmOp`,
+whose weight is the packed storage, decoded inside the kernel
+(:func:`groupquant.ops.packed_gemm.packed_linear`), so it equals the fake-quant layer up to
 float32 summation order. ``group_quantized_weight()`` reads the packed storage back (codes and
 scale bytes bit for bit); ``quant_weight()`` is its group-wise quant tensor.
 
-Backward: the input gets its gradient ``dY @ W`` (float32 accumulation; :mod:`.packed_backward`),
-the packed weight none. Dtypes: the state stays float32 / bytes whatever ``.to(dtype)`` /
-``.half()`` / ``.bfloat16()`` say (those set the dtype the weight is dequantized to); inputs may be
-float32, bfloat16 or float16. An in-place change of ``weight_tensor_scale`` is seen by the next
+Backward: the input gets its gradient ``dY @ W`` (float32 accumulation;
+:mod:`groupquant.nn.packed_gemm_op`), the packed weight none. Dtypes: the state stays float32 /
+bytes whatever ``.to(dtype)`` / ``.half()`` / ``.bfloat16()`` say (those set the dtype the weight
+is dequantized to); inputs may be float32, bfloat16 or float16. An in-place change of ``weight_tensor_scale`` is seen by the next
 forward. ``to_quant_linear()`` is the way back: a trainable ``QuantLinear`` with the dequantized
 weight and the same quantizers.
 """
@@ -37,18 +39,17 @@ from torch import nn
 from ..core import QuantSpec
 from ..formats import ElementFormat
 from ..nn import QuantLayerMixin, QuantLinear
-from ..nn.input_rotation import ROTATION_ATTR, InputRotation
+from ..nn.input_rotation import InputRotation
 from ..nn.group_quantized_weight import WeightNotGroupQuantized
-from ..nn.inside import in_quant_layer
+from ..nn.packed_gemm_op import PackedGemmOp
 from ..ops import FakeQuantResult, GroupLayout, GroupQuantized
 from ..ops.packed_gemm import PACKED_INPUT_DTYPES, PackedWeight
 from ..ops.packed_gemm_params import PackedGemmParams, packed_gemm_params
 from ..ops.packed_tables import element_value_table, scale_table
 from ..packing import PackedTensor, element_storage_dtype, is_byte_format, pack, scale_storage_dtype
 from ..proxy import ActQuantProxy, BiasQuantProxy, QuantProxy, WeightQuantProxy
-from ..quant_tensor import QuantTensor, plain, quant_tensor_from_output
+from ..quant_tensor import QuantTensor, quant_tensor_from_output
 from .pack_error import PackError, check_packable
-from .packed_backward import packed_linear_with_input_grad
 
 __all__ = ["PackedLinear", "PackError"]
 
@@ -80,6 +81,7 @@ class PackedLinear(QuantLayerMixin, nn.Module):
         self.block_size = int(packed.block_size)
         self.weight_dtype = packed.dtype
         self.return_quant_tensor = return_quant_tensor
+        self._gemm_op = PackedGemmOp(layer_name=name)  # the GEMM on the packed weight (the input dtype check)
         self.register_buffer("weight_codes", packed.data.reshape(-1).view(torch.uint8).clone())
         self.register_buffer("weight_scale", packed.scale.view(torch.uint8).reshape(self.out_features, -1).clone())
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
@@ -102,12 +104,9 @@ class PackedLinear(QuantLayerMixin, nn.Module):
             setattr(self, attr, proxy)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        """torch's state-dict loading (an input rotation in the state dict is attached first, as
-        :class:`~groupquant.nn.QuantLayerMixin` does), then the kernel record again (it holds the
+        """The quant layers' state-dict loading (:class:`~groupquant.nn.QuantLayerMixin`: an input
+        rotation in the state dict is attached first), then the kernel record again (it holds the
         per-tensor scale)."""
-        key = f"{prefix}{ROTATION_ATTR}.block_size_"
-        if key in state_dict and getattr(self, ROTATION_ATTR, None) is None:
-            setattr(self, ROTATION_ATTR, InputRotation(int(state_dict[key])))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self.params = self._params()
 
@@ -248,17 +247,9 @@ class PackedLinear(QuantLayerMixin, nn.Module):
     # ---- forward and the way back ---------------------------------------------------------------
 
     def forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
-        """``output_quant(packed_linear(input_quant(x), W, bias_quant(b)))`` (the quant-layer route)."""
-        with in_quant_layer():
-            rotation = self._modules.get(ROTATION_ATTR)  # the QuantLinear's online rotation (rotate_model)
-            if rotation is not None:
-                x = rotation(plain(x))
-            qx = self.input_quant.quant_value(x)
-            if qx.dtype not in PACKED_INPUT_DTYPES:
-                raise TypeError(f"{self.layer_name}: packed inference takes input of dtype "
-                                f"{[str(d) for d in PACKED_INPUT_DTYPES]}, got {qx.dtype}")
-            qb = None if self.bias is None else self.bias_quant.quant_value(self.bias).float()
-            return self._finish(packed_linear_with_input_grad(qx, self._weight(), qb))
+        """``output_quant(packed_linear(input_quant(x), W, bias_quant(b)))``: the quant-layer route
+        (:meth:`~groupquant.nn.QuantLayerMixin._quant_gemm`) with the packed weight and its GEMM."""
+        return self._quant_gemm(x, self._gemm_op, self._weight(), self._buffers["bias"])
 
     def to_quant_linear(self) -> QuantLinear:
         """A trainable QuantLinear: the dequantized weight (its fake-quant gives the same weight

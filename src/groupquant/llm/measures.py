@@ -16,6 +16,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from ..nn.group_quantized_weight import WeightNotGroupQuantized
+
 __all__ = ["WeightBits", "Generation", "quantized_weight_bits", "model_bytes", "path_bytes", "generate"]
 
 
@@ -59,7 +61,7 @@ def quantized_weight_bits(model: nn.Module) -> WeightBits:
         seen.add(id(module))
         try:
             q = accessor()
-        except (TypeError, ValueError, RuntimeError):
+        except WeightNotGroupQuantized:
             continue  # a quant layer whose weight is float (or not group-wise): not counted
         count = 1
         for n in q.layout.shape:

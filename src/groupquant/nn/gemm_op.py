@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Tuple
+from typing import Any, ClassVar, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +15,12 @@ _CONVS = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}  # by the weight's number of di
 @dataclass(frozen=True)
 class GemmOp:
     """Which op the weight enters: ``linear``; ``conv`` with its geometry (zero padding given as
-    ints); or ``module``: the layer's own ``_conv_forward`` (other padding modes), plain path only."""
+    ints); or ``module``: the layer's own ``_conv_forward`` (other padding modes), plain path only.
+    A subclass whose weight operand is stored quantized (``stores_weight``: the packed GEMM of
+    :mod:`groupquant.nn.packed_gemm_op`) takes that storage as it is, with no weight quantizer."""
+
+    #: whether the weight operand is quantized storage the op decodes itself (no weight quantizer)
+    stores_weight: ClassVar[bool] = False
 
     kind: str = "linear"
     stride: Tuple[int, ...] = ()

@@ -165,8 +165,8 @@ class QuantLayerMixin:
         ``GroupwiseIntQuantTensor`` for MXINT8 / int per group, ``Int/FloatQuantTensor`` per tensor
         or channel), or the float weight when ``weight_quant`` is None.
 
-        For export, call it under ``torch.no_grad()``: ``.to_group_quantized()`` gives element
-        codes and E8M0 scale codes (contracted), ``.int()`` / ``.codes()`` the element codes.
+        For export (codes, scale codes, layout) read :meth:`group_quantized_weight` instead: the
+        one accessor every export reader uses.
         """
         return self.weight_quant(self.weight)  # type: ignore[attr-defined]
 
@@ -195,7 +195,9 @@ class QuantLayerMixin:
         """``output_quant(op(input_quant(x), weight_quant(W), bias_quant(b)))``: one route for
         every weight layer; the lean path differs only in what backward keeps alive, the
         quantized-backward path in what the backward GEMMs compute. ``weight`` / ``bias``: the
-        layer's own unless given (a functional ``F.linear`` borrows a layer's quantizers).
+        layer's own unless given (a functional ``F.linear`` borrows a layer's quantizers); an op
+        that ``stores_weight`` (``PackedLinear``'s :class:`~.packed_gemm_op.PackedGemmOp`) takes
+        its packed weight as ``weight``, as it is (no weight quantizer; the op's own backward).
         The computation is marked (:func:`in_quant_layer`) only while a torch function mode is
         active (a functional-quantization mode is one; with none there is nobody to tell)."""
         params = self._parameters  # type: ignore[attr-defined]  # (without nn.Module.__getattr__)
@@ -229,7 +231,9 @@ class QuantLayerMixin:
         bias_quant = proxies["bias_quant"]
         qb = bias if bias is None or bias_quant.tensor_quant is None else bias_quant.quant_value(bias)
         weight_quant = proxies["weight_quant"]
-        if not (torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
+        if op.stores_weight:  # packed storage the op decodes (PackedLinear): no weight quantizer, its own backward
+            y = gemm_forward(op, qx, weight, qb, rounding)
+        elif not (torch.is_grad_enabled() and (weight.requires_grad or qx.requires_grad)):
             y = gemm_forward(op, qx, weight_quant.quant_value(weight), qb, rounding)
         elif self.quantize_backprop:
             plan = GemmBackward(op, backward_operands({name: getattr(self, name) for name in GRAD_SLOTS}),

@@ -1,6 +1,8 @@
 """The math of group-wise quantization: group layout, shared scales, element rounding, codes.
 
 The PyTorch reference here defines the numerics; native kernels must match it bit for bit.
+Elements per scale are ``block_size`` in every name here (a quantizer's setting for the same
+number is ``group_size``; :mod:`.group_layout` states the rule).
 """
 from .api import (SUPPORTED_DTYPES, backend, fake_quant, fake_quant_spec_with_scale, fake_quant_with_scale, make_spec,
                   quantize)

@@ -165,9 +165,10 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
             an ``IntFormat`` / ``FloatFormat``, or the scheme name ``'nvfp4'`` (FP4 E2M1 elements in
             blocks of 16, UE4M3 block scales, a per-tensor float32 second scale; pass
             ``tensor_scale=False`` for the single-level variant).
-        block_size: elements sharing one scale along ``dim`` (default: 32, MX; 16 for ``'nvfp4'``,
-            which allows no other); ``None``, ``0`` or any size at least the dim's means the whole
-            dim (one block). A dim that is not a multiple is zero-padded internally.
+        block_size: elements sharing one scale along ``dim`` (a quantizer's ``group_size``;
+            default: 32, MX; 16 for ``'nvfp4'``, which allows no other); ``None``, ``0`` or any
+            size at least the dim's means the whole dim (one block). A dim that is not a multiple
+            is zero-padded internally.
         dim: the dim along which groups run.
         rounding: ``'even'`` (nearest, ties to even; OCP), ``'nearest'`` (ties away from zero),
             ``'floor'`` (toward zero) or ``'stochastic'``.

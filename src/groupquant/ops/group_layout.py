@@ -1,6 +1,12 @@
 """The contracted group layout: one dimension split into k groups of ``block_size`` elements.
 
 A block size of at least the dim's size is the whole dim (one block, no padding).
+
+Names: ``block_size`` is the layout's word, used from here down (the functional ops' keyword,
+``GroupQuantized``, ``PackedTensor`` and its records, the kernel records, checkpoint headers);
+``group_size`` is the quantizer setting above (``QuantSpec`` / ``ScaleGranularity``), which
+``ScaleGranularity.layout`` turns into a layout through :meth:`GroupLayout.build` (the one
+resolution rule, :func:`normalize_block_size`). docs/architecture.md, "Names".
 A tensor of shape ``S`` grouped along ``dim = d`` becomes ``S[:d] + (k, block_size) + S[d+1:]``
 (a weight ``[O, I]`` grouped along its last dim gives ``[O, k, I/k]``), and a per-group quantity
 (the scale) has shape ``S[:d] + (k, 1) + S[d+1:]``. A dim whose size is not a multiple of the

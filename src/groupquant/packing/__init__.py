@@ -5,6 +5,10 @@ element (two FP4 codes per byte, low nibble first, plus one E8M0 byte per 32 ele
 ``.unpack()`` returns the codes and scales bit for bit, ``.dequantize()`` the fake-quant values.
 ``pack(groupquant.quantize(x, "nvfp4"))`` stores two FP4 codes per byte, one UE4M3 byte
 (``float8_e4m3fn``) per 16 elements and the float32 tensor scale: 4.5 bits per element.
+
+Elements per scale are ``block_size`` here (``PackedTensor.block_size``, the record's
+``"block_size"``: the layout's name; a quantizer's setting for the same number is ``group_size``,
+docs/architecture.md, "Names").
 """
 from ..ops.bitstream import pack_bits, packed_nbytes, unpack_bits
 from .format_record import format_from_record, format_record, scale_format_from_record, scale_format_record
