@@ -138,6 +138,8 @@ struct Tile {
   const float* unscale;   // bfloat16 kernel, per input row: 2^-e
   __m512i hi[4], lo[4];   // high / low bytes of the values' bfloat16 bits, codes 64 i .. 64 i + 63
   __m512i lane_block;     // float32 lane i -> its block within the run's first block
+  int lane_blocks;        // blocks per run of 64 as the lanes see them: 1 (blocks of 64 or more), 2 or 4
+  bool e8m0;              // the scale table is E8M0's (2^(b - 127), 0xFF NaN): scales decoded arithmetically
   int64_t kp, rb, runs;   // padded K, bytes per weight row, runs of 64 per row
   bool sign_magnitude;    // table[c | 0x80] == -table[c] for every c < 128 (NaN: both NaN)
 };
@@ -185,9 +187,41 @@ inline void decode(const Tile& t, __m512i c, __m512i* w0, __m512i* w1) {
   *w1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
-// Per-lane block scales of a run whose first block is sbuf[first].
-inline __m512 run_scales(const Tile& t, const float* sbuf, int64_t first) {
+// Per-lane block scales of a run whose first block is sbuf[first]: broadcasts (and a blend) where
+// one or two blocks cover the run, a permute for four.
+inline __m512 run_scales(const Tile& t, const float* sbuf, int32_t first) {
+  if (t.lane_blocks == 1) return _mm512_set1_ps(sbuf[first]);
+  if (t.lane_blocks == 2) return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(sbuf[first]), _mm512_set1_ps(sbuf[first + 1]));
   return _mm512_permutexvar_ps(t.lane_block, _mm512_loadu_ps(sbuf + first));
+}
+
+// 16 E8M0 scale bytes (as 32-bit lanes) -> 2^(b - 127) (b = 0: the subnormal 2^-127), 0xFF -> NaN.
+inline __m512 scales_e8m0(__m512i b) {
+  const __m512i bits = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()),
+                                               _mm512_slli_epi32(b, 23), _mm512_set1_epi32(0x00400000));
+  return _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xFF)), _mm512_castsi512_ps(bits),
+                              _mm512_set1_ps(NAN));
+}
+
+// Whether scales_e8m0 gives the scale table's bits for all 256 bytes (NaN for NaN).
+bool is_e8m0_table(const float* table) {
+  for (int b0 = 0; b0 < 256; b0 += 16) {
+    alignas(64) float got[16];
+    _mm512_store_ps(got, scales_e8m0(_mm512_add_epi32(_mm512_set1_epi32(b0),
+                                                      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))));
+    for (int i = 0; i < 16; ++i) {
+      uint32_t g, w;
+      std::memcpy(&g, got + i, 4);
+      std::memcpy(&w, table + b0 + i, 4);
+      if (std::isnan(table[b0 + i]) ? !std::isnan(got[i]) : g != w) return false;
+    }
+  }
+  return true;
+}
+
+// first[i] = the first block of run r0 + i, counted from block b0 (no division per run).
+inline void run_first_blocks(int64_t block_size, int64_t r0, int64_t r1, int64_t b0, int32_t* first) {
+  for (int64_t r = r0; r < r1; ++r) first[r - r0] = static_cast<int32_t>(r * 64 / block_size - b0);
 }
 
 // Scales of blocks [b0, b1) of row n into sbuf, and the prefetch of the row chunk kPrefetchRows ahead.
@@ -199,7 +233,14 @@ inline void start_row(const Tile& t, int64_t n, int64_t n1, int64_t b0, int64_t 
     for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
   }
   const uint8_t* sc = job.scale + n * job.p.num_blocks;
-  for (int64_t b = b0; b < b1; ++b) sbuf[b - b0] = job.scale_table[sc[b]];
+  int64_t b = b0;
+  if (t.e8m0) {
+    for (; b + 16 <= b1; b += 16) {
+      const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + b)));
+      _mm512_storeu_ps(sbuf + (b - b0), scales_e8m0(idx));
+    }
+  }
+  for (; b < b1; ++b) sbuf[b - b0] = job.scale_table[sc[b]];
 }
 
 // ---- float32 input ------------------------------------------------------------------------------
@@ -212,6 +253,8 @@ void rows_tile_f32(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0
   const int64_t b0 = r0 * 64 / p.block_size;
   const int64_t b1 = std::min(p.num_blocks, (r1 * 64 + p.block_size - 1) / p.block_size);
   alignas(64) float sbuf[kMaxChunkRuns * 4 + 16];  // scales of blocks [b0, b1) (+ slack for the loads)
+  int32_t first[kMaxChunkRuns];  // run r0 + i starts at block b0 + first[i]
+  run_first_blocks(p.block_size, r0, r1, b0, first);
   const int64_t span = (r1 - r0) * 64;
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t n = n0; n < n1; ++n) {
@@ -228,13 +271,13 @@ void rows_tile_f32(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0
                      _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, w0)),
                      _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, w1)),
                      _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, w1))};
-      const __m512 s = run_scales(t, sbuf, r * 64 / p.block_size - b0);
+      const __m512 s = run_scales(t, sbuf, first[r - r0]);
       if constexpr (MR == 1) {  // one input row: scale the lane sums
         __m512 a = _mm512_mul_ps(v[0], _mm512_loadu_ps(xr));
-        __m512 b = _mm512_mul_ps(v[1], _mm512_loadu_ps(xr + 16));
+        a = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xr + 16), a);
         a = _mm512_fmadd_ps(v[2], _mm512_loadu_ps(xr + 32), a);
-        b = _mm512_fmadd_ps(v[3], _mm512_loadu_ps(xr + 48), b);
-        acc[0][r & 1] = _mm512_fmadd_ps(_mm512_add_ps(a, b), s, acc[0][r & 1]);
+        a = _mm512_fmadd_ps(v[3], _mm512_loadu_ps(xr + 48), a);
+        acc[0][r & 1] = _mm512_fmadd_ps(a, s, acc[0][r & 1]);
       } else {
         for (int q = 0; q < 4; ++q) v[q] = _mm512_mul_ps(v[q], s);  // the dequantized weights
         for (int m = 0; m < MR; ++m) {
@@ -259,6 +302,8 @@ void rows_tile_bf16(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r
   const int64_t b0 = r0 * 64 / p.block_size;
   const int64_t b1 = std::min(p.num_blocks, (r1 * 64 + p.block_size - 1) / p.block_size);
   alignas(64) float sbuf[kMaxChunkRuns * 4 + 16];
+  int32_t first[kMaxChunkRuns];  // run r0 + i starts at block b0 + first[i]
+  run_first_blocks(p.block_size, r0, r1, b0, first);
   const int64_t span = (r1 - r0) * 64;
   __m512 u[MR];
   for (int m = 0; m < MR; ++m) u[m] = _mm512_set1_ps(t.unscale[m0 + m]);
@@ -273,7 +318,7 @@ void rows_tile_bf16(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r
     for (int64_t r = r0; r < r1; ++r, row += 64, xr += 64) {
       __m512i w0, w1;
       decode<SignMag>(t, _mm512_loadu_si512(row), &w0, &w1);
-      const __m512 s = run_scales(t, sbuf, r * 64 / p.block_size - b0);
+      const __m512 s = run_scales(t, sbuf, first[r - r0]);
       for (int m = 0; m < MR; ++m) {
         const uint16_t* xm = xr + m * t.kp;
         __m512 d = _mm512_dpbf16_ps(zero, as_bh(w0), as_bh(_mm512_loadu_si512(xm)));
@@ -342,6 +387,8 @@ void init_tile(const PackedGemmJob& job, Tile* t) {
   alignas(64) int32_t lanes[16];
   for (int i = 0; i < 16; ++i) lanes[i] = static_cast<int32_t>(16 * (i / 4) / p.block_size);
   t->lane_block = _mm512_load_si512(lanes);
+  t->lane_blocks = p.block_size >= 64 ? 1 : static_cast<int>(64 / p.block_size);
+  t->e8m0 = is_e8m0_table(job.scale_table);
 }
 
 // float32 input rows in run order: within each run of 64, position 16 q + 4 L + j <- element 16 L + 4 q + j.
