@@ -9,17 +9,18 @@
 // 128-entry byte table held in two registers, once for the high and once for the low byte.
 // - Sign-magnitude tables (table[c | 0x80] is table[c] with the sign flipped: every FP8 format):
 //   two permutes, and the code's bit 7 XOR'd into the high byte (one ternary-logic op).
-// - Any other table (MXINT8's two's complement): the two halves of the table are permuted
-//   separately and blended by bit 7 (four permutes, two blends).
+// - Two's complement tables (MXINT8: int8(c) * 2^-6): the same by |int8(c)| - 1, zero codes masked.
+// - Any other table: the two halves of the table are permuted separately and blended by bit 7.
 // Unpacking the low and high bytes (vpunpck{l,h}bw, within 128-bit lanes) gives two vectors of 32
 // bfloat16 values: word 8 L + t of the first is code 16 L + t, of the second code 16 L + 8 + t.
 // - bfloat16 input: vdpbf16ps adds words 2 j, 2 j + 1 of lane L into float32 lane 4 L + j, so each
 //   float32 lane covers codes inside [16 L, 16 L + 16) of the run: one block's, for blocks of 16,
 //   32, 64 or multiples of 64 (per-lane block scales). Input rows are permuted to match (position
 //   32 q + 8 L + t <- element 16 L + 8 q + t).
-// - float32 input: the words widened to float32 (unpacked beside zero words: exact), four vectors
-//   whose lane 4 L + j holds codes 16 L + 4 q + j (q = 0..3); input permuted to match (position
-//   16 q + 4 L + j <- element 16 L + 4 q + j).
+// - float32 input: the words widened to float32 (exact): the even word of each dword shifted up by
+//   16, the odd word masked in place; four vectors, so float32 lane 4 L + j holds codes 16 L +
+//   {2 j, 2 j + 1, 8 + 2 j, 9 + 2 j}; input permuted to match (position 16 q + 4 L + j <- element
+//   16 L + 8 (q / 2) + 2 j + q % 2).
 //
 // Values and sums, per output element (row n, input row m), as the 4-bit AVX-512 kernels do:
 // - float32, one input row: each run's products value * x (float32) summed lane-wise, the lane sums
@@ -126,8 +127,10 @@ constexpr int kMaxRows = 8;               // input rows per register tile
 constexpr int64_t kL1Bytes = 16384;       // input bytes per K chunk (in L1)
 constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 128;    // runs of 64 per K chunk (bounds the scale buffer)
-constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched
 constexpr int kMinScaledExp = -100;       // bfloat16 kernel: scaled nonzero inputs >= 2^-100
+
+// The hot loop's helpers and lambdas must inline (GCC otherwise calls the per-run step out of line).
+#define GQ_K8_INLINE __attribute__((always_inline))
 
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
@@ -141,50 +144,100 @@ struct Tile {
   int lane_blocks;        // blocks per run of 64 as the lanes see them: 1 (blocks of 64 or more), 2 or 4
   bool e8m0;              // the scale table is E8M0's (2^(b - 127), 0xFF NaN): scales decoded arithmetically
   int64_t kp, rb, runs;   // padded K, bytes per weight row, runs of 64 per row
-  bool sign_magnitude;    // table[c | 0x80] == -table[c] for every c < 128 (NaN: both NaN)
+  int kind;               // kSignMagnitude, kTwosComplement or kAnyTable (load_tables)
 };
 
-// Fills the byte tables and the sign rule of t from the 256 table values (exact in bfloat16).
+// How a code's sign is found (the decoders' Kind):
+// - kSignMagnitude: table[c | 0x80] is table[c] with the sign bit flipped (NaN: both NaN), every
+//   c < 128: bytes looked up by the low 7 bits, the sign XOR'd in (FP8).
+// - kTwosComplement: table[0] is +0, table[c] for c != 0 the entry of magnitude |int8(c)| with the
+//   sign of int8(c) (MXINT8: int8(c) * 2^-6): bytes looked up by |int8(c)| - 1 (vpabsb gives 128
+//   for -128), zero codes masked to +0, the sign XOR'd in.
+// - kAnyTable: both 128-entry halves looked up, blended by bit 7.
+enum Kind : int { kSignMagnitude = 0, kTwosComplement = 1, kAnyTable = 2 };
+
+// The float32 bits of v.
+inline uint32_t float_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return b;
+}
+
+// The decode kind of a 256-entry table (see Kind), checked for all 256 codes.
+int table_kind(const float* table) {
+  bool sym = true;
+  for (int c = 0; c < 128; ++c) {
+    sym = sym && (std::isnan(table[c]) ? std::isnan(table[c + 128])
+                                       : float_bits(table[c + 128]) == (float_bits(table[c]) ^ 0x80000000u));
+  }
+  bool twos = float_bits(table[0]) == 0 && !std::isnan(table[128]) && std::signbit(table[128]);
+  for (int c = 1; c < 128; ++c) {  // code c and code 256 - c (int8: -c): one magnitude, opposite signs
+    const float v = table[c];
+    twos = twos && !std::isnan(v) && !std::signbit(v) && float_bits(table[256 - c]) == (float_bits(v) ^ 0x80000000u);
+  }
+  return sym ? kSignMagnitude : (twos ? kTwosComplement : kAnyTable);
+}
+
+// Fills the byte tables and the decode kind of t from the 256 table values (exact in bfloat16).
+// kTwosComplement: entry i < 128 holds magnitude i + 1 (entry 127: 128, from code 0x80).
 void load_tables(const float* table, Tile* t) {
   alignas(64) uint8_t hi[256], lo[256];
-  bool sym = true;
-  for (int c = 0; c < 256; ++c) {
+  t->kind = table_kind(table);
+  for (int i = 0; i < 256; ++i) {
+    float v = table[i];
+    if (t->kind == kTwosComplement && i < 128) v = i < 127 ? table[i + 1] : -table[128];
     uint16_t bits;
-    bf16_bits(table[c], &bits);
-    hi[c] = static_cast<uint8_t>(bits >> 8);
-    lo[c] = static_cast<uint8_t>(bits);
-    if (c < 128) {
-      uint32_t a, b;
-      std::memcpy(&a, table + c, 4);
-      std::memcpy(&b, table + c + 128, 4);
-      sym = sym && (std::isnan(table[c]) ? std::isnan(table[c + 128]) : b == (a ^ 0x80000000u));
-    }
+    bf16_bits(v, &bits);
+    hi[i] = static_cast<uint8_t>(bits >> 8);
+    lo[i] = static_cast<uint8_t>(bits);
   }
   for (int i = 0; i < 4; ++i) {
     t->hi[i] = _mm512_load_si512(hi + 64 * i);
     t->lo[i] = _mm512_load_si512(lo + 64 * i);
   }
-  t->sign_magnitude = sym;
 }
 
-// 64 codes -> two vectors of 32 bfloat16 values (w0: codes 16 L + t, w1: 16 L + 8 + t at word 8 L + t).
-template <bool SignMag>
-inline void decode(const Tile& t, __m512i c, __m512i* w0, __m512i* w1) {
-  __m512i hi, lo;
-  if constexpr (SignMag) {
-    // hi = perm ^ (c & 0x80): ternary logic A ^ (B & C) with A = perm, B = c, C = 0x80 bytes
-    hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi[0], c, t.hi[1]), c, _mm512_set1_epi8(char(0x80)),
-                                   0x78);
-    lo = _mm512_permutex2var_epi8(t.lo[0], c, t.lo[1]);
-  } else {
-    const __mmask64 top = _mm512_movepi8_mask(c);
-    hi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.hi[0], c, t.hi[1]),
-                                _mm512_permutex2var_epi8(t.hi[2], c, t.hi[3]));
-    lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t.lo[0], c, t.lo[1]),
-                                _mm512_permutex2var_epi8(t.lo[2], c, t.lo[3]));
+
+// The byte tables in local registers (copied from the Tile once per tile call, so that the hot
+// loop does not reload them): 64 codes -> two vectors of 32 bfloat16 values (w0: codes 16 L + t,
+// w1: codes 16 L + 8 + t at word 8 L + t).
+template <int Kind>
+struct Decoder {
+  __m512i hi0, hi1, hi2, hi3, lo0, lo1, lo2, lo3;
+  explicit Decoder(const Tile& t)
+      : hi0(t.hi[0]), hi1(t.hi[1]), hi2(t.hi[2]), hi3(t.hi[3]), lo0(t.lo[0]), lo1(t.lo[1]), lo2(t.lo[2]), lo3(t.lo[3]) {}
+  GQ_K8_INLINE inline void operator()(__m512i c, __m512i* w0, __m512i* w1) const {
+    __m512i hi, lo;
+    const __m512i sign = _mm512_set1_epi8(char(0x80));
+    if constexpr (Kind == kSignMagnitude) {
+      // hi = perm ^ (c & 0x80): ternary logic A ^ (B & C) with A = perm, B = c, C = 0x80 bytes
+      hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, c, hi1), c, sign, 0x78);
+      lo = _mm512_permutex2var_epi8(lo0, c, lo1);
+    } else if constexpr (Kind == kTwosComplement) {
+      const __mmask64 nonzero = _mm512_test_epi8_mask(c, c);
+      const __m512i idx = _mm512_add_epi8(_mm512_abs_epi8(c), _mm512_set1_epi8(-1));  // |int8(c)| - 1, 7 bits read
+      hi = _mm512_ternarylogic_epi32(_mm512_maskz_permutex2var_epi8(nonzero, hi0, idx, hi1), c, sign, 0x78);
+      lo = _mm512_maskz_permutex2var_epi8(nonzero, lo0, idx, lo1);
+    } else {
+      const __mmask64 top = _mm512_movepi8_mask(c);
+      hi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi0, c, hi1), _mm512_permutex2var_epi8(hi2, c, hi3));
+      lo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo0, c, lo1), _mm512_permutex2var_epi8(lo2, c, lo3));
+    }
+    *w0 = _mm512_unpacklo_epi8(lo, hi);
+    *w1 = _mm512_unpackhi_epi8(lo, hi);
   }
-  *w0 = _mm512_unpacklo_epi8(lo, hi);
-  *w1 = _mm512_unpackhi_epi8(lo, hi);
+};
+
+// Calls step(r, acc) for r in [r0, r1), acc alternating between a and b (two accumulator chains
+// with compile-time names, so they stay in registers).
+template <class Step, class Acc>
+GQ_K8_INLINE inline void alternate_runs(int64_t r0, int64_t r1, Acc& a, Acc& b, const Step& step) {
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) {
+    step(r, a);
+    step(r + 1, b);
+  }
+  if (r < r1) step(r, a);
 }
 
 // Per-lane block scales of a run whose first block is sbuf[first]: broadcasts (and a blend) where
@@ -224,14 +277,10 @@ inline void run_first_blocks(int64_t block_size, int64_t r0, int64_t r1, int64_t
   for (int64_t r = r0; r < r1; ++r) first[r - r0] = static_cast<int32_t>(r * 64 / block_size - b0);
 }
 
-// Scales of blocks [b0, b1) of row n into sbuf, and the prefetch of the row chunk kPrefetchRows ahead.
-inline void start_row(const Tile& t, int64_t n, int64_t n1, int64_t b0, int64_t b1, const uint8_t* row, int64_t span,
-                      float* sbuf) {
+// Scales of blocks [b0, b1) of row n into sbuf (E8M0: 16 at a time). No software prefetch of the
+// weight rows: they are read in address order, and prefetching rows ahead measured slower here.
+inline void row_scales(const Tile& t, int64_t n, int64_t b0, int64_t b1, float* sbuf) {
   const PackedGemmJob& job = *t.job;
-  if (n + kPrefetchRows < n1) {
-    const uint8_t* ahead = row + kPrefetchRows * t.rb;
-    for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
-  }
   const uint8_t* sc = job.scale + n * job.p.num_blocks;
   int64_t b = b0;
   if (t.e8m0) {
@@ -247,7 +296,7 @@ inline void start_row(const Tile& t, int64_t n, int64_t n1, int64_t b0, int64_t 
 
 // part[(n - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR, weight
 // rows [n0, n1); float32 input.
-template <int MR, bool SignMag>
+template <int MR, int Kind>
 void rows_tile_f32(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmParams& p = t.job->p;
   const int64_t b0 = r0 * 64 / p.block_size;
@@ -255,48 +304,50 @@ void rows_tile_f32(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0
   alignas(64) float sbuf[kMaxChunkRuns * 4 + 16];  // scales of blocks [b0, b1) (+ slack for the loads)
   int32_t first[kMaxChunkRuns];  // run r0 + i starts at block b0 + first[i]
   run_first_blocks(p.block_size, r0, r1, b0, first);
-  const int64_t span = (r1 - r0) * 64;
-  const __m512i zero = _mm512_setzero_si512();
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));  // the odd word of each dword
+  const Decoder<Kind> dec(t);
+  struct Acc {
+    __m512 v[MR];
+  };
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = t.job->data + n * t.rb + r0 * 64;
-    start_row(t, n, n1, b0, b1, row, span, sbuf);
+    row_scales(t, n, b0, b1, sbuf);
     const float* xr = static_cast<const float*>(t.x) + m0 * t.kp + r0 * 64;
     float* out = part + (n - n0) * MR;
-    __m512 acc[MR][2];
-    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
-    for (int64_t r = r0; r < r1; ++r, row += 64, xr += 64) {
+    Acc a, b;
+    for (int m = 0; m < MR; ++m) a.v[m] = b.v[m] = _mm512_setzero_ps();
+    alternate_runs(r0, r1, a, b, [&](int64_t r, Acc& acc) GQ_K8_INLINE {
       __m512i w0, w1;
-      decode<SignMag>(t, _mm512_loadu_si512(row), &w0, &w1);
-      __m512 v[4] = {_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, w0)),
-                     _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, w0)),
-                     _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, w1)),
-                     _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, w1))};
+      dec(_mm512_loadu_si512(row + (r - r0) * 64), &w0, &w1);
+      __m512 v[4] = {_mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)), _mm512_castsi512_ps(_mm512_and_si512(w0, high)),
+                     _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16)), _mm512_castsi512_ps(_mm512_and_si512(w1, high))};
       const __m512 s = run_scales(t, sbuf, first[r - r0]);
+      const float* xq = xr + (r - r0) * 64;
       if constexpr (MR == 1) {  // one input row: scale the lane sums
-        __m512 a = _mm512_mul_ps(v[0], _mm512_loadu_ps(xr));
-        a = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xr + 16), a);
-        a = _mm512_fmadd_ps(v[2], _mm512_loadu_ps(xr + 32), a);
-        a = _mm512_fmadd_ps(v[3], _mm512_loadu_ps(xr + 48), a);
-        acc[0][r & 1] = _mm512_fmadd_ps(a, s, acc[0][r & 1]);
+        __m512 d = _mm512_mul_ps(v[0], _mm512_loadu_ps(xq));
+        d = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xq + 16), d);
+        d = _mm512_fmadd_ps(v[2], _mm512_loadu_ps(xq + 32), d);
+        d = _mm512_fmadd_ps(v[3], _mm512_loadu_ps(xq + 48), d);
+        acc.v[0] = _mm512_fmadd_ps(d, s, acc.v[0]);
       } else {
         for (int q = 0; q < 4; ++q) v[q] = _mm512_mul_ps(v[q], s);  // the dequantized weights
         for (int m = 0; m < MR; ++m) {
-          const float* xm = xr + m * t.kp;
-          acc[m][0] = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(xm), acc[m][0]);
-          acc[m][1] = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xm + 16), acc[m][1]);
-          acc[m][0] = _mm512_fmadd_ps(v[2], _mm512_loadu_ps(xm + 32), acc[m][0]);
-          acc[m][1] = _mm512_fmadd_ps(v[3], _mm512_loadu_ps(xm + 48), acc[m][1]);
+          const float* xm = xq + m * t.kp;
+          __m512 d = _mm512_mul_ps(v[0], _mm512_loadu_ps(xm));
+          d = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xm + 16), d);
+          d = _mm512_fmadd_ps(v[2], _mm512_loadu_ps(xm + 32), d);
+          acc.v[m] = _mm512_add_ps(acc.v[m], _mm512_fmadd_ps(v[3], _mm512_loadu_ps(xm + 48), d));
         }
       }
-    }
-    for (int m = 0; m < MR; ++m) out[m] += _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
+    });
+    for (int m = 0; m < MR; ++m) out[m] += _mm512_reduce_add_ps(_mm512_add_ps(a.v[m], b.v[m]));
   }
 }
 
 // ---- bfloat16 input -----------------------------------------------------------------------------
 
 // The same for scaled bfloat16 input rows (vdpbf16ps), lane sums unscaled then times the block scale.
-template <int MR, bool SignMag>
+template <int MR, int Kind>
 void rows_tile_bf16(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmParams& p = t.job->p;
   const int64_t b0 = r0 * 64 / p.block_size;
@@ -304,36 +355,40 @@ void rows_tile_bf16(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r
   alignas(64) float sbuf[kMaxChunkRuns * 4 + 16];
   int32_t first[kMaxChunkRuns];  // run r0 + i starts at block b0 + first[i]
   run_first_blocks(p.block_size, r0, r1, b0, first);
-  const int64_t span = (r1 - r0) * 64;
   __m512 u[MR];
   for (int m = 0; m < MR; ++m) u[m] = _mm512_set1_ps(t.unscale[m0 + m]);
   const __m512 zero = _mm512_setzero_ps();
+  const Decoder<Kind> dec(t);
+  struct Acc {
+    __m512 v[MR];
+  };
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = t.job->data + n * t.rb + r0 * 64;
-    start_row(t, n, n1, b0, b1, row, span, sbuf);
+    row_scales(t, n, b0, b1, sbuf);
     const uint16_t* xr = static_cast<const uint16_t*>(t.x) + m0 * t.kp + r0 * 64;
     float* out = part + (n - n0) * MR;
-    __m512 acc[MR][2];
-    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = zero;
-    for (int64_t r = r0; r < r1; ++r, row += 64, xr += 64) {
+    Acc a, b;
+    for (int m = 0; m < MR; ++m) a.v[m] = b.v[m] = zero;
+    alternate_runs(r0, r1, a, b, [&](int64_t r, Acc& acc) GQ_K8_INLINE {
       __m512i w0, w1;
-      decode<SignMag>(t, _mm512_loadu_si512(row), &w0, &w1);
+      dec(_mm512_loadu_si512(row + (r - r0) * 64), &w0, &w1);
       const __m512 s = run_scales(t, sbuf, first[r - r0]);
+      const uint16_t* xq = xr + (r - r0) * 64;
       for (int m = 0; m < MR; ++m) {
-        const uint16_t* xm = xr + m * t.kp;
+        const uint16_t* xm = xq + m * t.kp;
         __m512 d = _mm512_dpbf16_ps(zero, as_bh(w0), as_bh(_mm512_loadu_si512(xm)));
         d = _mm512_dpbf16_ps(d, as_bh(w1), as_bh(_mm512_loadu_si512(xm + 32)));
-        acc[m][r & 1] = _mm512_fmadd_ps(_mm512_mul_ps(d, u[m]), s, acc[m][r & 1]);
+        acc.v[m] = _mm512_fmadd_ps(_mm512_mul_ps(d, u[m]), s, acc.v[m]);
       }
-    }
-    for (int m = 0; m < MR; ++m) out[m] += _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
+    });
+    for (int m = 0; m < MR; ++m) out[m] += _mm512_reduce_add_ps(_mm512_add_ps(a.v[m], b.v[m]));
   }
 }
 
 // ---- driver -------------------------------------------------------------------------------------
 
 // Rows m0 .. m0 + MR of the output for weight rows [n0, n1), K in chunks whose input rows fit L1.
-template <int MR, bool Bf16, bool SignMag>
+template <int MR, bool Bf16, int Kind>
 void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float post, float* part) {
   const PackedGemmJob& job = *t.job;
   const int64_t run_input_bytes = 64 * (Bf16 ? 2 : 4);
@@ -342,9 +397,9 @@ void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float po
   for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) {
     const int64_t r1 = std::min(t.runs, r0 + chunk);
     if constexpr (Bf16) {
-      rows_tile_bf16<MR, SignMag>(t, m0, n0, n1, r0, r1, part);
+      rows_tile_bf16<MR, Kind>(t, m0, n0, n1, r0, r1, part);
     } else {
-      rows_tile_f32<MR, SignMag>(t, m0, n0, n1, r0, r1, part);
+      rows_tile_f32<MR, Kind>(t, m0, n0, n1, r0, r1, part);
     }
   }
   for (int64_t n = n0; n < n1; ++n) {
@@ -353,7 +408,7 @@ void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float po
   }
 }
 
-template <bool Bf16, bool SignMag>
+template <bool Bf16, int Kind>
 void run_tiles(const Tile& t) {
   const PackedGemmJob& job = *t.job;
   const PackedGemmParams& p = job.p;
@@ -363,14 +418,14 @@ void run_tiles(const Tile& t) {
     float part[kRowsPerPass * kMaxRows];
     for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
       switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {
-        case 8: rows_all_chunks<8, Bf16, SignMag>(t, m0, n0, n1, post, part); break;
-        case 7: rows_all_chunks<7, Bf16, SignMag>(t, m0, n0, n1, post, part); break;
-        case 6: rows_all_chunks<6, Bf16, SignMag>(t, m0, n0, n1, post, part); break;
-        case 5: rows_all_chunks<5, Bf16, SignMag>(t, m0, n0, n1, post, part); break;
-        case 4: rows_all_chunks<4, Bf16, SignMag>(t, m0, n0, n1, post, part); break;
-        case 3: rows_all_chunks<3, Bf16, SignMag>(t, m0, n0, n1, post, part); break;
-        case 2: rows_all_chunks<2, Bf16, SignMag>(t, m0, n0, n1, post, part); break;
-        default: rows_all_chunks<1, Bf16, SignMag>(t, m0, n0, n1, post, part); break;
+        case 8: rows_all_chunks<8, Bf16, Kind>(t, m0, n0, n1, post, part); break;
+        case 7: rows_all_chunks<7, Bf16, Kind>(t, m0, n0, n1, post, part); break;
+        case 6: rows_all_chunks<6, Bf16, Kind>(t, m0, n0, n1, post, part); break;
+        case 5: rows_all_chunks<5, Bf16, Kind>(t, m0, n0, n1, post, part); break;
+        case 4: rows_all_chunks<4, Bf16, Kind>(t, m0, n0, n1, post, part); break;
+        case 3: rows_all_chunks<3, Bf16, Kind>(t, m0, n0, n1, post, part); break;
+        case 2: rows_all_chunks<2, Bf16, Kind>(t, m0, n0, n1, post, part); break;
+        default: rows_all_chunks<1, Bf16, Kind>(t, m0, n0, n1, post, part); break;
       }
     }
   });
@@ -391,14 +446,16 @@ void init_tile(const PackedGemmJob& job, Tile* t) {
   t->e8m0 = is_e8m0_table(job.scale_table);
 }
 
-// float32 input rows in run order: within each run of 64, position 16 q + 4 L + j <- element 16 L + 4 q + j.
+// float32 input rows in run order: within each run of 64, position 16 q + 4 L + j <- element
+// 16 L + 8 (q / 2) + 2 j + q % 2 (q: the even, then odd words of w0, then of w1).
 void permute_f32(const float* x, int64_t rows, int64_t kp, float* dst) {
   for (int64_t m = 0; m < rows; ++m) {
     const float* src = x + m * kp;
     float* out = dst + m * kp;
     for (int64_t r = 0; r < kp; r += 64)
       for (int q = 0; q < 4; ++q)
-        for (int l = 0; l < 4; ++l) std::memcpy(out + r + 16 * q + 4 * l, src + r + 16 * l + 4 * q, 16);
+        for (int l = 0; l < 4; ++l)
+          for (int j = 0; j < 4; ++j) out[r + 16 * q + 4 * l + j] = src[r + 16 * l + 8 * (q / 2) + 2 * j + q % 2];
   }
 }
 
@@ -452,10 +509,10 @@ bool run_packed_stream_avx512_8bit(const PackedGemmJob& job, float* scratch) {
   init_tile(job, &t);
   permute_f32(job.x, job.rows, t.kp, scratch);
   t.x = scratch;
-  if (t.sign_magnitude) {
-    run_tiles<false, true>(t);
-  } else {
-    run_tiles<false, false>(t);
+  switch (t.kind) {
+    case kSignMagnitude: run_tiles<false, kSignMagnitude>(t); break;
+    case kTwosComplement: run_tiles<false, kTwosComplement>(t); break;
+    default: run_tiles<false, kAnyTable>(t); break;
   }
   return true;
 }
@@ -468,10 +525,10 @@ bool run_packed_stream_avx512_8bit_bf16(const PackedGemmJob& job, void* scratch,
   if (!prepare_bf16(job.x, job.rows, t.kp, xs, unscale)) return false;
   t.x = xs;
   t.unscale = unscale;
-  if (t.sign_magnitude) {
-    run_tiles<true, true>(t);
-  } else {
-    run_tiles<true, false>(t);
+  switch (t.kind) {
+    case kSignMagnitude: run_tiles<true, kSignMagnitude>(t); break;
+    case kTwosComplement: run_tiles<true, kTwosComplement>(t); break;
+    default: run_tiles<true, kAnyTable>(t); break;
   }
   return true;
 }
