@@ -3,7 +3,8 @@
 // once against every input row; the weight is streamed from memory once per call.
 //
 // - Few input rows (M < tile_gemm_min_rows): on the AVX-512 path, the kernel of
-//   packed_gemm_stream_avx512.cpp where it applies (4-bit codes); on the AVX2 path (and AVX-512
+//   packed_gemm_stream_avx512.cpp where it applies (4-bit codes), of
+//   packed_gemm_stream_avx512_8bit.cpp for 8-bit codes; on the AVX2 path (and AVX-512
 //   where that does not apply), the register-blocked streaming kernel of packed_gemm_stream.cpp
 //   where it applies (blocks of a multiple of 32, or pairs of 16); else, and on the scalar path,
 //   the fallback here: per pair of output rows and K chunk, decode two rows into an L1 buffer,
@@ -295,6 +296,15 @@ void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const 
     const at::Tensor rows16 = at::empty_like(x, x.options().dtype(at::kBFloat16));  // the rows in its order
     const at::Tensor unscale = at::empty({job.rows}, x.options());
     if (run_packed_stream_avx512_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>())) return;
+  }
+  if (is_avx512(path) && job.p.code_bits == 8 && stream512_8bit_applies(job.p, job.value_table)) {
+    if (path == CpuPath::kAvx512Bf16 && job.x_bf16 && stream512_8bit_bf16_applies(job.p, job.value_table)) {
+      const at::Tensor rows16 = at::empty_like(x, x.options().dtype(at::kBFloat16));
+      const at::Tensor unscale = at::empty({job.rows}, x.options());
+      if (run_packed_stream_avx512_8bit_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>())) return;
+    }
+    const at::Tensor scratch = at::empty_like(x);
+    if (run_packed_stream_avx512_8bit(job, scratch.data_ptr<float>())) return;
   }
   if (is_avx512(path) && stream512_applies(job.p)) {
     const at::Tensor scratch = at::empty_like(x);

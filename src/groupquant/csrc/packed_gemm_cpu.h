@@ -53,6 +53,23 @@ bool stream512_bf16_applies(const PackedGemmParams& p, const float* value_table)
 // x86. Call only where the host has AVX-512 F/BW/VL/DQ and BF16.
 bool run_packed_stream_avx512_bf16(const PackedGemmJob& job, void* scratch, float* unscale);
 
+// Whether the AVX-512 kernels for 8-bit codes (packed_gemm_stream_avx512_8bit.cpp) take this weight:
+// 8-bit codes, padded K a multiple of 64, blocks of 16, 32, 64 or a multiple of 64, all 256 table
+// values exact in bfloat16 (NaN allowed), and the host has AVX-512 VBMI. Call only on the AVX-512 path.
+bool stream512_8bit_applies(const PackedGemmParams& p, const float* value_table);
+
+// The same for the bfloat16-input kernel: also every finite table value a multiple of 2^-16, at most 2^16.
+bool stream512_8bit_bf16_applies(const PackedGemmParams& p, const float* value_table);
+
+// The float32-input kernel; scratch: job.rows * padded K floats (the input rows in its order).
+// False where it does not apply or the build is not x86.
+bool run_packed_stream_avx512_8bit(const PackedGemmJob& job, float* scratch);
+
+// The bfloat16-input kernel (job.x holds bfloat16 values); scratch: job.rows * padded K bfloat16
+// values, unscale: job.rows floats. False where it does not apply, where an input row's nonzero
+// magnitudes span more than about 2^100, or the build is not x86. Call only on the avx512_bf16 path.
+bool run_packed_stream_avx512_8bit_bf16(const PackedGemmJob& job, void* scratch, float* unscale);
+
 // Whether that kernel wants its input rows permuted to the nibble decode order (within every 8
 // columns: 0, 2, 4, 6, 1, 3, 5, 7).
 bool nibble_order_input(const PackedGemmParams& p);
