@@ -15,18 +15,20 @@
 //
 // Exactness. vdpbf16ps treats subnormal inputs as zero and flushes subnormal results whatever
 // MXCSR says (and rounds to nearest even), so each input row m is first scaled by a power of two
-// 2^e_m that brings its largest finite magnitude into [1, 2) (e_m clamped to [-126, 126]); that
-// product is exact, and so is the bfloat16 conversion of an input that was bfloat16. The kernel
-// takes a call only where every row's nonzero finite magnitudes are then at least 2^-100 (else
-// run_packed_stream_avx512_bf16 returns false and the float32 kernel runs): scaled inputs are
-// multiples of 2^-107 and the table values multiples of 2^-8, so every product and partial sum
-// is zero or at least 2^-115 in magnitude and at most 2^12 (8 products of at most 2 * 2^8 per
-// lane): nothing is flushed, nothing overflows, and each product is exact in float32 (8 x 8
-// significant bits). Each run's lane sums are multiplied by 2^-e_m (exact back-scaling, giving
-// float32's unscaled lane sums up to their own rounding) and then FMA'd with the lane's block
-// scale into float32 accumulators, as the float32 kernel does with one input row (so NVFP4's
-// E4M3 scales are applied to float32 sums, the global scale to the row sum). Subnormal inputs
-// are thus kept exactly; NaN / Inf inputs and NaN scales propagate as in float32 arithmetic.
+// 2^e_m: e_m = 0 where the row's nonzero finite magnitudes lie in [2^-100, 2^64) already (the
+// usual case: then nothing is scaled back either), else the e_m that brings its largest finite
+// magnitude into [1, 2) (clamped to [-126, 126]); that product is exact, and so is the bfloat16
+// conversion of an input that was bfloat16. The kernel takes a call only where every row's
+// nonzero finite magnitudes are then at least 2^-100 (else run_packed_stream_avx512_bf16 returns
+// false and the float32 kernel runs): scaled inputs are multiples of 2^-107 and the table values
+// multiples of 2^-8, so every product and partial sum is zero or at least 2^-115 in magnitude and
+// below 2^75 (8 products of less than 2^64 * 2^8 per lane): nothing is flushed, nothing
+// overflows, and each product is exact in float32 (8 x 8 significant bits). Each run's lane sums
+// are multiplied by 2^-e_m where e_m != 0 (exact back-scaling, giving float32's unscaled lane
+// sums up to their own rounding; a tile whose rows all have e_m = 0 skips it) and then FMA'd with
+// the lane's block scale into float32 accumulators, as the float32 kernel does with one input row
+// (so NVFP4's E4M3 scales are applied to float32 sums, the global scale to the row sum). Subnormal
+// inputs are thus kept exactly; NaN / Inf inputs and NaN scales propagate as in float32 arithmetic.
 // Outputs differ from the float32 kernel's only in the float32 summation order and rounding.
 #include <ATen/Parallel.h>
 
@@ -38,6 +40,7 @@
 #include "packed_gemm.h"
 #include "packed_gemm_cpu.h"
 #include "packed_gemm_cpu_path.h"
+#include "packed_gemm_stream_tiles.h"
 #include "packed_gemm_workers.h"
 
 #if defined(GQ_X86_DISPATCH)
@@ -66,16 +69,19 @@ bool stream512_bf16_applies(const PackedGemmParams& p, const float* value_table)
 #if defined(GQ_X86_DISPATCH)
 namespace {
 
-constexpr int kMaxRows = 8;               // input rows per register tile
+constexpr int kMaxRows = kStreamTileRows;  // input rows per register tile
 constexpr int64_t kL1Values = 8192;       // input bfloat16 values per K chunk (16 KiB, in L1)
 constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the scale buffer)
 constexpr int kMinScaledExp = -100;       // scaled nonzero inputs must be >= 2^-100 (see the top)
+constexpr int kMaxUnscaledExp = 64;       // rows below 2^64 (and >= 2^-100) are not scaled
 
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
-// The power of two e (clamped to [-126, 126]) that brings the row's largest finite magnitude into
-// [1, 2), or false where a nonzero finite magnitude would then fall below 2^kMinScaledExp.
+// The power of two e the row is scaled by: 0 where its nonzero finite magnitudes lie in
+// [2^kMinScaledExp, 2^kMaxUnscaledExp), else the e (clamped to [-126, 126]) that brings its largest
+// finite magnitude into [1, 2); false where a nonzero finite magnitude would then fall below
+// 2^kMinScaledExp.
 bool row_exponent(const float* x, int64_t k, int* e) {
   float hi = 0.0f, lo = INFINITY;
   for (int64_t i = 0; i < k; ++i) {
@@ -90,9 +96,13 @@ bool row_exponent(const float* x, int64_t k, int* e) {
   }
   int top;
   std::frexp(hi, &top);  // hi in [2^(top-1), 2^top)
-  *e = std::min(126, std::max(-126, 1 - top));
   int bottom;
   std::frexp(lo, &bottom);  // lo >= 2^(bottom-1)
+  if (top <= kMaxUnscaledExp && bottom - 1 >= kMinScaledExp) {
+    *e = 0;
+    return true;
+  }
+  *e = std::min(126, std::max(-126, 1 - top));
   return bottom - 1 + *e >= kMinScaledExp;
 }
 
@@ -218,7 +228,7 @@ inline __m512bh xload(const uint16_t* p) { return as_bh(_mm512_loadu_si512(p)); 
 // No software prefetch: a task's weight rows are one ascending stream, which the hardware
 // prefetcher follows; prefetching each row's chunk a few rows ahead (a burst of prefetches at every
 // row) made a decode-like cycle of 16 layers about 1.5x slower on AMD Zen 4.
-template <int MR>
+template <int MR, bool kUnit>
 void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmJob& job = *t.job;
   const PackedGemmParams& p = job.p;
@@ -245,7 +255,8 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
         a = _mm512_dpbf16_ps(a, decode(t, raw, 8), xload(xr + 64));
         b = _mm512_dpbf16_ps(b, decode(t, raw, 12), xload(xr + 96));
         const __m512 s = run_scales(t, sbuf, first[r - r0]);
-        const __m512 lane = _mm512_mul_ps(_mm512_add_ps(a, b), u[0]);  // unscaled lane sums
+        const __m512 sum = _mm512_add_ps(a, b);
+        const __m512 lane = kUnit ? sum : _mm512_mul_ps(sum, u[0]);  // unscaled lane sums
         if ((r & 1) == 0) {
           acc0 = _mm512_fmadd_ps(lane, s, acc0);
         } else {
@@ -266,7 +277,7 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
           d = _mm512_dpbf16_ps(d, w1, xload(xm + 32));
           d = _mm512_dpbf16_ps(d, w2, xload(xm + 64));
           d = _mm512_dpbf16_ps(d, w3, xload(xm + 96));
-          acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(d, u[m]), s, acc[m]);
+          acc[m] = _mm512_fmadd_ps(kUnit ? d : _mm512_mul_ps(d, u[m]), s, acc[m]);
         }
       }
       for (int m = 0; m < MR; ++m) out[m] += _mm512_reduce_add_ps(acc[m]);
@@ -274,12 +285,14 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
   }
 }
 
-template <int MR>
+template <int MR, bool kUnit>
 void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float post, float* part) {
   const PackedGemmJob& job = *t.job;
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kMaxChunkRuns, kL1Values / MR / 128));
   std::fill(part, part + (n1 - n0) * MR, 0.0f);
-  for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) rows_tile<MR>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+  for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) {
+    rows_tile<MR, kUnit>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+  }
   for (int64_t n = n0; n < n1; ++n) {
     const float b = job.bias != nullptr ? job.bias[n] : 0.0f;
     for (int m = 0; m < MR; ++m) job.out[(m0 + m) * job.p.out_features + n] = part[(n - n0) * MR + m] * post + b;
@@ -316,18 +329,14 @@ bool run_packed_stream_avx512_bf16(const PackedGemmJob& job, void* scratch, floa
   const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);
   claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
     float part[kRowsPerPass * kMaxRows];
-    for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
-      switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {
-        case 8: rows_all_chunks<8>(t, m0, n0, n1, post, part); break;
-        case 7: rows_all_chunks<7>(t, m0, n0, n1, post, part); break;
-        case 6: rows_all_chunks<6>(t, m0, n0, n1, post, part); break;
-        case 5: rows_all_chunks<5>(t, m0, n0, n1, post, part); break;
-        case 4: rows_all_chunks<4>(t, m0, n0, n1, post, part); break;
-        case 3: rows_all_chunks<3>(t, m0, n0, n1, post, part); break;
-        case 2: rows_all_chunks<2>(t, m0, n0, n1, post, part); break;
-        default: rows_all_chunks<1>(t, m0, n0, n1, post, part); break;
+    for_each_row_tile(job.rows, [&](auto tile_rows, int64_t m0) {
+      constexpr int kRows = decltype(tile_rows)::value;
+      if (std::all_of(unscale + m0, unscale + m0 + kRows, [](float u) { return u == 1.0f; })) {
+        rows_all_chunks<kRows, true>(t, m0, n0, n1, post, part);
+      } else {
+        rows_all_chunks<kRows, false>(t, m0, n0, n1, post, part);
       }
-    }
+    });
   });
   return true;
 }
