@@ -67,6 +67,7 @@ constexpr int kMaxRows = kStreamTileRows;  // input rows per register tile
 constexpr int64_t kL1Floats = 4096;       // input floats per K chunk (16 KiB, in L1)
 constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the scale buffer)
+constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched (see rows_tile)
 
 // The input rows in run order: within each run of 128, position 16 t + j <- element 8 j + t.
 void permute_input(const float* x, int64_t rows, int64_t kp, float* dst) {
@@ -125,9 +126,11 @@ inline void decode_run(const Tile& t, __m512i raw, __m512* w) {
 
 // part[(n - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR, weight
 // rows [n0, n1).
-// No software prefetch: a task's weight rows are one ascending stream, which the hardware
-// prefetcher follows; prefetching each row's chunk a few rows ahead (a burst of prefetches at every
-// row) made a decode-like cycle of 16 layers about 1.5x slower on AMD Zen 4.
+// Software prefetch (the chunk of the row kPrefetchRows ahead) only where the chunk is part of a
+// row: then the task reads pieces of rows at a stride, which the hardware prefetcher does not
+// follow well. Where a chunk is the whole row (one input row, K up to the chunk) the task's rows
+// are one ascending stream, which it does follow, and prefetching there (a burst at every row)
+// made a decode-like cycle of 16 layers about 1.5x slower on AMD Zen 4.
 template <int MR, bool kWords>
 void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmJob& job = *t.job;
@@ -135,8 +138,13 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
   const int64_t b0 = r0 * 128 / p.block_size;
   const int64_t b1 = std::min(p.num_blocks, (r1 * 128 + p.block_size - 1) / p.block_size);
   alignas(64) float sbuf[kMaxChunkRuns * 16 + 16];  // scales of blocks [b0, b1) (+ slack for the loads)
+  const int64_t span = r1 - r0 < t.runs ? (r1 - r0) * 64 : 0;  // bytes to prefetch per row
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = job.data + n * t.rb + r0 * 64;
+    if (n + kPrefetchRows < n1) {
+      const uint8_t* ahead = row + kPrefetchRows * t.rb;
+      for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
+    }
     const uint8_t* sc = job.scale + n * p.num_blocks;
     for (int64_t b = b0; b < b1; ++b) sbuf[b - b0] = job.scale_table[sc[b]];
     const float* xr = t.x + m0 * t.kp + r0 * 128;

@@ -73,6 +73,7 @@ constexpr int kMaxRows = kStreamTileRows;  // input rows per register tile
 constexpr int64_t kL1Values = 8192;       // input bfloat16 values per K chunk (16 KiB, in L1)
 constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the scale buffer)
+constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched (see rows_tile)
 constexpr int kMinScaledExp = -100;       // scaled nonzero inputs must be >= 2^-100 (see the top)
 constexpr int kMaxUnscaledExp = 64;       // rows below 2^64 (and >= 2^-100) are not scaled
 
@@ -225,9 +226,11 @@ inline __m512bh xload(const uint16_t* p) { return as_bh(_mm512_loadu_si512(p)); 
 
 // part[(n - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR, weight
 // rows [n0, n1).
-// No software prefetch: a task's weight rows are one ascending stream, which the hardware
-// prefetcher follows; prefetching each row's chunk a few rows ahead (a burst of prefetches at every
-// row) made a decode-like cycle of 16 layers about 1.5x slower on AMD Zen 4.
+// Software prefetch (the chunk of the row kPrefetchRows ahead) only where the chunk is part of a
+// row: then the task reads pieces of rows at a stride, which the hardware prefetcher does not
+// follow well. Where a chunk is the whole row (one input row, K up to the chunk) the task's rows
+// are one ascending stream, which it does follow, and prefetching there (a burst at every row)
+// made a decode-like cycle of 16 layers about 1.5x slower on AMD Zen 4.
 template <int MR, bool kUnit>
 void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmJob& job = *t.job;
@@ -240,8 +243,13 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
   __m512 u[MR];
   for (int m = 0; m < MR; ++m) u[m] = _mm512_set1_ps(t.unscale[m0 + m]);
   const __m512 zero = _mm512_setzero_ps();
+  const int64_t span = r1 - r0 < t.runs ? (r1 - r0) * 64 : 0;  // bytes to prefetch per row
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = job.data + n * t.rb + r0 * 64;
+    if (n + kPrefetchRows < n1) {
+      const uint8_t* ahead = row + kPrefetchRows * t.rb;
+      for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
+    }
     const uint8_t* sc = job.scale + n * p.num_blocks;
     fill_scales(t.scale_kind, job.scale_table, sc + b0, b1 - b0, sbuf);
     const uint16_t* xr = t.x + m0 * t.kp + r0 * 128;
