@@ -49,6 +49,7 @@
 #include <immintrin.h>
 // All headers come before: their inline functions and templates keep the build's own options.
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#include "packed_gemm_stream_avx512_scales.h"  // AVX-512 code: after the pragma
 #endif
 
 namespace groupquant {
@@ -90,6 +91,7 @@ struct Tile {
   __m512i lane_block;    // lane j -> its block within the run's first block (j * 8 / block_size)
   int64_t kp, rb, runs;  // padded K, bytes per weight row, runs of 128 per row
   int64_t block_size;
+  ScaleKind scale_kind;  // how scale bytes become floats
 };
 
 // Per-lane block scales of run r of a row, from the row chunk's scale buffer (the floats of blocks
@@ -146,7 +148,7 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
       for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
     }
     const uint8_t* sc = job.scale + n * p.num_blocks;
-    for (int64_t b = b0; b < b1; ++b) sbuf[b - b0] = job.scale_table[sc[b]];
+    fill_scales(t.scale_kind, job.scale_table, sc + b0, b1 - b0, sbuf);
     const float* xr = t.x + m0 * t.kp + r0 * 128;
     float* out = part + (n - n0) * MR;
     if constexpr (MR == 1) {
@@ -221,6 +223,7 @@ bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch) {
   t.rb = row_bytes(p);
   t.runs = t.kp / 128;
   t.block_size = p.block_size;
+  t.scale_kind = scale_kind(job.scale_table);
   t.table = _mm512_loadu_ps(job.value_table);
   alignas(64) uint16_t words16[32];
   for (int c = 0; c < 32; ++c) {
