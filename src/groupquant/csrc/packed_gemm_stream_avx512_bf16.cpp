@@ -136,7 +136,6 @@ bool prepare_input(const float* x, int64_t rows, int64_t kp, uint16_t* dst, floa
   return true;
 }
 
-
 // Everything one job's tiles share.
 struct Tile {
   const PackedGemmJob* job;
@@ -154,8 +153,6 @@ inline __m512 run_scales(const Tile& t, const float* sbuf, int32_t first) {
   return _mm512_permutexvar_ps(t.lane_block, _mm512_loadu_ps(sbuf + first));
 }
 
-
-
 inline __m512bh decode(const Tile& t, __m512i raw, int shift) {
   return as_bh(_mm512_permutexvar_epi16(shift == 0 ? raw : _mm512_srli_epi16(raw, shift), t.table));
 }
@@ -165,11 +162,12 @@ inline __m512bh xload(const uint16_t* p) { return as_bh(_mm512_loadu_si512(p)); 
 // part[(n - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR, weight
 // rows [n0, n1).
 // Software prefetch: where the chunk is part of a row (the task reads pieces of rows at a stride),
-// the row's chunk kPrefetchRows ahead, at the row's start; where a chunk is the whole row (one input
-// row and K up to the chunk: the task's rows are one ascending stream) one line per run,
-// kPrefetchBytes ahead (past the end of the data too: a prefetch does not fault). On AMD Zen 4, over a decode-like cycle of 16 4096 x 4096 layers, the
-// per-run prefetch made the float32 kernel 1.7x and the bfloat16 one 1.2x faster than none, and
-// the burst at every row (as for partial rows) was slower than none for the bfloat16 kernel.
+// the row's chunk kPrefetchRows ahead, at the row's start; where a chunk is the whole row (one
+// input row and K up to the chunk: the task's rows are one ascending stream) one line per run,
+// kPrefetchBytes ahead (past the end of the data too: a prefetch does not fault). On AMD Zen 4,
+// over a decode-like cycle of 16 4096 x 4096 layers, the per-run prefetch made the float32 kernel
+// 1.7x and the bfloat16 one 1.2x faster than none, and the burst at every row (as for partial
+// rows) was slower than none for the bfloat16 kernel.
 template <int MR, bool kUnit>
 void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmJob& job = *t.job;
