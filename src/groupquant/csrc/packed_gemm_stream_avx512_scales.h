@@ -24,15 +24,23 @@ inline __m512 scales_e8m0(__m512i b) {
   return _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xFF)), v, _mm512_set1_ps(NAN));
 }
 
-inline __m512 scales_e4m3(__m512i b, bool positive) {
-  const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7F));
+// E4M3 magnitudes 0 .. 0x7E (bytes without their sign bit) as floats.
+inline __m512 e4m3_magnitudes(__m512i mag) {
   const __m512i normal_bits = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(0x3C000000));
   const __m512 normal = _mm512_castsi512_ps(normal_bits);  // 2^(e - 7) (1 + m / 8)
   const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(1.0f / 512.0f));  // m * 2^-9, exact
-  __m512 v = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), normal, sub);
-  v = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)), v, _mm512_set1_ps(NAN));
+  return _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), normal, sub);
+}
+
+inline __m512 scales_e4m3(__m512i b, bool positive) {
+  const __m512 nan = _mm512_set1_ps(NAN);
+  if (positive) {  // NVFP4's: NaN from 0x7F up (0x7F and every byte with the sign bit)
+    return _mm512_mask_blend_ps(_mm512_cmpge_epi32_mask(b, _mm512_set1_epi32(0x7F)), e4m3_magnitudes(b), nan);
+  }
+  const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7F));
+  const __mmask16 is_nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
+  const __m512 v = _mm512_mask_blend_ps(is_nan, e4m3_magnitudes(mag), nan);
   const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
-  if (positive) v = _mm512_mask_blend_ps(_mm512_cmpge_epi32_mask(b, _mm512_set1_epi32(0x80)), v, _mm512_set1_ps(NAN));
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
 }
 
@@ -47,7 +55,8 @@ inline __m512 decode_scales(ScaleKind kind, const float* table, __m512i b) {
 
 // The arithmetic decoder that gives the table's value for every byte (NaN for NaN), else kGather.
 ScaleKind scale_kind(const float* table) {
-  for (ScaleKind kind : {ScaleKind::kE8M0, ScaleKind::kE4M3, ScaleKind::kE4M3Positive}) {
+  constexpr ScaleKind kArithmetic[] = {ScaleKind::kE8M0, ScaleKind::kE4M3, ScaleKind::kE4M3Positive};
+  for (ScaleKind kind : kArithmetic) {
     bool same = true;
     for (int b0 = 0; b0 < 256 && same; b0 += 16) {
       alignas(64) float got[16];
