@@ -2,13 +2,23 @@
 // with those target options on every x86 build, taken where the host has them:
 // packed_gemm_cpu_path.h), for 4-bit codes (MXFP4, NVFP4, INT4: any 16-entry table).
 //
-// Decode: a run of 128 codes is 64 bytes, one 512-bit load: 16 dwords of 8 codes each. A
-// permute of the 16-entry float32 table by the dwords (vpermps reads the low 4 bits of each
-// index) gives code 8j of every dword j; shifting the dwords by 4, 8, ..., 28 gives codes 8j + 1,
-// ..., 8j + 7. So one load, seven shifts and eight permutes decode 128 codes into 8 vectors with
-// no widening; the input rows are permuted once per call to match (within every run of 128:
-// position 16 t + j holds element 8 j + t). Lane j covers elements 8j .. 8j + 7, so blocks of 8,
-// 16, 32, 64 or multiples of 128 give each lane one block's scale: a per-lane scale vector per run.
+// Decode: a run of 128 codes is 64 bytes, one 512-bit load: 16 dwords of 8 codes each (code
+// 8j + t in bits 4t .. 4t + 3 of dword j). Two ways, giving the same 8 vectors (vector t holds
+// code 8j + t's value in lane j):
+// - words (where every table value is exact in bfloat16, as FP4 E2M1's and INT4's are): a word
+//   permute (vpermw) of the values' bfloat16 bits, held twice in a 32-entry table so that bit 4 of
+//   each index does not matter, by the raw words, and by the words shifted by 4, 8, 12, gives the
+//   bfloat16 bits of codes 8j + q (low word of dword j) and 8j + 4 + q (high word), q = 0 .. 3;
+//   a dword shift left by 16 and a mask of the high word make them float32 (bfloat16 bits are
+//   float32's top half: the table's float32 values, bit for bit). 3 shifts and 4 permutes, plus 4
+//   shifts and 4 masks (which any vector ALU runs), against 7 + 8 for the other way: on AMD
+//   Zen 4 the run's cost is that of its shuffle / shift / FMA operations.
+// - dwords (any table): a permute of the 16-entry float32 table by the dwords (vpermps reads the
+//   low 4 bits of each index) gives code 8j of every dword j; shifting the dwords by 4, 8, ...,
+//   28 gives codes 8j + 1, ..., 8j + 7: 7 shifts and 8 permutes.
+// The input rows are permuted once per call to match (within every run of 128: position 16 t + j
+// holds element 8 j + t). Lane j covers elements 8j .. 8j + 7, so blocks of 8, 16, 32, 64 or
+// multiples of 128 give each lane one block's scale: a per-lane scale vector per run.
 //
 // Values and sums, per output element (row n, input row m):
 // - one input row: each run's 128 products value * x are summed in float32 lane-wise (8 terms a
@@ -32,12 +42,14 @@
 #include "packed_gemm.h"
 #include "packed_gemm_cpu.h"
 #include "packed_gemm_cpu_path.h"
+#include "packed_gemm_stream_tiles.h"
 #include "packed_gemm_workers.h"
 
 #if defined(GQ_X86_DISPATCH)
 #include <immintrin.h>
 // All headers come before: their inline functions and templates keep the build's own options.
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#include "packed_gemm_stream_avx512_scales.h"  // AVX-512 code: after the pragma
 #endif
 
 namespace groupquant {
@@ -52,11 +64,12 @@ bool stream512_applies(const PackedGemmParams& p) {
 #if defined(GQ_X86_DISPATCH)
 namespace {
 
-constexpr int kMaxRows = 8;               // input rows per register tile
+constexpr int kMaxRows = kStreamTileRows;  // input rows per register tile
 constexpr int64_t kL1Floats = 4096;       // input floats per K chunk (16 KiB, in L1)
 constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the scale buffer)
-constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched
+constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched (see rows_tile)
+constexpr int64_t kPrefetchBytes = 2048;  // per run, this far ahead in a stream of whole rows
 
 // The input rows in run order: within each run of 128, position 16 t + j <- element 8 j + t.
 void permute_input(const float* x, int64_t rows, int64_t kp, float* dst) {
@@ -75,9 +88,11 @@ struct Tile {
   const PackedGemmJob* job;
   const float* x;        // permuted input rows
   __m512 table;          // the 16 element values
+  __m512i words;         // their bfloat16 bits, twice (the words decode)
   __m512i lane_block;    // lane j -> its block within the run's first block (j * 8 / block_size)
   int64_t kp, rb, runs;  // padded K, bytes per weight row, runs of 128 per row
   int64_t block_size;
+  ScaleKind scale_kind;  // how scale bytes become floats
 };
 
 // Per-lane block scales of run r of a row, from the row chunk's scale buffer (the floats of blocks
@@ -87,20 +102,49 @@ inline __m512 run_scales(const Tile& t, const float* sbuf, int64_t r, int64_t b0
   return _mm512_permutexvar_ps(t.lane_block, _mm512_loadu_ps(sbuf + first));
 }
 
-inline __m512 decode(const Tile& t, __m512i raw, int shift) {
-  return _mm512_permutexvar_ps(shift == 0 ? raw : _mm512_srli_epi32(raw, shift), t.table);
+// Whether every table value is exact in bfloat16 (its low 16 bits zero): the words decode applies.
+bool bf16_exact(const float* value_table) {
+  for (int c = 0; c < 16; ++c) {
+    uint32_t bits;
+    std::memcpy(&bits, value_table + c, 4);
+    if ((bits & 0xFFFFu) != 0) return false;
+  }
+  return true;
+}
+
+// The 128 codes of one 64-byte run as 8 float32 vectors: w[t] lane j = value of code 8j + t.
+template <bool kWords>
+inline void decode_run(const Tile& t, __m512i raw, __m512* w) {
+  if constexpr (kWords) {
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    for (int q = 0; q < 4; ++q) {
+      const __m512i b = _mm512_permutexvar_epi16(q == 0 ? raw : _mm512_srli_epi16(raw, 4 * q), t.words);
+      w[q] = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+      w[q + 4] = _mm512_castsi512_ps(_mm512_and_si512(b, high));
+    }
+  } else {
+    for (int q = 0; q < 8; ++q) w[q] = _mm512_permutexvar_ps(q == 0 ? raw : _mm512_srli_epi32(raw, 4 * q), t.table);
+  }
 }
 
 // part[(n - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR, weight
 // rows [n0, n1).
-template <int MR>
+// Software prefetch: where the chunk is part of a row (the task reads pieces of rows at a stride),
+// the row's chunk kPrefetchRows ahead, at the row's start; where a chunk is the whole row (one
+// input row and K up to the chunk: the task's rows are one ascending stream) one line per run,
+// kPrefetchBytes ahead (past the end of the data too: a prefetch does not fault). On AMD Zen 4,
+// over a decode-like cycle of 16 4096 x 4096 layers, the per-run prefetch made the float32 kernel
+// 1.7x and the bfloat16 one 1.2x faster than none, and the burst at every row (as for partial
+// rows) was slower than none for the bfloat16 kernel.
+template <int MR, bool kWords>
 void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmJob& job = *t.job;
   const PackedGemmParams& p = job.p;
   const int64_t b0 = r0 * 128 / p.block_size;
   const int64_t b1 = std::min(p.num_blocks, (r1 * 128 + p.block_size - 1) / p.block_size);
   alignas(64) float sbuf[kMaxChunkRuns * 16 + 16];  // scales of blocks [b0, b1) (+ slack for the loads)
-  const int64_t span = (r1 - r0) * 64;
+  const bool whole = r1 - r0 == t.runs;              // the chunk is the whole row
+  const int64_t span = whole ? 0 : (r1 - r0) * 64;  // bytes to prefetch per row ahead
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = job.data + n * t.rb + r0 * 64;
     if (n + kPrefetchRows < n1) {
@@ -108,21 +152,26 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
       for (int64_t o = 0; o < span; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
     }
     const uint8_t* sc = job.scale + n * p.num_blocks;
-    for (int64_t b = b0; b < b1; ++b) sbuf[b - b0] = job.scale_table[sc[b]];
+    fill_scales(t.scale_kind, job.scale_table, sc + b0, b1 - b0, sbuf);
     const float* xr = t.x + m0 * t.kp + r0 * 128;
     float* out = part + (n - n0) * MR;
     if constexpr (MR == 1) {
       __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
-        const __m512i raw = _mm512_loadu_si512(row);
-        __m512 a = _mm512_mul_ps(decode(t, raw, 0), _mm512_loadu_ps(xr));
-        __m512 b = _mm512_mul_ps(decode(t, raw, 4), _mm512_loadu_ps(xr + 16));
-        a = _mm512_fmadd_ps(decode(t, raw, 8), _mm512_loadu_ps(xr + 32), a);
-        b = _mm512_fmadd_ps(decode(t, raw, 12), _mm512_loadu_ps(xr + 48), b);
-        a = _mm512_fmadd_ps(decode(t, raw, 16), _mm512_loadu_ps(xr + 64), a);
-        b = _mm512_fmadd_ps(decode(t, raw, 20), _mm512_loadu_ps(xr + 80), b);
-        a = _mm512_fmadd_ps(decode(t, raw, 24), _mm512_loadu_ps(xr + 96), a);
-        b = _mm512_fmadd_ps(decode(t, raw, 28), _mm512_loadu_ps(xr + 112), b);
+        if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
+        __m512 w[8];
+        decode_run<kWords>(t, _mm512_loadu_si512(row), w);
+        // codes 8j .. 8j + 3 into a, 8j + 4 .. 8j + 7 into b: each sum needs one word permute more
+        // than the last (with the chains as w0 w2 w4 w6 / w1 w3 w5 w7, a 16-layer cycle was 1.7x
+        // slower on AMD Zen 4, the same layer in cache was not)
+        __m512 a = _mm512_mul_ps(w[0], _mm512_loadu_ps(xr));
+        __m512 b = _mm512_mul_ps(w[4], _mm512_loadu_ps(xr + 64));
+        a = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xr + 16), a);
+        b = _mm512_fmadd_ps(w[5], _mm512_loadu_ps(xr + 80), b);
+        a = _mm512_fmadd_ps(w[2], _mm512_loadu_ps(xr + 32), a);
+        b = _mm512_fmadd_ps(w[6], _mm512_loadu_ps(xr + 96), b);
+        a = _mm512_fmadd_ps(w[3], _mm512_loadu_ps(xr + 48), a);
+        b = _mm512_fmadd_ps(w[7], _mm512_loadu_ps(xr + 112), b);
         const __m512 s = run_scales(t, sbuf, r, b0);
         if ((r & 1) == 0) {
           acc0 = _mm512_fmadd_ps(_mm512_add_ps(a, b), s, acc0);
@@ -137,10 +186,12 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
       for (int m = 0; m < MR; ++m)
         for (int a = 0; a < A; ++a) acc[m][a] = _mm512_setzero_ps();
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
+        if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
         const __m512i raw = _mm512_loadu_si512(row);
         const __m512 s = run_scales(t, sbuf, r, b0);
         __m512 w[8];
-        for (int q = 0; q < 8; ++q) w[q] = _mm512_mul_ps(decode(t, raw, 4 * q), s);  // dequantized weights
+        decode_run<kWords>(t, raw, w);
+        for (int q = 0; q < 8; ++q) w[q] = _mm512_mul_ps(w[q], s);  // dequantized weights
         for (int m = 0; m < MR; ++m) {
           const float* xm = xr + m * t.kp;
           for (int q = 0; q < 8; ++q)
@@ -156,12 +207,14 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
   }
 }
 
-template <int MR>
+template <int MR, bool kWords>
 void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float post, float* part) {
   const PackedGemmJob& job = *t.job;
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kMaxChunkRuns, kL1Floats / MR / 128));
   std::fill(part, part + (n1 - n0) * MR, 0.0f);
-  for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) rows_tile<MR>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+  for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) {
+    rows_tile<MR, kWords>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+  }
   for (int64_t n = n0; n < n1; ++n) {
     const float b = job.bias != nullptr ? job.bias[n] : 0.0f;
     for (int m = 0; m < MR; ++m) job.out[(m0 + m) * job.p.out_features + n] = part[(n - n0) * MR + m] * post + b;
@@ -179,7 +232,15 @@ bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch) {
   t.rb = row_bytes(p);
   t.runs = t.kp / 128;
   t.block_size = p.block_size;
+  t.scale_kind = scale_kind(job.scale_table);
   t.table = _mm512_loadu_ps(job.value_table);
+  alignas(64) uint16_t words16[32];
+  for (int c = 0; c < 32; ++c) {
+    uint32_t bits;
+    std::memcpy(&bits, job.value_table + (c & 15), 4);
+    words16[c] = static_cast<uint16_t>(bits >> 16);
+  }
+  t.words = _mm512_load_si512(words16);
   alignas(64) int32_t lanes[16];
   for (int j = 0; j < 16; ++j) lanes[j] = static_cast<int32_t>(j * 8 / p.block_size);
   t.lane_block = _mm512_load_si512(lanes);
@@ -187,20 +248,17 @@ bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch) {
   t.x = scratch;
   const float post = p.has_global_scale ? p.global_scale : 1.0f;  // NVFP4's second scale, on the row sums
   const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);
+  const bool words = bf16_exact(job.value_table);
   claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
     float part[kRowsPerPass * kMaxRows];
-    for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
-      switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {
-        case 8: rows_all_chunks<8>(t, m0, n0, n1, post, part); break;
-        case 7: rows_all_chunks<7>(t, m0, n0, n1, post, part); break;
-        case 6: rows_all_chunks<6>(t, m0, n0, n1, post, part); break;
-        case 5: rows_all_chunks<5>(t, m0, n0, n1, post, part); break;
-        case 4: rows_all_chunks<4>(t, m0, n0, n1, post, part); break;
-        case 3: rows_all_chunks<3>(t, m0, n0, n1, post, part); break;
-        case 2: rows_all_chunks<2>(t, m0, n0, n1, post, part); break;
-        default: rows_all_chunks<1>(t, m0, n0, n1, post, part); break;
+    for_each_row_tile(job.rows, [&](auto tile_rows, int64_t m0) {
+      constexpr int kRows = decltype(tile_rows)::value;
+      if (words) {
+        rows_all_chunks<kRows, true>(t, m0, n0, n1, post, part);
+      } else {
+        rows_all_chunks<kRows, false>(t, m0, n0, n1, post, part);
       }
-    }
+    });
   });
   return true;
 }

@@ -15,18 +15,20 @@
 //
 // Exactness. vdpbf16ps treats subnormal inputs as zero and flushes subnormal results whatever
 // MXCSR says (and rounds to nearest even), so each input row m is first scaled by a power of two
-// 2^e_m that brings its largest finite magnitude into [1, 2) (e_m clamped to [-126, 126]); that
-// product is exact, and so is the bfloat16 conversion of an input that was bfloat16. The kernel
-// takes a call only where every row's nonzero finite magnitudes are then at least 2^-100 (else
-// run_packed_stream_avx512_bf16 returns false and the float32 kernel runs): scaled inputs are
-// multiples of 2^-107 and the table values multiples of 2^-8, so every product and partial sum
-// is zero or at least 2^-115 in magnitude and at most 2^12 (8 products of at most 2 * 2^8 per
-// lane): nothing is flushed, nothing overflows, and each product is exact in float32 (8 x 8
-// significant bits). Each run's lane sums are multiplied by 2^-e_m (exact back-scaling, giving
-// float32's unscaled lane sums up to their own rounding) and then FMA'd with the lane's block
-// scale into float32 accumulators, as the float32 kernel does with one input row (so NVFP4's
-// E4M3 scales are applied to float32 sums, the global scale to the row sum). Subnormal inputs
-// are thus kept exactly; NaN / Inf inputs and NaN scales propagate as in float32 arithmetic.
+// 2^e_m: e_m = 0 where the row's nonzero finite magnitudes lie in [2^-100, 2^64) already (the
+// usual case: then nothing is scaled back either), else the e_m that brings its largest finite
+// magnitude into [1, 2) (clamped to [-126, 126]); that product is exact, and so is the bfloat16
+// conversion of an input that was bfloat16. The kernel takes a call only where every row's
+// nonzero finite magnitudes are then at least 2^-100 (else run_packed_stream_avx512_bf16 returns
+// false and the float32 kernel runs): scaled inputs are multiples of 2^-107 and the table values
+// multiples of 2^-8, so every product and partial sum is zero or at least 2^-115 in magnitude and
+// below 2^75 (8 products of less than 2^64 * 2^8 per lane): nothing is flushed, nothing
+// overflows, and each product is exact in float32 (8 x 8 significant bits). Each run's lane sums
+// are multiplied by 2^-e_m where e_m != 0 (exact back-scaling, giving float32's unscaled lane
+// sums up to their own rounding; a tile whose rows all have e_m = 0 skips it) and then FMA'd with
+// the lane's block scale into float32 accumulators, as the float32 kernel does with one input row
+// (so NVFP4's E4M3 scales are applied to float32 sums, the global scale to the row sum). Subnormal
+// inputs are thus kept exactly; NaN / Inf inputs and NaN scales propagate as in float32 arithmetic.
 // Outputs differ from the float32 kernel's only in the float32 summation order and rounding.
 #include <ATen/Parallel.h>
 
@@ -38,12 +40,14 @@
 #include "packed_gemm.h"
 #include "packed_gemm_cpu.h"
 #include "packed_gemm_cpu_path.h"
+#include "packed_gemm_stream_tiles.h"
 #include "packed_gemm_workers.h"
 
 #if defined(GQ_X86_DISPATCH)
 #include <immintrin.h>
 // All headers come before: their inline functions and templates keep the build's own options.
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")
+#include "packed_gemm_stream_avx512_scales.h"  // AVX-512 code: after the pragma
 #endif
 
 namespace groupquant {
@@ -66,17 +70,21 @@ bool stream512_bf16_applies(const PackedGemmParams& p, const float* value_table)
 #if defined(GQ_X86_DISPATCH)
 namespace {
 
-constexpr int kMaxRows = 8;               // input rows per register tile
+constexpr int kMaxRows = kStreamTileRows;  // input rows per register tile
 constexpr int64_t kL1Values = 8192;       // input bfloat16 values per K chunk (16 KiB, in L1)
 constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the scale buffer)
-constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched
+constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched (see rows_tile)
+constexpr int64_t kPrefetchBytes = 2048;  // per run, this far ahead in a stream of whole rows
 constexpr int kMinScaledExp = -100;       // scaled nonzero inputs must be >= 2^-100 (see the top)
+constexpr int kMaxUnscaledExp = 64;       // rows below 2^64 (and >= 2^-100) are not scaled
 
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
-// The power of two e (clamped to [-126, 126]) that brings the row's largest finite magnitude into
-// [1, 2), or false where a nonzero finite magnitude would then fall below 2^kMinScaledExp.
+// The power of two e the row is scaled by: 0 where its nonzero finite magnitudes lie in
+// [2^kMinScaledExp, 2^kMaxUnscaledExp), else the e (clamped to [-126, 126]) that brings its largest
+// finite magnitude into [1, 2); false where a nonzero finite magnitude would then fall below
+// 2^kMinScaledExp.
 bool row_exponent(const float* x, int64_t k, int* e) {
   float hi = 0.0f, lo = INFINITY;
   for (int64_t i = 0; i < k; ++i) {
@@ -91,9 +99,13 @@ bool row_exponent(const float* x, int64_t k, int* e) {
   }
   int top;
   std::frexp(hi, &top);  // hi in [2^(top-1), 2^top)
-  *e = std::min(126, std::max(-126, 1 - top));
   int bottom;
   std::frexp(lo, &bottom);  // lo >= 2^(bottom-1)
+  if (top <= kMaxUnscaledExp && bottom - 1 >= kMinScaledExp) {
+    *e = 0;
+    return true;
+  }
+  *e = std::min(126, std::max(-126, 1 - top));
   return bottom - 1 + *e >= kMinScaledExp;
 }
 
@@ -124,11 +136,6 @@ bool prepare_input(const float* x, int64_t rows, int64_t kp, uint16_t* dst, floa
   return true;
 }
 
-// How 16 scale bytes become floats: arithmetically where the scale table is, for all 256 bytes,
-// E8M0 (2^(b - 127), 0xFF NaN), E4M3 (NaN at magnitude 0x7F) or NVFP4's positive E4M3 (bytes
-// from 0x80 NaN too) -- checked once per call against the table (scale_kind) -- else gathered.
-enum class ScaleKind { kGather, kE8M0, kE4M3, kE4M3Positive };
-
 // Everything one job's tiles share.
 struct Tile {
   const PackedGemmJob* job;
@@ -146,68 +153,6 @@ inline __m512 run_scales(const Tile& t, const float* sbuf, int32_t first) {
   return _mm512_permutexvar_ps(t.lane_block, _mm512_loadu_ps(sbuf + first));
 }
 
-
-inline __m512 scales_e8m0(__m512i b) {
-  const __m512i bits = _mm512_slli_epi32(b, 23);
-  __m512 v = _mm512_castsi512_ps(
-      _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()), bits, _mm512_set1_epi32(0x00400000)));
-  return _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xFF)), v, _mm512_set1_ps(NAN));
-}
-
-inline __m512 scales_e4m3(__m512i b, bool positive) {
-  const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7F));
-  const __m512i normal_bits = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(0x3C000000));
-  const __m512 normal = _mm512_castsi512_ps(normal_bits);  // 2^(e - 7) (1 + m / 8)
-  const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(1.0f / 512.0f));  // m * 2^-9, exact
-  __m512 v = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), normal, sub);
-  v = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)), v, _mm512_set1_ps(NAN));
-  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
-  if (positive) v = _mm512_mask_blend_ps(_mm512_cmpge_epi32_mask(b, _mm512_set1_epi32(0x80)), v, _mm512_set1_ps(NAN));
-  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
-}
-
-inline __m512 decode_scales(ScaleKind kind, const float* table, __m512i b) {
-  switch (kind) {
-    case ScaleKind::kE8M0: return scales_e8m0(b);
-    case ScaleKind::kE4M3: return scales_e4m3(b, false);
-    case ScaleKind::kE4M3Positive: return scales_e4m3(b, true);
-    default: return _mm512_i32gather_ps(b, table, 4);
-  }
-}
-
-// The arithmetic decoder that gives the table's value for every byte (NaN for NaN), else kGather.
-ScaleKind scale_kind(const float* table) {
-  for (ScaleKind kind : {ScaleKind::kE8M0, ScaleKind::kE4M3, ScaleKind::kE4M3Positive}) {
-    bool same = true;
-    for (int b0 = 0; b0 < 256 && same; b0 += 16) {
-      alignas(64) float got[16];
-      const __m512i b = _mm512_add_epi32(_mm512_set1_epi32(b0), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                                                  11, 12, 13, 14, 15));
-      _mm512_store_ps(got, decode_scales(kind, table, b));
-      for (int i = 0; i < 16 && same; ++i) {
-        const float want = table[b0 + i];
-        uint32_t gw, ww;
-        std::memcpy(&gw, got + i, 4);
-        std::memcpy(&ww, &want, 4);
-        same = std::isnan(want) ? std::isnan(got[i]) : gw == ww;
-      }
-    }
-    if (same) return kind;
-  }
-  return ScaleKind::kGather;
-}
-
-// sbuf[0 .. count) = scale_table[sc[0 .. count)], 16 at a time (sbuf has room for a whole last
-// vector; the scale bytes past count are not read).
-inline void fill_scales(ScaleKind kind, const float* table, const uint8_t* sc, int64_t count, float* sbuf) {
-  int64_t b = 0;
-  for (; b + 16 <= count; b += 16) {
-    const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + b)));
-    _mm512_store_ps(sbuf + b, decode_scales(kind, table, idx));
-  }
-  for (; b < count; ++b) sbuf[b] = table[sc[b]];
-}
-
 inline __m512bh decode(const Tile& t, __m512i raw, int shift) {
   return as_bh(_mm512_permutexvar_epi16(shift == 0 ? raw : _mm512_srli_epi16(raw, shift), t.table));
 }
@@ -216,7 +161,14 @@ inline __m512bh xload(const uint16_t* p) { return as_bh(_mm512_loadu_si512(p)); 
 
 // part[(n - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR, weight
 // rows [n0, n1).
-template <int MR>
+// Software prefetch: where the chunk is part of a row (the task reads pieces of rows at a stride),
+// the row's chunk kPrefetchRows ahead, at the row's start; where a chunk is the whole row (one
+// input row and K up to the chunk: the task's rows are one ascending stream) one line per run,
+// kPrefetchBytes ahead (past the end of the data too: a prefetch does not fault). On AMD Zen 4,
+// over a decode-like cycle of 16 4096 x 4096 layers, the per-run prefetch made the float32 kernel
+// 1.7x and the bfloat16 one 1.2x faster than none, and the burst at every row (as for partial
+// rows) was slower than none for the bfloat16 kernel.
+template <int MR, bool kUnit>
 void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmJob& job = *t.job;
   const PackedGemmParams& p = job.p;
@@ -225,10 +177,11 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
   alignas(64) float sbuf[kMaxChunkRuns * 16 + 16];  // scales of blocks [b0, b1) (+ slack for the loads)
   int32_t first[kMaxChunkRuns];                     // run r0 + i starts at block b0 + first[i]
   for (int64_t r = r0; r < r1; ++r) first[r - r0] = static_cast<int32_t>(r * 128 / p.block_size - b0);
-  const int64_t span = (r1 - r0) * 64;
   __m512 u[MR];
   for (int m = 0; m < MR; ++m) u[m] = _mm512_set1_ps(t.unscale[m0 + m]);
   const __m512 zero = _mm512_setzero_ps();
+  const bool whole = r1 - r0 == t.runs;              // the chunk is the whole row
+  const int64_t span = whole ? 0 : (r1 - r0) * 64;  // bytes to prefetch per row ahead
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = job.data + n * t.rb + r0 * 64;
     if (n + kPrefetchRows < n1) {
@@ -242,13 +195,15 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
     if constexpr (MR == 1) {
       __m512 acc0 = zero, acc1 = zero;
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
+        if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
         const __m512i raw = _mm512_loadu_si512(row);
         __m512 a = _mm512_dpbf16_ps(zero, decode(t, raw, 0), xload(xr));
         __m512 b = _mm512_dpbf16_ps(zero, decode(t, raw, 4), xload(xr + 32));
         a = _mm512_dpbf16_ps(a, decode(t, raw, 8), xload(xr + 64));
         b = _mm512_dpbf16_ps(b, decode(t, raw, 12), xload(xr + 96));
         const __m512 s = run_scales(t, sbuf, first[r - r0]);
-        const __m512 lane = _mm512_mul_ps(_mm512_add_ps(a, b), u[0]);  // unscaled lane sums
+        const __m512 sum = _mm512_add_ps(a, b);
+        const __m512 lane = kUnit ? sum : _mm512_mul_ps(sum, u[0]);  // unscaled lane sums
         if ((r & 1) == 0) {
           acc0 = _mm512_fmadd_ps(lane, s, acc0);
         } else {
@@ -260,6 +215,7 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
       __m512 acc[MR];
       for (int m = 0; m < MR; ++m) acc[m] = zero;
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
+        if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
         const __m512i raw = _mm512_loadu_si512(row);
         const __m512bh w0 = decode(t, raw, 0), w1 = decode(t, raw, 4), w2 = decode(t, raw, 8), w3 = decode(t, raw, 12);
         const __m512 s = run_scales(t, sbuf, first[r - r0]);
@@ -269,7 +225,7 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
           d = _mm512_dpbf16_ps(d, w1, xload(xm + 32));
           d = _mm512_dpbf16_ps(d, w2, xload(xm + 64));
           d = _mm512_dpbf16_ps(d, w3, xload(xm + 96));
-          acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(d, u[m]), s, acc[m]);
+          acc[m] = _mm512_fmadd_ps(kUnit ? d : _mm512_mul_ps(d, u[m]), s, acc[m]);
         }
       }
       for (int m = 0; m < MR; ++m) out[m] += _mm512_reduce_add_ps(acc[m]);
@@ -277,12 +233,14 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
   }
 }
 
-template <int MR>
+template <int MR, bool kUnit>
 void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float post, float* part) {
   const PackedGemmJob& job = *t.job;
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kMaxChunkRuns, kL1Values / MR / 128));
   std::fill(part, part + (n1 - n0) * MR, 0.0f);
-  for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) rows_tile<MR>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+  for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) {
+    rows_tile<MR, kUnit>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+  }
   for (int64_t n = n0; n < n1; ++n) {
     const float b = job.bias != nullptr ? job.bias[n] : 0.0f;
     for (int m = 0; m < MR; ++m) job.out[(m0 + m) * job.p.out_features + n] = part[(n - n0) * MR + m] * post + b;
@@ -319,18 +277,14 @@ bool run_packed_stream_avx512_bf16(const PackedGemmJob& job, void* scratch, floa
   const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);
   claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
     float part[kRowsPerPass * kMaxRows];
-    for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
-      switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {
-        case 8: rows_all_chunks<8>(t, m0, n0, n1, post, part); break;
-        case 7: rows_all_chunks<7>(t, m0, n0, n1, post, part); break;
-        case 6: rows_all_chunks<6>(t, m0, n0, n1, post, part); break;
-        case 5: rows_all_chunks<5>(t, m0, n0, n1, post, part); break;
-        case 4: rows_all_chunks<4>(t, m0, n0, n1, post, part); break;
-        case 3: rows_all_chunks<3>(t, m0, n0, n1, post, part); break;
-        case 2: rows_all_chunks<2>(t, m0, n0, n1, post, part); break;
-        default: rows_all_chunks<1>(t, m0, n0, n1, post, part); break;
+    for_each_row_tile(job.rows, [&](auto tile_rows, int64_t m0) {
+      constexpr int kRows = decltype(tile_rows)::value;
+      if (std::all_of(unscale + m0, unscale + m0 + kRows, [](float u) { return u == 1.0f; })) {
+        rows_all_chunks<kRows, true>(t, m0, n0, n1, post, part);
+      } else {
+        rows_all_chunks<kRows, false>(t, m0, n0, n1, post, part);
       }
-    }
+    });
   });
   return true;
 }
