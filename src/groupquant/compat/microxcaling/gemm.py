@@ -1,10 +1,5 @@
-"""The GEMM layers taking ``mx_specs`` (``Linear`` / ``linear``, ``Conv1d`` / ``2d`` / ``3d`` and
-their functions, ``matmul`` / ``bmm``): groupquant quant layers built from :mod:`.recipe`, one
-stateless layer (dynamic MX scales) per distinct ``mx_specs`` and weight shape, borrowing ``W`` and
-``b`` at each call (:class:`~groupquant.nn.functional_quantizers.FunctionalLinear` /
-``FunctionalConv``, :class:`groupquant.nn.QuantMatMul`). A convolution quantizes its backward
-operands whole (``blocks_across_groups``: a grouped convolution's blocks may span its groups, as
-microxcaling's). The order of every rounding: ``docs/compat-microxcaling.md``.
+"""The GEMM layers and functions taking ``mx_specs``: one stateless groupquant quant layer (:mod:`.recipe`) per
+distinct ``mx_specs`` and weight shape, borrowing ``W`` and ``b`` at each call (``docs/compat-microxcaling.md``).
 """
 from __future__ import annotations
 
@@ -30,8 +25,7 @@ Key = Tuple[Tuple[str, Any], ...]
 
 
 def _key(mx_specs: Mapping[str, Any]) -> Key:
-    """The settings over the defaults as a hashable key: one layer per distinct ``mx_specs`` (a bad
-    value raises when the layer is built, the error naming the user's key)."""
+    """The settings over the defaults as a hashable key (a bad value raises when the layer is built)."""
     return tuple(sorted(apply_mx_specs(mx_specs).items(), key=lambda item: item[0]))
 
 
@@ -62,8 +56,7 @@ def _matmul_layer(key: Key, mode: str) -> QuantMatMul:
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
            mx_specs: Optional[Mapping[str, Any]] = None, prequantized_weights: bool = False,
            name: Optional[str] = None) -> torch.Tensor:
-    """``F.linear`` with ``mx_specs`` (plain ``F.linear`` when None). ``prequantized_weights`` must be
-    False (microxcaling's bfloat16-weight inference shortcut is not provided)."""
+    """``F.linear`` with ``mx_specs`` (plain when None); ``prequantized_weights=True`` is not provided."""
     if prequantized_weights:
         raise NotImplementedError("linear(prequantized_weights=True) is not provided by groupquant's "
                                   "microxcaling compat; quantize the weights with groupquant.pack_model instead")
@@ -78,8 +71,7 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
 
 def _conv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
           dilation: Any, groups: int, mx_specs: Optional[Mapping[str, Any]], spatial: int) -> torch.Tensor:
-    """The convolution with ``spatial`` dims (1, 2, 3), plain when ``mx_specs`` is None. An unbatched
-    input (no N dim) gives an unbatched output, as torch's convolutions do."""
+    """The convolution with ``spatial`` dims (plain when ``mx_specs`` is None); unbatched input as torch's."""
     if x.ndim == spatial + 1:
         return _conv(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, mx_specs, spatial).squeeze(0)
     if x.ndim != spatial + 2:
@@ -96,8 +88,7 @@ def _conv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
 
 
 def _conv_function(spatial: int) -> Callable[..., torch.Tensor]:
-    """``conv{spatial}d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, mx_specs=None,
-    name=None)``: torch's convolution with ``mx_specs`` (plain when None)."""
+    """``F.conv{spatial}d`` taking ``mx_specs`` and ``name`` after its arguments."""
 
     def conv(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
              padding: Any = 0, dilation: Any = 1, groups: int = 1, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -115,9 +106,8 @@ conv1d, conv2d, conv3d = _conv_function(1), _conv_function(2), _conv_function(3)
 def matmul(in1: torch.Tensor, in2: torch.Tensor, bias: Optional[torch.Tensor] = None,
            mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
            mode_config: str = "aa") -> torch.Tensor:
-    """``torch.matmul(in1, in2)`` (``+ bias``) with ``mx_specs``; plain torch when None.
-
-    ``mode_config``: ``'aa'`` (both activations), ``'aw'`` / ``'wa'`` (that side a weight)."""
+    """``torch.matmul(in1, in2) (+ bias)`` with ``mx_specs`` (plain when None); ``mode_config`` ``'aw'`` / ``'wa'``:
+    that side is a weight."""
     if mode_config not in _MODES:
         raise ValueError(f"matmul mode_config must be one of {_MODES}, got {mode_config!r}")
     if mx_specs is None:
@@ -150,6 +140,5 @@ def _module_conv(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
 
 Linear = mx_module(torch.nn.Linear, 3, calls(linear, "weight", "bias"))
 _CONV_ATTRS = ("weight", "bias", "stride", "padding", "dilation", "groups", "padding_mode")
-Conv1d = mx_module(torch.nn.Conv1d, 9, calls(_module_conv, *_CONV_ATTRS))
-Conv2d = mx_module(torch.nn.Conv2d, 9, calls(_module_conv, *_CONV_ATTRS))
-Conv3d = mx_module(torch.nn.Conv3d, 9, calls(_module_conv, *_CONV_ATTRS))
+Conv1d, Conv2d, Conv3d = (mx_module(base, 9, calls(_module_conv, *_CONV_ATTRS))
+                          for base in (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d))

@@ -1,9 +1,4 @@
-"""The compat modules: torch's module classes taking microxcaling's ``mx_specs`` and ``name``.
-
-:class:`MxSpecsMixin` is the ``mx_specs`` / ``name`` handling every compat module shares
-(microxcaling's module helpers); :func:`mx_module` makes the compat class of a torch module from
-its forward, built by :func:`calls` for a module whose forward is one compat function.
-"""
+"""The compat modules: torch's module classes taking microxcaling's ``mx_specs`` and ``name``."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
@@ -18,8 +13,7 @@ Forward = Callable[[Any, torch.Tensor], torch.Tensor]
 
 
 class MxSpecsMixin:
-    """Mixed into each compat module: ``apply_mx_specs`` / ``append_name`` as microxcaling's modules
-    have them; ``mx_specs=None`` means the plain torch op (:meth:`specs_or_none`)."""
+    """microxcaling's module helpers, mixed into each compat module (``mx_specs=None``: the plain torch op)."""
 
     mx_none: bool
     mx_specs: MxSpecs
@@ -54,9 +48,8 @@ def calls(function: Callable[..., torch.Tensor], *attributes: str) -> Forward:
 
 
 def mx_module(base: type, torch_args: int, forward: Forward) -> type:
-    """The compat class of torch module ``base``: its arguments, then ``mx_specs`` and ``name``
-    (microxcaling's order: after the first ``torch_args`` positional arguments, or as keywords),
-    with ``forward(module, input)``. Named as ``base``, in ``forward``'s module."""
+    """The compat class of torch module ``base`` with ``forward``: ``mx_specs`` and ``name`` follow its first
+    ``torch_args`` positional arguments (microxcaling's order) or come as keywords."""
 
     def __init__(self: Any, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                  **kwargs: Any) -> None:

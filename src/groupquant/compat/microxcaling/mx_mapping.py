@@ -1,9 +1,5 @@
-"""``inject_pyt_ops(mx_specs)``: replace torch's layers and functions globally, as microxcaling does
-(later ``torch.nn.Linear(...)`` builds the compat layer with ``mx_specs``; later ``F.linear``,
-``torch.add``, ... round as the compat op does). :func:`restore_pyt_ops` (or the nesting context
-manager :func:`injected_pyt_ops`) undoes it. A call whose arguments the compat op does not take,
-and every torch call inside groupquant's own arithmetic, goes to torch's function (a ``dtype``
-keyword casts the result). ConvTranspose2d, LSTM and AdaptiveAvgPool2d stay torch's.
+"""``inject_pyt_ops(mx_specs)``: replace torch's layers and functions globally, as microxcaling does, with the
+compat ones bound to ``mx_specs``; :func:`restore_pyt_ops` or the nesting :func:`injected_pyt_ops` undo it.
 """
 from __future__ import annotations
 
@@ -54,8 +50,8 @@ _ACTIVE: List[Any] = [None]
 
 
 def _wrap(compat: Callable[..., Any], original: Callable[..., Any], mx_specs: Any) -> Callable[..., Any]:
-    """``compat(..., mx_specs=mx_specs)``, or ``original`` inside groupquant or for arguments ``compat``
-    does not take. A ``dtype`` keyword casts the result."""
+    """``compat(..., mx_specs=mx_specs)``, or ``original`` inside groupquant or for arguments ``compat`` does not
+    take (a ``dtype`` keyword casts the result)."""
     signature = inspect.signature(compat)
 
     @functools.wraps(original)
@@ -77,13 +73,9 @@ def _wrap(compat: Callable[..., Any], original: Callable[..., Any], mx_specs: An
 
 
 def _module_class(cls: type, mx_specs: Any) -> type:
-    """A subclass of ``cls`` whose constructor passes ``mx_specs``."""
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("mx_specs", mx_specs)
-        cls.__init__(self, *args, **kwargs)
-
-    return type(f"{cls.__name__}_inj", (cls,), {"__init__": __init__, "__module__": cls.__module__})
+    """A subclass of ``cls`` whose constructor passes ``mx_specs`` unless given."""
+    init = functools.partialmethod(cls.__init__, mx_specs=mx_specs)
+    return type(f"{cls.__name__}_inj", (cls,), {"__init__": init, "__module__": cls.__module__})
 
 
 def _replace(namespace: Dict[str, Any], name: str, value: Any) -> None:
@@ -92,9 +84,7 @@ def _replace(namespace: Dict[str, Any], name: str, value: Any) -> None:
 
 
 def inject_pyt_ops(mx_specs: Any) -> None:
-    """Replace torch's layers and functions with the compat ones bound to ``mx_specs``.
-
-    A second call first restores the originals (so injections do not stack)."""
+    """Replace torch's layers and functions with the compat ones bound to ``mx_specs`` (replacing, not stacking)."""
     restore_pyt_ops()
     _ACTIVE[0] = mx_specs
     originals = {"torch": torch.__dict__, "F": F.__dict__}
@@ -116,8 +106,7 @@ def restore_pyt_ops() -> None:
 
 @contextlib.contextmanager
 def injected_pyt_ops(mx_specs: Any) -> Iterator[None]:
-    """``with injected_pyt_ops(specs): ...`` injects, and on the way out (errors too) puts back what
-    was in force before: torch's entries, or the enclosing block's injection when blocks nest."""
+    """Inject ``mx_specs`` within; on the way out put back what was in force (torch's, or the outer block's)."""
     outer = _ACTIVE[0]
     inject_pyt_ops(mx_specs)
     try:

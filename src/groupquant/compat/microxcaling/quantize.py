@@ -1,7 +1,4 @@
-"""microxcaling's quantizers on groupquant's ops: ``quantize_elemwise_op`` (the ``bfloat`` / ``fp``
-precision), ``quantize_mx_op`` (:func:`groupquant.fake_quant` with the scale rule, scale format and
-block of ``mx_specs``) and ``quantize_bfloat`` (the element-wise rounding with a rounded gradient).
-"""
+"""microxcaling's quantizers on groupquant's ops (what each is: ``docs/compat-microxcaling.md``)."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence, Union
@@ -19,8 +16,7 @@ __all__ = ["quantize_elemwise_op", "quantize_mx_op", "quantize_bfloat"]
 
 def quantize_elemwise_op(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
                          round: Optional[str] = None) -> torch.Tensor:
-    """``x`` rounded to the bfloat/fp precision of ``mx_specs`` with ``round`` (default ``round``);
-    ``x`` itself when ``mx_specs`` is None or sets neither."""
+    """``x`` rounded to the bfloat/fp precision of ``mx_specs`` with ``round`` (None: ``mx_specs['round']``)."""
     if mx_specs is None:
         return x
     precision = element_precision(mx_specs, round, setting="round")
@@ -47,14 +43,8 @@ def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: An
                    block_size: Optional[int] = None, axes: Union[int, Sequence[int], None] = None,
                    round: str = "nearest", expand_and_reshape: bool = False,
                    shared_exp_from_float_log2: Optional[bool] = None) -> torch.Tensor:
-    """MX fake quantization of ``A`` as microxcaling's function of this name (no gradient of its own).
-
-    ``elem_format`` None: ``A`` unchanged. ``block_size`` None: ``mx_specs['block_size']`` (0: the
-    whole axis). ``axes``: the one dim blocks run along. ``round``: nearest / even / floor / dither.
-    ``shared_exp_from_float_log2`` None: ``mx_specs['shared_exp_from_float_log2']`` (microxcaling's
-    float-log2 exponent, the scale rule ``float_log2``). ``expand_and_reshape`` is accepted and
-    ignored (as microxcaling does).
-    """
+    """microxcaling's ``quantize_mx_op``: :func:`groupquant.fake_quant` of ``A`` along the one dim in ``axes``
+    with the settings of ``mx_specs`` where an argument is None (``expand_and_reshape`` is ignored, as there)."""
     fmt = to_format(elem_format, "elem_format")
     if fmt is None:
         return A
@@ -70,9 +60,7 @@ def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: An
 
 def quantize_bfloat(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
                     round: Optional[str] = None) -> torch.Tensor:
-    """``x`` rounded to the bfloat/fp precision of ``mx_specs``, its gradient too with the backward
-    specs (microxcaling's ``quantize_bfloat``; :func:`groupquant.elementwise.cast`); ``x`` when
-    ``mx_specs`` is None."""
+    """``x`` rounded to the bfloat/fp precision of ``mx_specs``, its gradient with the backward specs."""
     if mx_specs is None:
         return x
     return cast(x, precision=rounding_kit(mx_specs, round)).to(x.dtype)

@@ -1,9 +1,5 @@
-"""The element-wise ops taking ``mx_specs``: activations, softmax, norms and the ``simd_*`` ops.
-
-Each is the :mod:`groupquant.elementwise` op of the same name (its module notes give every step)
-run with the rounding kit of ``mx_specs`` (:func:`.mapping.rounding_kit`), in the input's dtype;
-``mx_specs`` None is plain torch. ``inplace=True`` is accepted and computed out of place. The
-modules are made from their forward (:func:`.module_specs.mx_module`).
+"""The element-wise ops taking ``mx_specs`` (``None``: plain torch): each is the :mod:`groupquant.elementwise` op
+of its name run with the rounding kit of ``mx_specs``, in the input's dtype (``docs/compat-microxcaling.md``).
 """
 from __future__ import annotations
 
@@ -66,8 +62,7 @@ def leaky_relu(input: torch.Tensor, negative_slope: float = 0.01, inplace: bool 
 
 def gelu(input: torch.Tensor, mx_specs: Specs = None, first_order_gelu: bool = False, approximate: Any = None,
          name: Optional[str] = None) -> torch.Tensor:
-    """microxcaling's GELU (plain torch ``gelu(approximate='tanh')`` when ``mx_specs`` is None and not
-    ``first_order_gelu``)."""
+    """microxcaling's GELU (plain: torch's tanh GELU, unless ``first_order_gelu``)."""
     if mx_specs is None and not first_order_gelu:
         return _torch.gelu(input, approximate="tanh")
     return rounded(ew.gelu, input, mx_specs, approximate="quick" if first_order_gelu else "sigmoid")
@@ -75,8 +70,7 @@ def gelu(input: torch.Tensor, mx_specs: Specs = None, first_order_gelu: bool = F
 
 def softmax(input: torch.Tensor, dim: Optional[int] = -1, mx_specs: Specs = None,
             name: Optional[str] = None) -> torch.Tensor:
-    """``F.softmax`` with ``mx_specs``; ``dim=None`` picks torch's implicit dim (0 for 0-, 1- and 3-d
-    input, else 1), with torch's warning."""
+    """``F.softmax`` with ``mx_specs``; ``dim=None`` is torch's implicit dim, with torch's warning."""
     if mx_specs is None:
         return _torch.softmax(input, dim=dim)
     if dim is None:
@@ -110,8 +104,7 @@ def group_norm(x: torch.Tensor, num_groups: int, weight: Optional[torch.Tensor] 
 def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor], running_var: Optional[torch.Tensor],
                weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None, is_training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5, mx_specs: Specs = None) -> torch.Tensor:
-    """``F.batch_norm`` with ``mx_specs``; running statistics needed unless training (updated as
-    microxcaling: ``q(q((1 - m) * running) + q(m * batch))``, the batch variance plus eps)."""
+    """``F.batch_norm`` with ``mx_specs`` (running statistics updated in microxcaling's rounded order)."""
     if mx_specs is None:
         return _torch.batch_norm(x, running_mean, running_var, weight, bias, is_training, momentum, eps)
     if not is_training and (running_mean is None or running_var is None):
@@ -145,8 +138,7 @@ class LayerNorm(MxSpecsMixin, torch.nn.LayerNorm):
 
 
 class RMSNorm(LayerNorm):
-    """microxcaling's RMSNorm (a LayerNorm with weight and bias, no mean subtracted); always rounds,
-    as there (``mx_specs`` None means the default specs, which round nothing)."""
+    """microxcaling's RMSNorm: a LayerNorm without the mean; ``mx_specs`` None is the defaults, as there."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rounded(ew.rms_norm, x, self.mx_specs, self.normalized_shape, self.weight, self.eps, bias=self.bias)
@@ -182,8 +174,7 @@ BatchNorm3d = mx_module(torch.nn.BatchNorm3d, 1, _batch_norm_forward)
 
 
 def _simd_binary(op: str, symbol: str, note: str = "") -> Callable[..., torch.Tensor]:
-    """``simd_<op>(in1, in2, mx_specs=None)``: ``in1 <symbol> in2`` rounded, operands too (a number
-    ``in2`` used as given)."""
+    """``simd_<op>(in1, in2, mx_specs=None)``: ``in1 <symbol> in2`` rounded, operands too."""
     plain = getattr(operator, "truediv" if op == "div" else op)
 
     def simd(in1: torch.Tensor, in2: Operand, mx_specs: Specs = None) -> torch.Tensor:
