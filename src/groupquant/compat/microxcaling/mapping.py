@@ -13,7 +13,7 @@ from ...ops.precision import ElementPrecision, resolve_precision
 from .specs import apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "rounding_kit",
-           "rounded", "scale_format", "scale_rule", "group_size"]
+           "rounded", "scale_format", "group_size"]
 
 #: microxcaling's MX element formats (groupquant's names), and its one alias
 MX_ELEM_FORMATS = ("fp8_e5m2", "fp8_e4m3", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1", "int8", "int4", "int2")
@@ -47,11 +47,6 @@ def scale_format(scale_bits: int, flush_fp32_subnorms: bool = False,
     if bits == 8 and not flush_fp32_subnorms and not float_log2:
         return None
     return ExponentScale(bits, saturating=False, flush_subnormal_blocks=bool(flush_fp32_subnorms))
-
-
-def scale_rule(mx_specs: Mapping[str, Any]) -> str:
-    """``float_log2`` with ``shared_exp_from_float_log2`` (microxcaling's exponent), else OCP's exact ``floor``."""
-    return "float_log2" if mx_specs.get("shared_exp_from_float_log2") else "floor"
 
 
 def group_size(mx_specs: Mapping[str, Any], block_size: Optional[int] = None) -> int:

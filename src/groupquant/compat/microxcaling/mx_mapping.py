@@ -20,12 +20,10 @@ from .vector_ops import (GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm,
 
 __all__ = ["inject_pyt_ops", "restore_pyt_ops", "injected_pyt_ops", "MODULE_MAPPING", "FUNCTION_MAPPING"]
 
-MODULE_MAPPING: Dict[str, type] = {
-    "BatchNorm1d": BatchNorm1d, "BatchNorm2d": BatchNorm2d, "BatchNorm3d": BatchNorm3d, "Conv1d": Conv1d,
-    "Conv2d": Conv2d, "Conv3d": Conv3d, "GELU": GELU, "GroupNorm": GroupNorm, "LayerNorm": LayerNorm,
-    "LeakyReLU": LeakyReLU, "Linear": Linear, "ReLU": ReLU, "ReLU6": ReLU6, "SiLU": SiLU,
-    "Sigmoid": Sigmoid, "Softmax": Softmax, "Tanh": Tanh,
-}
+#: the torch.nn classes injection replaces, each by the compat class of its name
+MODULE_MAPPING: Dict[str, type] = {cls.__name__: cls for cls in (
+    BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d, GELU, GroupNorm, LayerNorm, LeakyReLU, Linear, ReLU,
+    ReLU6, SiLU, Sigmoid, Softmax, Tanh)}
 
 
 def _addmm(bias: torch.Tensor, in1: torch.Tensor, in2: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None,
@@ -34,11 +32,11 @@ def _addmm(bias: torch.Tensor, in1: torch.Tensor, in2: torch.Tensor, mx_specs: O
     return matmul(in1, in2, bias=bias, mx_specs=mx_specs, name=name)
 
 
+#: the torch / F functions injection replaces (by name), and their compat functions
 FUNCTION_MAPPING: Dict[str, Callable[..., Any]] = {
-    "batch_norm": batch_norm, "conv1d": conv1d, "conv2d": conv2d, "conv3d": conv3d, "gelu": gelu,
-    "group_norm": group_norm, "layer_norm": layer_norm, "leaky_relu": leaky_relu, "linear": linear, "relu": relu,
-    "relu6": relu6, "sigmoid": sigmoid, "silu": silu,
-    "softmax": softmax, "tanh": tanh, "add": simd_add, "sub": simd_sub, "mul": simd_mul, "div": simd_div,
+    **{fn.__name__: fn for fn in (batch_norm, conv1d, conv2d, conv3d, gelu, group_norm, layer_norm, leaky_relu, linear,
+                                  relu, relu6, sigmoid, silu, softmax, tanh)},
+    "add": simd_add, "sub": simd_sub, "mul": simd_mul, "div": simd_div,
     "exp": simd_exp, "log": simd_log, "sum": simd_reduce_sum, "mean": simd_reduce_mean, "norm": simd_norm,
     "square": simd_square, "matmul": matmul, "mm": matmul, "addmm": _addmm, "bmm": bmm,
 }

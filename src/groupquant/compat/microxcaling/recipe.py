@@ -12,7 +12,7 @@ from ...formats import IntFormat
 from ...nn import DISABLED, GemmRounding, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
-from .mapping import elem_format, element_precision, group_size, mx_rounding, scale_format, scale_rule
+from .mapping import elem_format, element_precision, group_size, mx_rounding, scale_format
 from .specs import ELEM_FORMAT_KEYS, MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["recipe_from_mx_specs"]
@@ -54,10 +54,9 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str],
     settings.update({"group_size": group_size(specs) or WHOLE_AXIS,
                       "float_to_int_rounding": FloatToIntRounding(
                           "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))})
-    rule = scale_rule(specs)
-    if rule != "floor":
-        settings["scale_rounding"] = rule
-    sf = scale_format(specs["scale_bits"], specs["mx_flush_fp32_subnorms"], rule == "float_log2")
+    if specs["shared_exp_from_float_log2"]:  # microxcaling's exponent (else OCP's exact floor)
+        settings["scale_rounding"] = "float_log2"
+    sf = scale_format(specs["scale_bits"], specs["mx_flush_fp32_subnorms"], bool(specs["shared_exp_from_float_log2"]))
     if sf is not None:
         settings["scale_format"] = sf
     return (pair.weight if kind == "weight" else pair.act).let(**settings)

@@ -151,14 +151,12 @@ def add_mx_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     group = parser.add_argument_group("mx", "MX specs")
     group.add_argument("--mx_dir", type=str, default=None, help="accepted for compatibility; unused")
     for key, default in DEFAULTS.items():
-        if key in ELEM_FORMAT_KEYS:
-            group.add_argument("--" + key, type=str, default=default, help=HELP[key])
-        elif default is False:
+        if default is False:
             group.add_argument("--" + key, action="store_true", help=HELP[key])
         elif default is True:
             group.add_argument("--no_" + key, action="store_true", help=HELP[key])
-        else:
-            group.add_argument("--" + key, type=type(default), default=None, help=HELP[key])
+        else:  # unset (None) unless given: finalize_mx_specs fills it
+            group.add_argument("--" + key, type=str if default is None else type(default), default=None, help=HELP[key])
     group.add_argument("--skip_early_exit", action="store_true", default=False,
                        help="return specs even when nothing quantizes")
     return parser

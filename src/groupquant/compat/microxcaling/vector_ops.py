@@ -133,8 +133,7 @@ class LayerNorm(MxSpecsMixin, torch.nn.LayerNorm):
         super().__init__(hidden_size, eps=eps, **kwargs)
         self._init_mx(mx_specs, name)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, mx_specs=self.specs_or_none())
+    forward = calls(layer_norm, "normalized_shape", "weight", "bias", "eps")
 
 
 class RMSNorm(LayerNorm):
@@ -168,9 +167,8 @@ LeakyReLU = mx_module(torch.nn.LeakyReLU, 2, calls(leaky_relu, "negative_slope",
 SiLU = mx_module(torch.nn.SiLU, 1, calls(silu, "inplace"))
 Softmax = mx_module(torch.nn.Softmax, 1, calls(softmax, "dim"))
 GroupNorm = mx_module(torch.nn.GroupNorm, 2, calls(group_norm, "num_groups", "weight", "bias", "eps"))
-BatchNorm1d = mx_module(torch.nn.BatchNorm1d, 1, _batch_norm_forward)
-BatchNorm2d = mx_module(torch.nn.BatchNorm2d, 1, _batch_norm_forward)
-BatchNorm3d = mx_module(torch.nn.BatchNorm3d, 1, _batch_norm_forward)
+BatchNorm1d, BatchNorm2d, BatchNorm3d = (mx_module(base, 1, _batch_norm_forward)
+                                         for base in (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d))
 
 
 def _simd_binary(op: str, symbol: str, note: str = "") -> Callable[..., torch.Tensor]:
