@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
-import torch
+from torch import Tensor
 
 from ...formats import ElementFormat, ExponentScale, get_format
 from ...elementwise.rounded_math import RoundedMath
 from ...ops.precision import ElementPrecision, resolve_precision
-from .specs import apply_mx_specs, get_backwards_mx_specs
+from .specs import Specs, apply_mx_specs, get_backwards_mx_specs
 
 __all__ = ["MX_ELEM_FORMATS", "elem_format", "mx_rounding", "element_precision", "rounding_kit",
            "rounded", "scale_format", "group_size"]
@@ -88,8 +88,7 @@ def element_precision(mx_specs: Mapping[str, Any], round: Optional[str] = None,
 _BFLOAT16 = resolve_precision("bfloat16")
 
 
-def rounding_kit(mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = None,
-                 gradient: bool = True) -> RoundedMath:
+def rounding_kit(mx_specs: Specs, round: Optional[str] = None, gradient: bool = True) -> RoundedMath:
     """microxcaling's vector arithmetic of ``mx_specs`` as groupquant's rounding kit (each setting it reads:
     ``docs/compat-microxcaling.md``), with the gradient kit of the backward specs when ``gradient``."""
     specs = apply_mx_specs(mx_specs)
@@ -100,7 +99,6 @@ def rounding_kit(mx_specs: Optional[Mapping[str, Any]], round: Optional[str] = N
                        grad=grad)
 
 
-def rounded(op: Callable[..., torch.Tensor], input: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
-            *args: Any, **kwargs: Any) -> torch.Tensor:
+def rounded(op: Callable[..., Tensor], input: Tensor, mx_specs: Specs, *args: Any, **kwargs: Any) -> Tensor:
     """The :mod:`groupquant.elementwise` ``op`` of ``input`` with the kit of ``mx_specs``, in ``input``'s dtype."""
     return op(input, *args, precision=rounding_kit(mx_specs), **kwargs).to(input.dtype)

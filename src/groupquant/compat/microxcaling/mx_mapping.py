@@ -6,13 +6,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from . import _torch
 from .gemm import Conv1d, Conv2d, Conv3d, Linear, bmm, conv1d, conv2d, conv3d, linear, matmul
+from .specs import Specs
 from .vector_ops import (GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, LeakyReLU, ReLU, ReLU6,
                          SiLU, Sigmoid, Softmax, Tanh, batch_norm, gelu, group_norm, layer_norm, leaky_relu, relu,
                          relu6, sigmoid, silu, simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm,
@@ -26,8 +28,7 @@ MODULE_MAPPING: Dict[str, type] = {cls.__name__: cls for cls in (
     ReLU6, SiLU, Sigmoid, Softmax, Tanh)}
 
 
-def _addmm(bias: torch.Tensor, in1: torch.Tensor, in2: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None,
-           name: Optional[str] = None) -> torch.Tensor:
+def _addmm(bias: Tensor, in1: Tensor, in2: Tensor, mx_specs: Specs = None, name: Optional[str] = None) -> Tensor:
     """``torch.addmm(bias, a, b)`` as ``matmul(a, b, bias)``."""
     return matmul(in1, in2, bias=bias, mx_specs=mx_specs, name=name)
 

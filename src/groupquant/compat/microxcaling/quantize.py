@@ -3,19 +3,19 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence, Union
 
-import torch
+from torch import Tensor
 
 from ...elementwise.unary import cast
 from ...ops.api import fake_quant
 from ...ops.precision import round_to_precision
 from ._torch import native_torch
 from .mapping import elem_format as to_format, element_precision, group_size, mx_rounding, scale_format, rounding_kit
+from .specs import Specs
 
 __all__ = ["quantize_elemwise_op", "quantize_mx_op", "quantize_bfloat"]
 
 
-def quantize_elemwise_op(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
-                         round: Optional[str] = None) -> torch.Tensor:
+def quantize_elemwise_op(x: Tensor, mx_specs: Specs, round: Optional[str] = None) -> Tensor:
     """``x`` rounded to the bfloat/fp precision of ``mx_specs`` with ``round`` (None: ``mx_specs['round']``)."""
     if mx_specs is None:
         return x
@@ -39,10 +39,9 @@ def _one_axis(axes: Union[int, Sequence[int], None], ndim: int) -> int:
     return axis
 
 
-def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: Any = None,
-                   block_size: Optional[int] = None, axes: Union[int, Sequence[int], None] = None,
-                   round: str = "nearest", expand_and_reshape: bool = False,
-                   shared_exp_from_float_log2: Optional[bool] = None) -> torch.Tensor:
+def quantize_mx_op(A: Tensor, mx_specs: Mapping[str, Any], elem_format: Any = None, block_size: Optional[int] = None,
+                   axes: Union[int, Sequence[int], None] = None, round: str = "nearest",
+                   expand_and_reshape: bool = False, shared_exp_from_float_log2: Optional[bool] = None) -> Tensor:
     """microxcaling's ``quantize_mx_op``: :func:`groupquant.fake_quant` of ``A`` along the one dim in ``axes``
     with the settings of ``mx_specs`` where an argument is None (``expand_and_reshape`` is ignored, as there)."""
     fmt = to_format(elem_format, "elem_format")
@@ -58,8 +57,7 @@ def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: An
                           scale_mode="float_log2" if float_log2 else "floor", scale_format=sf)
 
 
-def quantize_bfloat(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
-                    round: Optional[str] = None) -> torch.Tensor:
+def quantize_bfloat(x: Tensor, mx_specs: Specs, round: Optional[str] = None) -> Tensor:
     """``x`` rounded to the bfloat/fp precision of ``mx_specs``, its gradient with the backward specs."""
     if mx_specs is None:
         return x

@@ -52,6 +52,8 @@ SETTINGS: Dict[str, Tuple[Any, Optional[str], str]] = {
 DEFAULTS: Dict[str, Any] = {key: default for key, (default, _, _) in SETTINGS.items()}
 HELP: Dict[str, str] = {key: text for key, (_, _, text) in SETTINGS.items()}
 ELEM_FORMAT_KEYS = tuple(key for key in SETTINGS if "elem_format" in key)
+#: ``mx_specs`` as the ops take it: settings over the defaults, or None (the plain torch op)
+Specs = Optional[Mapping[str, Any]]
 
 
 class UnknownMxSpecError(UnknownSettingError, KeyError):
@@ -108,7 +110,7 @@ def get_default_mx_specs() -> MxSpecs:
     return MxSpecs()
 
 
-def apply_mx_specs(mx_specs: Optional[Mapping[str, Any]], default_mx_specs: Optional[MxSpecs] = None) -> MxSpecs:
+def apply_mx_specs(mx_specs: Specs, default_mx_specs: Optional[MxSpecs] = None) -> MxSpecs:
     """``default_mx_specs`` (or the defaults) overridden by the entries of ``mx_specs`` that are not None."""
     out = default_mx_specs if default_mx_specs else get_default_mx_specs()
     if not mx_specs:
