@@ -24,6 +24,7 @@ __all__ = ["sigmoid", "tanh", "relu", "relu6", "leaky_relu", "silu", "gelu", "so
            "simd_reduce_mean", "simd_norm"]
 
 Operand = Union[Tensor, float]
+Dims = Union[int, Sequence[int], None]
 
 
 def sigmoid(input: Tensor, mx_specs: Specs = None, name: Optional[str] = None) -> Tensor:
@@ -208,15 +209,14 @@ simd_square, simd_sqrt = _simd_unary("square", "in1 ** 2"), _simd_unary("sqrt", 
 simd_exp, simd_log = _simd_unary("exp", "e**in1 (vec_use_exp2: through 2**x)"), _simd_unary("log", "log(in1)")
 
 
-def _dims(x: Tensor, dim: Union[int, Sequence[int], None]) -> List[int]:
+def _dims(x: Tensor, dim: Dims) -> List[int]:
     """The dims of a reduction (all of ``x``'s when ``dim`` is None)."""
     if dim is None:
         return list(range(x.ndim))
     return [dim] if isinstance(dim, int) else list(dim)
 
 
-def simd_reduce_sum(in1: Tensor, dim: Union[int, Sequence[int], None] = None, keepdim: bool = False,
-                    mx_specs: Specs = None) -> Tensor:
+def simd_reduce_sum(in1: Tensor, dim: Dims = None, keepdim: bool = False, mx_specs: Specs = None) -> Tensor:
     """``in1.sum(dim)`` of the rounded input, rounded (all dims when ``dim`` is None)."""
     dims = _dims(in1, dim)
     if mx_specs is None:
@@ -224,8 +224,7 @@ def simd_reduce_sum(in1: Tensor, dim: Union[int, Sequence[int], None] = None, ke
     return ew.sum(in1, dims, keepdim, precision=rounding_kit(mx_specs)).to(in1.dtype)
 
 
-def simd_reduce_mean(in1: Tensor, dim: Union[int, Sequence[int], None] = None, keepdim: bool = False,
-                     mx_specs: Specs = None) -> Tensor:
+def simd_reduce_mean(in1: Tensor, dim: Dims = None, keepdim: bool = False, mx_specs: Specs = None) -> Tensor:
     """The rounded sum times ``1 / n``, rounded (as microxcaling: a multiply, not a divide)."""
     dims = _dims(in1, dim)
     if mx_specs is None:
