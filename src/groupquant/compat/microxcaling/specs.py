@@ -127,7 +127,8 @@ _ACTIVE = ELEM_FORMAT_KEYS + ("bfloat", "fp")
 def finalize_mx_specs(specs: Dict[str, Any], early_exit: bool = True) -> Optional[MxSpecs]:
     """microxcaling's ``finalize_mx_specs``, in place: a key absent or None takes the value of the setting it
     follows (:data:`SETTINGS`), then the defaults; None when nothing quantizes and ``early_exit``. An unknown
-    key raises :class:`UnknownMxSpecError` first (a misspelling never reads as "quantize nothing")."""
+    key raises :class:`UnknownMxSpecError` first (a misspelling never reads as "quantize nothing"). Pass a
+    plain dict: an :class:`MxSpecs` holds every key at its default already, so none of its keys follow."""
     for key in specs:
         if key not in DEFAULTS:
             raise _unknown(key)
