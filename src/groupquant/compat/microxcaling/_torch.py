@@ -1,10 +1,5 @@
-"""The torch functions compat ops call, captured at import, and the guard that keeps them native.
-
-``inject_pyt_ops`` replaces entries of ``torch`` and ``torch.nn.functional`` (``torch.div``,
-``torch.exp``, ``F.linear``, ...). Compat ops call the originals kept here, and groupquant's own
-arithmetic (rounding, fake quantization) runs inside :func:`native_torch`, during which the
-injected entries call the originals too; so an injected op never recurses into itself or rounds
-groupquant's internal steps.
+"""The torch functions compat ops call, captured at import, and :func:`native_torch`, within which injected
+torch entries call these originals (so groupquant's own arithmetic is never replaced or rounded).
 """
 from __future__ import annotations
 
@@ -14,10 +9,6 @@ from typing import Iterator
 
 import torch
 import torch.nn.functional as F
-
-__all__ = ["native_torch", "in_native_torch", "exp", "log", "sqrt", "tanh", "sigmoid", "matmul", "linear", "conv1d",
-           "conv2d", "conv3d", "relu", "relu6", "leaky_relu", "silu", "gelu", "softmax", "layer_norm", "group_norm",
-           "batch_norm"]
 
 exp, log, sqrt, tanh, sigmoid, matmul = torch.exp, torch.log, torch.sqrt, torch.tanh, torch.sigmoid, torch.matmul
 linear, conv1d, conv2d, conv3d = F.linear, F.conv1d, F.conv2d, F.conv3d

@@ -1,10 +1,5 @@
-"""The GEMM layers taking ``mx_specs`` (``Linear`` / ``linear``, ``Conv1d`` / ``2d`` / ``3d`` and
-their functions, ``matmul`` / ``bmm``): groupquant quant layers built from :mod:`.recipe`, one
-stateless layer (dynamic MX scales) per distinct ``mx_specs`` and weight shape, borrowing ``W`` and
-``b`` at each call (:class:`~groupquant.nn.functional_quantizers.FunctionalLinear` /
-``FunctionalConv``, :class:`groupquant.nn.QuantMatMul`). A convolution quantizes its backward
-operands whole (``blocks_across_groups``: a grouped convolution's blocks may span its groups, as
-microxcaling's). The order of every rounding: ``docs/compat-microxcaling.md``.
+"""The GEMM layers and functions taking ``mx_specs``: one stateless groupquant quant layer (:mod:`.recipe`) per
+distinct ``mx_specs`` and weight shape, borrowing ``W`` and ``b`` at each call (``docs/compat-microxcaling.md``).
 """
 from __future__ import annotations
 
@@ -12,6 +7,7 @@ import functools
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 import torch
+from torch import Tensor
 
 from ...nn import QuantMatMul
 from ...nn.functional_quantizers import FunctionalConv, FunctionalLinear
@@ -19,7 +15,7 @@ from . import _torch
 from ._torch import native_torch
 from .module_specs import calls, mx_module
 from .recipe import _recipe, matmul_settings
-from .specs import MxSpecs, apply_mx_specs
+from .specs import MxSpecs, Specs, apply_mx_specs
 
 __all__ = ["Linear", "linear", "Conv1d", "Conv2d", "Conv3d", "conv1d", "conv2d", "conv3d", "matmul", "bmm"]
 
@@ -30,8 +26,7 @@ Key = Tuple[Tuple[str, Any], ...]
 
 
 def _key(mx_specs: Mapping[str, Any]) -> Key:
-    """The settings over the defaults as a hashable key: one layer per distinct ``mx_specs`` (a bad
-    value raises when the layer is built, the error naming the user's key)."""
+    """The settings over the defaults as a hashable key (a bad value raises when the layer is built)."""
     return tuple(sorted(apply_mx_specs(mx_specs).items(), key=lambda item: item[0]))
 
 
@@ -59,11 +54,9 @@ def _matmul_layer(key: Key, mode: str) -> QuantMatMul:
     return QuantMatMul(**matmul_settings(MxSpecs(dict(key)), mode))
 
 
-def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-           mx_specs: Optional[Mapping[str, Any]] = None, prequantized_weights: bool = False,
-           name: Optional[str] = None) -> torch.Tensor:
-    """``F.linear`` with ``mx_specs`` (plain ``F.linear`` when None). ``prequantized_weights`` must be
-    False (microxcaling's bfloat16-weight inference shortcut is not provided)."""
+def linear(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, mx_specs: Specs = None,
+           prequantized_weights: bool = False, name: Optional[str] = None) -> Tensor:
+    """``F.linear`` with ``mx_specs`` (plain when None); ``prequantized_weights=True`` is not provided."""
     if prequantized_weights:
         raise NotImplementedError("linear(prequantized_weights=True) is not provided by groupquant's "
                                   "microxcaling compat; quantize the weights with groupquant.pack_model instead")
@@ -76,10 +69,9 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
         return layer(input, weight, bias)
 
 
-def _conv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-          dilation: Any, groups: int, mx_specs: Optional[Mapping[str, Any]], spatial: int) -> torch.Tensor:
-    """The convolution with ``spatial`` dims (1, 2, 3), plain when ``mx_specs`` is None. An unbatched
-    input (no N dim) gives an unbatched output, as torch's convolutions do."""
+def _conv(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: Any, padding: Any, dilation: Any, groups: int,
+          mx_specs: Specs, spatial: int) -> Tensor:
+    """The convolution with ``spatial`` dims (plain when ``mx_specs`` is None); unbatched input as torch's."""
     if x.ndim == spatial + 1:
         return _conv(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, mx_specs, spatial).squeeze(0)
     if x.ndim != spatial + 2:
@@ -95,13 +87,11 @@ def _conv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], s
                      _per_dim(dilation, spatial))
 
 
-def _conv_function(spatial: int) -> Callable[..., torch.Tensor]:
-    """``conv{spatial}d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, mx_specs=None,
-    name=None)``: torch's convolution with ``mx_specs`` (plain when None)."""
+def _conv_function(spatial: int) -> Callable[..., Tensor]:
+    """``F.conv{spatial}d`` taking ``mx_specs`` and ``name`` after its arguments."""
 
-    def conv(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, stride: Any = 1,
-             padding: Any = 0, dilation: Any = 1, groups: int = 1, mx_specs: Optional[Mapping[str, Any]] = None,
-             name: Optional[str] = None) -> torch.Tensor:
+    def conv(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: Any = 1, padding: Any = 0,
+             dilation: Any = 1, groups: int = 1, mx_specs: Specs = None, name: Optional[str] = None) -> Tensor:
         return _conv(input, weight, bias, stride, padding, dilation, groups, mx_specs, spatial)
 
     conv.__name__ = conv.__qualname__ = f"conv{spatial}d"
@@ -112,12 +102,10 @@ def _conv_function(spatial: int) -> Callable[..., torch.Tensor]:
 conv1d, conv2d, conv3d = _conv_function(1), _conv_function(2), _conv_function(3)
 
 
-def matmul(in1: torch.Tensor, in2: torch.Tensor, bias: Optional[torch.Tensor] = None,
-           mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
-           mode_config: str = "aa") -> torch.Tensor:
-    """``torch.matmul(in1, in2)`` (``+ bias``) with ``mx_specs``; plain torch when None.
-
-    ``mode_config``: ``'aa'`` (both activations), ``'aw'`` / ``'wa'`` (that side a weight)."""
+def matmul(in1: Tensor, in2: Tensor, bias: Optional[Tensor] = None, mx_specs: Specs = None, name: Optional[str] = None,
+           mode_config: str = "aa") -> Tensor:
+    """``torch.matmul(in1, in2) (+ bias)`` with ``mx_specs`` (plain when None); ``mode_config`` ``'aw'`` / ``'wa'``:
+    that side is a weight."""
     if mode_config not in _MODES:
         raise ValueError(f"matmul mode_config must be one of {_MODES}, got {mode_config!r}")
     if mx_specs is None:
@@ -132,16 +120,15 @@ def matmul(in1: torch.Tensor, in2: torch.Tensor, bias: Optional[torch.Tensor] = 
         return layer(in1, in2, bias)
 
 
-def bmm(in1: torch.Tensor, in2: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None,
-        name: Optional[str] = None) -> torch.Tensor:
+def bmm(in1: Tensor, in2: Tensor, mx_specs: Specs = None, name: Optional[str] = None) -> Tensor:
     """``torch.bmm`` with ``mx_specs`` (both sides activations; plain torch when None)."""
     if in1.ndim != 3 or in2.ndim != 3:
         raise ValueError(f"bmm takes two 3-d tensors, got shapes {tuple(in1.shape)} and {tuple(in2.shape)}")
     return matmul(in1, in2, mx_specs=mx_specs, name=name)
 
 
-def _module_conv(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Any, padding: Any,
-                 dilation: Any, groups: int, padding_mode: str, mx_specs: Optional[Mapping[str, Any]]) -> torch.Tensor:
+def _module_conv(input: Tensor, weight: Tensor, bias: Optional[Tensor], stride: Any, padding: Any, dilation: Any,
+                 groups: int, padding_mode: str, mx_specs: Specs) -> Tensor:
     """A convolution module's forward (zero padding only)."""
     if padding_mode != "zeros":
         raise NotImplementedError(f"padding_mode={padding_mode!r} with mx_specs; use 'zeros'")
@@ -150,6 +137,5 @@ def _module_conv(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
 
 Linear = mx_module(torch.nn.Linear, 3, calls(linear, "weight", "bias"))
 _CONV_ATTRS = ("weight", "bias", "stride", "padding", "dilation", "groups", "padding_mode")
-Conv1d = mx_module(torch.nn.Conv1d, 9, calls(_module_conv, *_CONV_ATTRS))
-Conv2d = mx_module(torch.nn.Conv2d, 9, calls(_module_conv, *_CONV_ATTRS))
-Conv3d = mx_module(torch.nn.Conv3d, 9, calls(_module_conv, *_CONV_ATTRS))
+Conv1d, Conv2d, Conv3d = (mx_module(base, 9, calls(_module_conv, *_CONV_ATTRS))
+                          for base in (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d))

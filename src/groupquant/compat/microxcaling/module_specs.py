@@ -1,35 +1,29 @@
-"""The compat modules: torch's module classes taking microxcaling's ``mx_specs`` and ``name``.
-
-:class:`MxSpecsMixin` is the ``mx_specs`` / ``name`` handling every compat module shares
-(microxcaling's module helpers); :func:`mx_module` makes the compat class of a torch module from
-its forward, built by :func:`calls` for a module whose forward is one compat function.
-"""
+"""The compat modules: torch's module classes taking microxcaling's ``mx_specs`` and ``name``."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
-import torch
+from torch import Tensor
 
-from .specs import MxSpecs, apply_mx_specs
+from .specs import MxSpecs, Specs, apply_mx_specs
 
 __all__ = ["MxSpecsMixin", "mx_module", "calls"]
 
-Forward = Callable[[Any, torch.Tensor], torch.Tensor]
+Forward = Callable[[Any, Tensor], Tensor]
 
 
 class MxSpecsMixin:
-    """Mixed into each compat module: ``apply_mx_specs`` / ``append_name`` as microxcaling's modules
-    have them; ``mx_specs=None`` means the plain torch op (:meth:`specs_or_none`)."""
+    """microxcaling's module helpers, mixed into each compat module (``mx_specs=None``: the plain torch op)."""
 
     mx_none: bool
     mx_specs: MxSpecs
     name: Optional[str]
 
-    def _init_mx(self, mx_specs: Optional[Mapping[str, Any]], name: Optional[str]) -> None:
+    def _init_mx(self, mx_specs: Specs, name: Optional[str]) -> None:
         self.name = name
         self.apply_mx_specs(mx_specs)
 
-    def apply_mx_specs(self, mx_specs: Optional[Mapping[str, Any]]) -> None:
+    def apply_mx_specs(self, mx_specs: Specs) -> None:
         """Replace the settings (None: the plain torch op)."""
         self.mx_none = mx_specs is None
         self.mx_specs = apply_mx_specs(mx_specs)
@@ -43,10 +37,10 @@ class MxSpecsMixin:
         return None if self.mx_none else self.mx_specs
 
 
-def calls(function: Callable[..., torch.Tensor], *attributes: str) -> Forward:
+def calls(function: Callable[..., Tensor], *attributes: str) -> Forward:
     """The forward ``function(input, *module.<attributes>, mx_specs=module.specs_or_none())``."""
 
-    def forward(self: Any, input: torch.Tensor) -> torch.Tensor:
+    def forward(self: Any, input: Tensor) -> Tensor:
         return function(input, *(getattr(self, a) for a in attributes), mx_specs=self.specs_or_none())
 
     forward.__module__ = function.__module__
@@ -54,12 +48,10 @@ def calls(function: Callable[..., torch.Tensor], *attributes: str) -> Forward:
 
 
 def mx_module(base: type, torch_args: int, forward: Forward) -> type:
-    """The compat class of torch module ``base``: its arguments, then ``mx_specs`` and ``name``
-    (microxcaling's order: after the first ``torch_args`` positional arguments, or as keywords),
-    with ``forward(module, input)``. Named as ``base``, in ``forward``'s module."""
+    """The compat class of torch module ``base`` with ``forward``: ``mx_specs`` and ``name`` follow its first
+    ``torch_args`` positional arguments (microxcaling's order) or come as keywords."""
 
-    def __init__(self: Any, *args: Any, mx_specs: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
-                 **kwargs: Any) -> None:
+    def __init__(self: Any, *args: Any, mx_specs: Specs = None, name: Optional[str] = None, **kwargs: Any) -> None:
         base.__init__(self, *args[:torch_args], **kwargs)
         if len(args) > torch_args:  # mx_specs (and name) given by position, as microxcaling allows
             mx_specs, *rest = args[torch_args:]

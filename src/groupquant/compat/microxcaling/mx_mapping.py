@@ -1,22 +1,20 @@
-"""``inject_pyt_ops(mx_specs)``: replace torch's layers and functions globally, as microxcaling does
-(later ``torch.nn.Linear(...)`` builds the compat layer with ``mx_specs``; later ``F.linear``,
-``torch.add``, ... round as the compat op does). :func:`restore_pyt_ops` (or the nesting context
-manager :func:`injected_pyt_ops`) undoes it. A call whose arguments the compat op does not take,
-and every torch call inside groupquant's own arithmetic, goes to torch's function (a ``dtype``
-keyword casts the result). ConvTranspose2d, LSTM and AdaptiveAvgPool2d stay torch's.
+"""``inject_pyt_ops(mx_specs)``: replace torch's layers and functions globally, as microxcaling does, with the
+compat ones bound to ``mx_specs``; :func:`restore_pyt_ops` or the nesting :func:`injected_pyt_ops` undo it.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import inspect
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from . import _torch
 from .gemm import Conv1d, Conv2d, Conv3d, Linear, bmm, conv1d, conv2d, conv3d, linear, matmul
+from .specs import Specs
 from .vector_ops import (GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, LeakyReLU, ReLU, ReLU6,
                          SiLU, Sigmoid, Softmax, Tanh, batch_norm, gelu, group_norm, layer_norm, leaky_relu, relu,
                          relu6, sigmoid, silu, simd_add, simd_div, simd_exp, simd_log, simd_mul, simd_norm,
@@ -24,25 +22,22 @@ from .vector_ops import (GELU, BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm,
 
 __all__ = ["inject_pyt_ops", "restore_pyt_ops", "injected_pyt_ops", "MODULE_MAPPING", "FUNCTION_MAPPING"]
 
-MODULE_MAPPING: Dict[str, type] = {
-    "BatchNorm1d": BatchNorm1d, "BatchNorm2d": BatchNorm2d, "BatchNorm3d": BatchNorm3d, "Conv1d": Conv1d,
-    "Conv2d": Conv2d, "Conv3d": Conv3d, "GELU": GELU, "GroupNorm": GroupNorm, "LayerNorm": LayerNorm,
-    "LeakyReLU": LeakyReLU, "Linear": Linear, "ReLU": ReLU, "ReLU6": ReLU6, "SiLU": SiLU,
-    "Sigmoid": Sigmoid, "Softmax": Softmax, "Tanh": Tanh,
-}
+#: the torch.nn classes injection replaces, each by the compat class of its name
+MODULE_MAPPING: Dict[str, type] = {cls.__name__: cls for cls in (
+    BatchNorm1d, BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d, GELU, GroupNorm, LayerNorm, LeakyReLU, Linear, ReLU,
+    ReLU6, SiLU, Sigmoid, Softmax, Tanh)}
 
 
-def _addmm(bias: torch.Tensor, in1: torch.Tensor, in2: torch.Tensor, mx_specs: Optional[Mapping[str, Any]] = None,
-           name: Optional[str] = None) -> torch.Tensor:
+def _addmm(bias: Tensor, in1: Tensor, in2: Tensor, mx_specs: Specs = None, name: Optional[str] = None) -> Tensor:
     """``torch.addmm(bias, a, b)`` as ``matmul(a, b, bias)``."""
     return matmul(in1, in2, bias=bias, mx_specs=mx_specs, name=name)
 
 
+#: the torch / F functions injection replaces (by name), and their compat functions
 FUNCTION_MAPPING: Dict[str, Callable[..., Any]] = {
-    "batch_norm": batch_norm, "conv1d": conv1d, "conv2d": conv2d, "conv3d": conv3d, "gelu": gelu,
-    "group_norm": group_norm, "layer_norm": layer_norm, "leaky_relu": leaky_relu, "linear": linear, "relu": relu,
-    "relu6": relu6, "sigmoid": sigmoid, "silu": silu,
-    "softmax": softmax, "tanh": tanh, "add": simd_add, "sub": simd_sub, "mul": simd_mul, "div": simd_div,
+    **{fn.__name__: fn for fn in (batch_norm, conv1d, conv2d, conv3d, gelu, group_norm, layer_norm, leaky_relu, linear,
+                                  relu, relu6, sigmoid, silu, softmax, tanh)},
+    "add": simd_add, "sub": simd_sub, "mul": simd_mul, "div": simd_div,
     "exp": simd_exp, "log": simd_log, "sum": simd_reduce_sum, "mean": simd_reduce_mean, "norm": simd_norm,
     "square": simd_square, "matmul": matmul, "mm": matmul, "addmm": _addmm, "bmm": bmm,
 }
@@ -54,8 +49,8 @@ _ACTIVE: List[Any] = [None]
 
 
 def _wrap(compat: Callable[..., Any], original: Callable[..., Any], mx_specs: Any) -> Callable[..., Any]:
-    """``compat(..., mx_specs=mx_specs)``, or ``original`` inside groupquant or for arguments ``compat``
-    does not take. A ``dtype`` keyword casts the result."""
+    """``compat(..., mx_specs=mx_specs)``, or ``original`` inside groupquant or for arguments ``compat`` does not
+    take (a ``dtype`` keyword casts the result)."""
     signature = inspect.signature(compat)
 
     @functools.wraps(original)
@@ -77,13 +72,9 @@ def _wrap(compat: Callable[..., Any], original: Callable[..., Any], mx_specs: An
 
 
 def _module_class(cls: type, mx_specs: Any) -> type:
-    """A subclass of ``cls`` whose constructor passes ``mx_specs``."""
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("mx_specs", mx_specs)
-        cls.__init__(self, *args, **kwargs)
-
-    return type(f"{cls.__name__}_inj", (cls,), {"__init__": __init__, "__module__": cls.__module__})
+    """A subclass of ``cls`` whose constructor passes ``mx_specs`` unless given."""
+    init = functools.partialmethod(cls.__init__, mx_specs=mx_specs)
+    return type(f"{cls.__name__}_inj", (cls,), {"__init__": init, "__module__": cls.__module__})
 
 
 def _replace(namespace: Dict[str, Any], name: str, value: Any) -> None:
@@ -92,9 +83,7 @@ def _replace(namespace: Dict[str, Any], name: str, value: Any) -> None:
 
 
 def inject_pyt_ops(mx_specs: Any) -> None:
-    """Replace torch's layers and functions with the compat ones bound to ``mx_specs``.
-
-    A second call first restores the originals (so injections do not stack)."""
+    """Replace torch's layers and functions with the compat ones bound to ``mx_specs`` (replacing, not stacking)."""
     restore_pyt_ops()
     _ACTIVE[0] = mx_specs
     originals = {"torch": torch.__dict__, "F": F.__dict__}
@@ -116,8 +105,7 @@ def restore_pyt_ops() -> None:
 
 @contextlib.contextmanager
 def injected_pyt_ops(mx_specs: Any) -> Iterator[None]:
-    """``with injected_pyt_ops(specs): ...`` injects, and on the way out (errors too) puts back what
-    was in force before: torch's entries, or the enclosing block's injection when blocks nest."""
+    """Inject ``mx_specs`` within; on the way out put back what was in force (torch's, or the outer block's)."""
     outer = _ACTIVE[0]
     inject_pyt_ops(mx_specs)
     try:

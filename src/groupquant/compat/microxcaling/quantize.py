@@ -1,26 +1,22 @@
-"""microxcaling's quantizers on groupquant's ops: ``quantize_elemwise_op`` (the ``bfloat`` / ``fp``
-precision), ``quantize_mx_op`` (:func:`groupquant.fake_quant` with the scale rule, scale format and
-block of ``mx_specs``) and ``quantize_bfloat`` (the element-wise rounding with a rounded gradient).
-"""
+"""microxcaling's quantizers on groupquant's ops (what each is: ``docs/compat-microxcaling.md``)."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence, Union
 
-import torch
+from torch import Tensor
 
 from ...elementwise.unary import cast
 from ...ops.api import fake_quant
 from ...ops.precision import round_to_precision
 from ._torch import native_torch
 from .mapping import elem_format as to_format, element_precision, group_size, mx_rounding, scale_format, rounding_kit
+from .specs import Specs
 
 __all__ = ["quantize_elemwise_op", "quantize_mx_op", "quantize_bfloat"]
 
 
-def quantize_elemwise_op(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
-                         round: Optional[str] = None) -> torch.Tensor:
-    """``x`` rounded to the bfloat/fp precision of ``mx_specs`` with ``round`` (default ``round``);
-    ``x`` itself when ``mx_specs`` is None or sets neither."""
+def quantize_elemwise_op(x: Tensor, mx_specs: Specs, round: Optional[str] = None) -> Tensor:
+    """``x`` rounded to the bfloat/fp precision of ``mx_specs`` with ``round`` (None: ``mx_specs['round']``)."""
     if mx_specs is None:
         return x
     precision = element_precision(mx_specs, round, setting="round")
@@ -43,18 +39,11 @@ def _one_axis(axes: Union[int, Sequence[int], None], ndim: int) -> int:
     return axis
 
 
-def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: Any = None,
-                   block_size: Optional[int] = None, axes: Union[int, Sequence[int], None] = None,
-                   round: str = "nearest", expand_and_reshape: bool = False,
-                   shared_exp_from_float_log2: Optional[bool] = None) -> torch.Tensor:
-    """MX fake quantization of ``A`` as microxcaling's function of this name (no gradient of its own).
-
-    ``elem_format`` None: ``A`` unchanged. ``block_size`` None: ``mx_specs['block_size']`` (0: the
-    whole axis). ``axes``: the one dim blocks run along. ``round``: nearest / even / floor / dither.
-    ``shared_exp_from_float_log2`` None: ``mx_specs['shared_exp_from_float_log2']`` (microxcaling's
-    float-log2 exponent, the scale rule ``float_log2``). ``expand_and_reshape`` is accepted and
-    ignored (as microxcaling does).
-    """
+def quantize_mx_op(A: Tensor, mx_specs: Mapping[str, Any], elem_format: Any = None, block_size: Optional[int] = None,
+                   axes: Union[int, Sequence[int], None] = None, round: str = "nearest",
+                   expand_and_reshape: bool = False, shared_exp_from_float_log2: Optional[bool] = None) -> Tensor:
+    """microxcaling's ``quantize_mx_op``: :func:`groupquant.fake_quant` of ``A`` along the one dim in ``axes``
+    with the settings of ``mx_specs`` where an argument is None (``expand_and_reshape`` is ignored, as there)."""
     fmt = to_format(elem_format, "elem_format")
     if fmt is None:
         return A
@@ -68,11 +57,8 @@ def quantize_mx_op(A: torch.Tensor, mx_specs: Mapping[str, Any], elem_format: An
                           scale_mode="float_log2" if float_log2 else "floor", scale_format=sf)
 
 
-def quantize_bfloat(x: torch.Tensor, mx_specs: Optional[Mapping[str, Any]],
-                    round: Optional[str] = None) -> torch.Tensor:
-    """``x`` rounded to the bfloat/fp precision of ``mx_specs``, its gradient too with the backward
-    specs (microxcaling's ``quantize_bfloat``; :func:`groupquant.elementwise.cast`); ``x`` when
-    ``mx_specs`` is None."""
+def quantize_bfloat(x: Tensor, mx_specs: Specs, round: Optional[str] = None) -> Tensor:
+    """``x`` rounded to the bfloat/fp precision of ``mx_specs``, its gradient with the backward specs."""
     if mx_specs is None:
         return x
     return cast(x, precision=rounding_kit(mx_specs, round)).to(x.dtype)

@@ -1,13 +1,6 @@
-"""``mx_specs`` as a groupquant recipe: the one route of the compat GEMM layers (:mod:`.gemm`) and
-of a migrated program (``groupquant.quantize_model(model, recipe=recipe_from_mx_specs(specs))``).
-
-Each slot is the MX quantizer of its ``mx_specs`` format (:data:`_SLOTS`) with the block, MX round
-mode, scale rule and scale format of ``mx_specs``; an unset backward format is DISABLED, and so is
-every backward slot without ``quantize_backprop`` (microxcaling's float backward on the saved
-high-precision operands, not the straight-through gradient). ``bfloat`` / ``fp`` are the recipe's
-``gemm_rounding``; a linear layer's grad-weight GEMM groups each sequence on its own.
-:func:`recipe_from_mx_specs` refuses ``block_size=0`` and ``int4`` / ``int2`` (which the compat
-layers' ``_recipe`` takes) and warns by name about what it leaves out or runs on the reference.
+"""``mx_specs`` as a groupquant recipe: the one route of the compat GEMM layers (:mod:`.gemm`) and of a
+migrated program (``quantize_model(model, recipe=recipe_from_mx_specs(specs))``). Which slot each key sets,
+and what a recipe leaves out: ``docs/compat-microxcaling.md``.
 """
 from __future__ import annotations
 
@@ -19,10 +12,10 @@ from ...formats import IntFormat
 from ...nn import DISABLED, GemmRounding, Recipe
 from ...quantizers import MX_QUANTIZERS
 from ...quantizers.settings import FloatToIntRounding
-from .mapping import elem_format, element_precision, group_size, mx_rounding, scale_format, scale_rule
+from .mapping import elem_format, element_precision, group_size, mx_rounding, scale_format
 from .specs import ELEM_FORMAT_KEYS, MxSpecs, apply_mx_specs, get_backwards_mx_specs
 
-__all__ = ["recipe_from_mx_specs", "gemm_rounding", "matmul_settings"]
+__all__ = ["recipe_from_mx_specs"]
 
 #: (slot, format key, MX round key, weight or act quantizer) of microxcaling's Linear
 _SLOTS = (
@@ -38,6 +31,18 @@ _CONV_SLOTS = tuple((slot, kind[0] + "_elem_format", None, kind) for slot, _, _,
 #: microxcaling's ``block_size=0`` (the whole axis shares one exponent) as a group size: a group at
 #: least as long as its dim is the whole dim (:func:`groupquant.ops.group_layout.normalize_block_size`)
 WHOLE_AXIS = 2 ** 62
+_OUTSIDE_GEMMS = ("rounds the GEMM layers' operands, outputs and gradients (the recipe's gemm_rounding), but not "
+                  "the element-wise ops outside them (norms, activations, softmax, residual adds), which "
+                  "microxcaling's injected ops round too: use the compat ops there")
+#: what :func:`recipe_from_mx_specs` warns about, by setting (when set)
+_LEFT_OUT = {
+    "shared_exp_from_float_log2": "is the quantizers' scale rule float_log2, which runs on the PyTorch reference "
+                                  "(no native kernel)",
+    "mx_flush_fp32_subnorms": "is not carried by the recipe: blocks whose max is a float32 subnormal are "
+                              "quantized, not zeroed",
+    "bfloat": _OUTSIDE_GEMMS,
+    "fp": _OUTSIDE_GEMMS,
+}
 
 
 def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str], kind: str) -> Optional[type]:
@@ -49,19 +54,16 @@ def _quantizer(specs: Mapping[str, Any], fmt_key: str, round_key: Optional[str],
     settings.update({"group_size": group_size(specs) or WHOLE_AXIS,
                       "float_to_int_rounding": FloatToIntRounding(
                           "nearest" if round_key is None else mx_rounding(specs[round_key], round_key))})
-    rule = scale_rule(specs)
-    if rule != "floor":
-        settings["scale_rounding"] = rule
-    sf = scale_format(specs["scale_bits"], specs["mx_flush_fp32_subnorms"], rule == "float_log2")
+    if specs["shared_exp_from_float_log2"]:  # microxcaling's exponent (else OCP's exact floor)
+        settings["scale_rounding"] = "float_log2"
+    sf = scale_format(specs["scale_bits"], specs["mx_flush_fp32_subnorms"], bool(specs["shared_exp_from_float_log2"]))
     if sf is not None:
         settings["scale_format"] = sf
     return (pair.weight if kind == "weight" else pair.act).let(**settings)
 
 
 def _mx_pair(fmt: Any, fmt_key: str, given: Any) -> Tuple[Any, dict]:
-    """The MX quantizer pair of element format ``fmt`` and the settings that make it that format:
-    an ``int{N}`` element is the MXINT8 quantizer with ``bit_width=N`` (symmetric, 1.(N-2) fixed
-    point, as microxcaling's intN). ValueError naming ``fmt_key`` for a format with no quantizer."""
+    """The MX quantizer pair of ``fmt`` and its settings (microxcaling's intN: MXINT8 with ``bit_width=N``)."""
     if fmt.name in MX_QUANTIZERS:
         return MX_QUANTIZERS[fmt.name], {}
     if isinstance(fmt, IntFormat) and fmt.signed and fmt.narrow_range:
@@ -71,11 +73,8 @@ def _mx_pair(fmt: Any, fmt_key: str, given: Any) -> Tuple[Any, dict]:
 
 
 def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Optional[GemmRounding]:
-    """The element-wise roundings of ``bfloat`` / ``fp`` around a GEMM, or None: ``x`` and the output
-    with ``round_output``, ``W`` and ``b`` with ``round_weight``; from the backward specs ``dY`` and
-    ``dX`` with ``round_grad_input``, ``dW`` and ``db`` with ``round_grad_weight`` (without
-    ``quantize_backprop`` the backward takes the operands as given). ``bias_add``: ``"rounded"``
-    (linear, matmul: the bias added after the rounded product) or ``"inside"`` (convolution)."""
+    """The ``bfloat`` / ``fp`` roundings around a GEMM with their ``round_*`` modes, or None (``bias_add``:
+    ``"rounded"`` for linear and matmul, ``"inside"`` for a convolution)."""
     back = get_backwards_mx_specs(specs)
 
     def p(source: Mapping[str, Any], key: str) -> Any:
@@ -90,11 +89,8 @@ def gemm_rounding(specs: Mapping[str, Any], bias_add: str = "rounded") -> Option
 
 
 def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") -> Recipe:
-    """A :class:`groupquant.nn.Recipe` with the MX settings of ``mx_specs`` (see the module notes).
-
-    ValueError naming the setting for ``block_size`` 0 (microxcaling's whole-axis block has no
-    native slot) or an element format without an MX quantizer; ``shared_exp_method='none'`` is
-    ``group_size=1``."""
+    """A :class:`groupquant.nn.Recipe` with the MX settings of ``mx_specs``; ValueError naming the setting
+    for ``block_size=0`` or a format that is not OCP MX, a UserWarning naming each setting it leaves out."""
     specs = apply_mx_specs(mx_specs)
     if group_size(specs) == 0:
         raise ValueError(f"mx_specs block_size={specs['block_size']!r}: a recipe needs a block size > 0")
@@ -104,34 +100,23 @@ def recipe_from_mx_specs(mx_specs: Mapping[str, Any], name: str = "mx_specs") ->
         if fmt is not None and fmt.name not in MX_QUANTIZERS:
             raise ValueError(f"mx_specs {key}={specs[key]!r} is not an OCP MX element format (those: "
                              f"{', '.join(MX_QUANTIZERS)}); the compat layers take it")
-    if specs["shared_exp_from_float_log2"]:
-        warnings.warn("recipe_from_mx_specs: mx_specs shared_exp_from_float_log2=True is the quantizers' scale rule "
-                      "float_log2, which runs on the PyTorch reference (no native kernel)", UserWarning, stacklevel=2)
-    if specs["mx_flush_fp32_subnorms"]:
-        warnings.warn("recipe_from_mx_specs: mx_specs mx_flush_fp32_subnorms=True is not carried by the recipe: "
-                      "blocks whose max is a float32 subnormal are quantized, not zeroed", UserWarning, stacklevel=2)
-    for key in ("bfloat", "fp"):
+    for key, consequence in _LEFT_OUT.items():
         if specs[key]:
-            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} rounds the GEMM layers' operands, "
-                          "outputs and gradients (the recipe's gemm_rounding), but not the element-wise ops outside "
-                          "them (norms, activations, softmax, residual adds), which microxcaling's injected ops "
-                          "round too: use the compat ops there", UserWarning, stacklevel=2)
+            warnings.warn(f"recipe_from_mx_specs: mx_specs {key}={specs[key]!r} {consequence}", UserWarning,
+                          stacklevel=2)
     # the flush is the compat layers' (their scale format); a model recipe keeps OCP's subnormal blocks
     return _recipe(MxSpecs(specs, mx_flush_fp32_subnorms=False), name)
 
 
 def _backward_disabled(specs: Mapping[str, Any], slots: Dict[str, Any], forward: Tuple[str, ...]) -> Dict[str, Any]:
-    """``slots`` with each backward slot whose format is unset, or every one without
-    ``quantize_backprop`` (microxcaling's float backward), DISABLED."""
+    """``slots`` with a backward slot DISABLED when its format is unset or without ``quantize_backprop``."""
     backprop = bool(specs["quantize_backprop"])
     return {slot: DISABLED if slot not in forward and (quant is None or not backprop) else quant
             for slot, quant in slots.items()}
 
 
 def _recipe(specs: Mapping[str, Any], name: str, gemm: str = "linear") -> Recipe:
-    """The recipe of checked ``specs`` (no warnings: the compat layers call it) for microxcaling's
-    ``gemm``: ``"linear"`` (:data:`_SLOTS`) or ``"conv"`` (its convolution's order: the forward
-    formats in the backward GEMMs too, MX rounding nearest, the bias inside the rounded output)."""
+    """The recipe of checked ``specs`` (no warnings) for microxcaling's ``"linear"`` or ``"conv"``."""
     table = _SLOTS if gemm == "linear" else _CONV_SLOTS
     slots = {slot: _quantizer(specs, fmt_key, round_key, kind) for slot, fmt_key, round_key, kind in table}
     rounding = gemm_rounding(specs, "rounded" if gemm == "linear" else "inside")
@@ -141,11 +126,7 @@ def _recipe(specs: Mapping[str, Any], name: str, gemm: str = "linear") -> Recipe
 
 
 def matmul_settings(specs: Mapping[str, Any], mode: str) -> Dict[str, Any]:
-    """The :class:`groupquant.nn.QuantMatMul` keywords of microxcaling's ``matmul`` (``mode``: the
-    ``mode_config`` ``'aa'`` / ``'aw'`` / ``'wa'``): each side in its ``a_`` / ``w_elem_format``
-    forward and ``*_bp`` backward, ``dY`` in ``a_elem_format_bp_os`` in both backward GEMMs; both
-    operands and the output rounded with ``round_output``, both gradients with ``round_grad_input``
-    (a bias: ``round_weight``, its gradient ``round_grad_weight``)."""
+    """The :class:`groupquant.nn.QuantMatMul` keywords of microxcaling's ``matmul`` with ``mode_config`` ``mode``."""
     a, b = (side + "_elem_format" for side in mode)
     table = (("a_quant", a, "round_mx_output"), ("b_quant", b, "round_mx_output"),
              ("grad_output_quant", "a_elem_format_bp_os", "round_mx_grad_output_grad_input"),

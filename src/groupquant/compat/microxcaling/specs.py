@@ -1,10 +1,5 @@
-"""``mx_specs``: microxcaling's settings (:data:`SETTINGS`: default, the setting each follows, help).
-
-:class:`MxSpecs` is a ``dict`` holding every setting at microxcaling's default, plus groupquant's
-``shared_exp_from_float_log2`` (the scale rule ``float_log2``); a key that is no setting is refused
-with a did-you-mean (:class:`UnknownMxSpecError`, a ``KeyError`` as in microxcaling).
-``finalize_mx_specs`` / ``get_backwards_mx_specs`` / ``add_mx_args`` / ``get_mx_specs`` /
-``apply_mx_specs`` behave as microxcaling's functions of the same names.
+"""``mx_specs``: microxcaling's settings (:data:`SETTINGS`) and its functions of them, with the same names and
+behaviour; the keys and what each sets in groupquant: ``docs/compat-microxcaling.md``.
 """
 from __future__ import annotations
 
@@ -13,8 +8,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ...inject import UnknownSettingError, closest
 
-__all__ = ["MxSpecs", "UnknownMxSpecError", "SETTINGS", "DEFAULTS", "HELP", "get_default_mx_specs",
-           "apply_mx_specs", "finalize_mx_specs", "get_backwards_mx_specs", "add_mx_args", "get_mx_specs"]
+__all__ = ["MxSpecs", "UnknownMxSpecError", "get_default_mx_specs", "apply_mx_specs", "finalize_mx_specs",
+           "get_backwards_mx_specs", "add_mx_args", "get_mx_specs"]
 
 _FMT = "MX element format: fp8_e5m2, fp8_e4m3, fp6_e3m2, fp6_e2m3, fp4_e2m1 (fp4), int8, int4, int2"
 _MX_ROUND = "MX element rounding (nearest, even, floor, dither) of "
@@ -30,16 +25,13 @@ SETTINGS: Dict[str, Tuple[Any, Optional[str], str]] = {
     "a_elem_format_bp_ex": (None, "a_elem_format", "output gradients in the grad-weight GEMM"),
     "a_elem_format_bp_os": (None, "a_elem_format", "output gradients in the grad-input GEMM"),
     "mx_flush_fp32_subnorms": (False, None, "zero MX blocks whose max is an fp32 subnormal"),
-    "shared_exp_method": ("max", None, "shared exponent: 'max' (of the block's max magnitude) or 'none' "
-                                       "(one per element)"),
+    "shared_exp_method": ("max", None, "'max': one shared exponent per block; 'none': one per element"),
     "block_size": (0, None, "elements per shared exponent (0: the whole reduction dim)"),
     "bfloat": (0, None, "element-wise precision bfloatN (8 exponent bits, N-9 mantissa bits); 0: off"),
     "fp": (0, None, "element-wise precision fpN (5 exponent bits, N-6 mantissa bits); 0: off"),
-    "bfloat_subnorms": (True, None, "keep subnormals in the bfloat/fp precision (False flushes inputs below "
-                                    "min normal)"),
+    "bfloat_subnorms": (True, None, "keep subnormals in the bfloat/fp precision (False: flush them)"),
     "quantize_backprop": (True, None, "quantize the backward pass too"),
-    "round": ("nearest", None, "element-wise rounding: nearest (ties away), even (ties to even), floor "
-                               "(toward zero)"),
+    "round": ("nearest", None, "element-wise rounding: nearest (ties away), even, floor (toward zero)"),
     "round_m": ("nearest", "round", "optimizer rounding (accepted, not used by any layer)"),
     "round_weight": ("nearest", "round", "element-wise rounding of weights and biases"),
     "round_output": ("nearest", "round", "element-wise rounding of inputs and outputs"),
@@ -48,21 +40,20 @@ SETTINGS: Dict[str, Tuple[Any, Optional[str], str]] = {
     "round_mx_output": ("nearest", "round", _MX_ROUND + "the forward GEMM's operands"),
     "round_mx_input_grad_input": ("nearest", "round_grad_input", _MX_ROUND + "saved inputs (matmul backward)"),
     "round_mx_weight_grad_input": ("nearest", "round_grad_input", _MX_ROUND + "weights in the grad-input GEMM"),
-    "round_mx_grad_output_grad_input": ("nearest", "round_grad_input",
-                                        _MX_ROUND + "output gradients in the grad-input GEMM"),
+    "round_mx_grad_output_grad_input": ("nearest", "round_grad_input", _MX_ROUND + "dY in the grad-input GEMM"),
     "round_mx_input_grad_weight": ("nearest", "round_grad_input", _MX_ROUND + "inputs in the grad-weight GEMM"),
-    "round_mx_grad_output_grad_weight": ("nearest", "round_grad_input",
-                                         _MX_ROUND + "output gradients in the grad-weight GEMM"),
+    "round_mx_grad_output_grad_weight": ("nearest", "round_grad_input", _MX_ROUND + "dY in the grad-weight GEMM"),
     "softmax_exp2": (False, None, "softmax takes 2**x instead of e**x"),
     "vec_use_exp2": (False, None, "e**x computed as 2**(x * log2(e) in bfloat16)"),
     "vec_use_recip": (False, None, "a / b computed as a * (1 / b)"),
     "custom_cuda": (False, None, "accepted, no effect: groupquant picks its kernel or reference (same bits)"),
-    "shared_exp_from_float_log2": (False, None, "groupquant: shared exponent floor(float log2(max)) as "
-                                                "microxcaling (default False: exact floor, OCP MX)"),
+    "shared_exp_from_float_log2": (False, None, "groupquant's: microxcaling's float-log2 shared exponent"),
 }
 DEFAULTS: Dict[str, Any] = {key: default for key, (default, _, _) in SETTINGS.items()}
 HELP: Dict[str, str] = {key: text for key, (_, _, text) in SETTINGS.items()}
 ELEM_FORMAT_KEYS = tuple(key for key in SETTINGS if "elem_format" in key)
+#: ``mx_specs`` as the ops take it: settings over the defaults, or None (the plain torch op)
+Specs = Optional[Mapping[str, Any]]
 
 
 class UnknownMxSpecError(UnknownSettingError, KeyError):
@@ -80,11 +71,8 @@ def _unknown(key: object) -> UnknownMxSpecError:
 
 
 class MxSpecs(dict):
-    """microxcaling's settings as a dict: every key present, unset ones at microxcaling's default.
-
-    ``MxSpecs({"w_elem_format": "fp8_e4m3"})`` or keywords; an unknown key (at construction or on
-    assignment) raises :class:`UnknownMxSpecError`. ``help_strings`` maps each key to its help.
-    """
+    """microxcaling's settings as a dict: every key present (unset ones at the default); an unknown key, at
+    construction or on assignment, raises :class:`UnknownMxSpecError`."""
 
     help_strings = HELP
 
@@ -122,7 +110,7 @@ def get_default_mx_specs() -> MxSpecs:
     return MxSpecs()
 
 
-def apply_mx_specs(mx_specs: Optional[Mapping[str, Any]], default_mx_specs: Optional[MxSpecs] = None) -> MxSpecs:
+def apply_mx_specs(mx_specs: Specs, default_mx_specs: Optional[MxSpecs] = None) -> MxSpecs:
     """``default_mx_specs`` (or the defaults) overridden by the entries of ``mx_specs`` that are not None."""
     out = default_mx_specs if default_mx_specs else get_default_mx_specs()
     if not mx_specs:
@@ -137,15 +125,10 @@ _ACTIVE = ELEM_FORMAT_KEYS + ("bfloat", "fp")
 
 
 def finalize_mx_specs(specs: Dict[str, Any], early_exit: bool = True) -> Optional[MxSpecs]:
-    """Fill the settings that follow others, then the defaults, as microxcaling does.
-
-    None when nothing quantizes (no element format, no bfloat/fp) and ``early_exit``. A setting
-    missing or None takes its base's value: ``*_elem_format_bp*`` from ``w_/a_elem_format``, the
-    ``round_*`` from ``round``, the ``round_mx_*`` backward ones from ``round_grad_input``. Only keys
-    absent (or None) follow: an :class:`MxSpecs` already holds every key at its default, so pass a plain
-    dict to have them follow. Changes ``specs`` in place, as microxcaling does. An unknown key
-    raises :class:`UnknownMxSpecError` first (so misspelled keys never read as "quantize nothing").
-    """
+    """microxcaling's ``finalize_mx_specs``, in place: a key absent or None takes the value of the setting it
+    follows (:data:`SETTINGS`), then the defaults; None when nothing quantizes and ``early_exit``. An unknown
+    key raises :class:`UnknownMxSpecError` first (a misspelling never reads as "quantize nothing"). Pass a
+    plain dict: an :class:`MxSpecs` holds every key at its default already, so none of its keys follow."""
     for key in specs:
         if key not in DEFAULTS:
             raise _unknown(key)
@@ -161,32 +144,22 @@ def get_backwards_mx_specs(specs: Mapping[str, Any]) -> MxSpecs:
     """A copy of ``specs``; with ``quantize_backprop`` False, one that quantizes nothing."""
     out = MxSpecs(specs)
     if out["quantize_backprop"] is False:
-        for key in ELEM_FORMAT_KEYS:
-            out[key] = None
-        out["block_size"] = 0
-        out["bfloat"] = 0
-        out["fp"] = 0
+        out.update(dict.fromkeys(ELEM_FORMAT_KEYS), block_size=0, bfloat=0, fp=0)
     return out
 
 
 def add_mx_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add one command-line option per setting (group ``mx``), as microxcaling does.
-
-    Element formats and other settings default to None (``finalize_mx_specs`` fills them); a setting
-    whose default is False becomes ``--key`` (store_true), one whose default is True ``--no_key``.
-    Also ``--mx_dir`` (accepted, unused) and ``--skip_early_exit``.
-    """
+    """microxcaling's ``add_mx_args``: one option per setting (group ``mx``; ``--key`` for a False default,
+    ``--no_key`` for a True one), ``--mx_dir`` (unused) and ``--skip_early_exit``."""
     group = parser.add_argument_group("mx", "MX specs")
     group.add_argument("--mx_dir", type=str, default=None, help="accepted for compatibility; unused")
     for key, default in DEFAULTS.items():
-        if key in ELEM_FORMAT_KEYS:
-            group.add_argument("--" + key, type=str, default=default, help=HELP[key])
-        elif default is False:
+        if default is False:
             group.add_argument("--" + key, action="store_true", help=HELP[key])
         elif default is True:
             group.add_argument("--no_" + key, action="store_true", help=HELP[key])
-        else:
-            group.add_argument("--" + key, type=type(default), default=None, help=HELP[key])
+        else:  # unset (None) unless given: finalize_mx_specs fills it
+            group.add_argument("--" + key, type=str if default is None else type(default), default=None, help=HELP[key])
     group.add_argument("--skip_early_exit", action="store_true", default=False,
                        help="return specs even when nothing quantizes")
     return parser

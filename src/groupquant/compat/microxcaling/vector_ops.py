@@ -1,24 +1,21 @@
-"""The element-wise ops taking ``mx_specs``: activations, softmax, norms and the ``simd_*`` ops.
-
-Each is the :mod:`groupquant.elementwise` op of the same name (its module notes give every step)
-run with the rounding kit of ``mx_specs`` (:func:`.mapping.rounding_kit`), in the input's dtype;
-``mx_specs`` None is plain torch. ``inplace=True`` is accepted and computed out of place. The
-modules are made from their forward (:func:`.module_specs.mx_module`).
+"""The element-wise ops taking ``mx_specs`` (``None``: plain torch): each is the :mod:`groupquant.elementwise` op
+of its name run with the rounding kit of ``mx_specs``, in the input's dtype (``docs/compat-microxcaling.md``).
 """
 from __future__ import annotations
 
 import math
 import operator
 import warnings
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
+from torch import Tensor
 
 from ... import elementwise as ew
 from . import _torch
 from .mapping import rounded, rounding_kit
 from .module_specs import MxSpecsMixin, calls, mx_module
-from .specs import apply_mx_specs
+from .specs import Specs, apply_mx_specs
 
 __all__ = ["sigmoid", "tanh", "relu", "relu6", "leaky_relu", "silu", "gelu", "softmax", "Sigmoid", "Tanh", "ReLU",
            "ReLU6", "LeakyReLU", "SiLU", "GELU", "Softmax", "layer_norm", "group_norm", "batch_norm", "LayerNorm",
@@ -26,26 +23,25 @@ __all__ = ["sigmoid", "tanh", "relu", "relu6", "leaky_relu", "silu", "gelu", "so
            "simd_div", "simd_split", "simd_square", "simd_sqrt", "simd_exp", "simd_log", "simd_reduce_sum",
            "simd_reduce_mean", "simd_norm"]
 
-Specs = Optional[Mapping[str, Any]]
-Operand = Union[torch.Tensor, float]
+Operand = Union[Tensor, float]
+Dims = Union[int, Sequence[int], None]
 
 
-def sigmoid(input: torch.Tensor, mx_specs: Specs = None, name: Optional[str] = None) -> torch.Tensor:
+def sigmoid(input: Tensor, mx_specs: Specs = None, name: Optional[str] = None) -> Tensor:
     """``torch.sigmoid`` with ``mx_specs``."""
     return _torch.sigmoid(input) if mx_specs is None else rounded(ew.sigmoid, input, mx_specs)
 
 
-def tanh(input: torch.Tensor, mx_specs: Specs = None, name: Optional[str] = None) -> torch.Tensor:
+def tanh(input: Tensor, mx_specs: Specs = None, name: Optional[str] = None) -> Tensor:
     """``torch.tanh`` with ``mx_specs``."""
     return _torch.tanh(input) if mx_specs is None else rounded(ew.tanh, input, mx_specs)
 
 
-def _inplace_activation(op: str) -> Callable[..., torch.Tensor]:
+def _inplace_activation(op: str) -> Callable[..., Tensor]:
     """``F.<op>(input, inplace=False, mx_specs=None, name=None)`` with ``mx_specs``."""
     plain = getattr(_torch, op)
 
-    def activation(input: torch.Tensor, inplace: bool = False, mx_specs: Specs = None,
-                   name: Optional[str] = None) -> torch.Tensor:
+    def activation(input: Tensor, inplace: bool = False, mx_specs: Specs = None, name: Optional[str] = None) -> Tensor:
         return plain(input, inplace=inplace) if mx_specs is None else rounded(getattr(ew, op), input, mx_specs)
 
     activation.__name__ = activation.__qualname__ = op
@@ -56,27 +52,24 @@ def _inplace_activation(op: str) -> Callable[..., torch.Tensor]:
 relu, relu6, silu = _inplace_activation("relu"), _inplace_activation("relu6"), _inplace_activation("silu")
 
 
-def leaky_relu(input: torch.Tensor, negative_slope: float = 0.01, inplace: bool = False, mx_specs: Specs = None,
-               name: Optional[str] = None) -> torch.Tensor:
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False, mx_specs: Specs = None,
+               name: Optional[str] = None) -> Tensor:
     """``F.leaky_relu`` with ``mx_specs``."""
     if mx_specs is None:
         return _torch.leaky_relu(input, negative_slope, inplace=inplace)
     return rounded(ew.leaky_relu, input, mx_specs, negative_slope=float(negative_slope))
 
 
-def gelu(input: torch.Tensor, mx_specs: Specs = None, first_order_gelu: bool = False, approximate: Any = None,
-         name: Optional[str] = None) -> torch.Tensor:
-    """microxcaling's GELU (plain torch ``gelu(approximate='tanh')`` when ``mx_specs`` is None and not
-    ``first_order_gelu``)."""
+def gelu(input: Tensor, mx_specs: Specs = None, first_order_gelu: bool = False, approximate: Any = None,
+         name: Optional[str] = None) -> Tensor:
+    """microxcaling's GELU (plain: torch's tanh GELU, unless ``first_order_gelu``)."""
     if mx_specs is None and not first_order_gelu:
         return _torch.gelu(input, approximate="tanh")
     return rounded(ew.gelu, input, mx_specs, approximate="quick" if first_order_gelu else "sigmoid")
 
 
-def softmax(input: torch.Tensor, dim: Optional[int] = -1, mx_specs: Specs = None,
-            name: Optional[str] = None) -> torch.Tensor:
-    """``F.softmax`` with ``mx_specs``; ``dim=None`` picks torch's implicit dim (0 for 0-, 1- and 3-d
-    input, else 1), with torch's warning."""
+def softmax(input: Tensor, dim: Optional[int] = -1, mx_specs: Specs = None, name: Optional[str] = None) -> Tensor:
+    """``F.softmax`` with ``mx_specs``; ``dim=None`` is torch's implicit dim, with torch's warning."""
     if mx_specs is None:
         return _torch.softmax(input, dim=dim)
     if dim is None:
@@ -86,9 +79,8 @@ def softmax(input: torch.Tensor, dim: Optional[int] = -1, mx_specs: Specs = None
     return rounded(ew.softmax, input, mx_specs, dim, base2=bool(apply_mx_specs(mx_specs)["softmax_exp2"]))
 
 
-def layer_norm(input: torch.Tensor, normalized_shape: Any, weight: Optional[torch.Tensor] = None,
-               bias: Optional[torch.Tensor] = None, eps: float = 1e-12, mx_specs: Specs = None,
-               name: Optional[str] = None) -> torch.Tensor:
+def layer_norm(input: Tensor, normalized_shape: Any, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+               eps: float = 1e-12, mx_specs: Specs = None, name: Optional[str] = None) -> Tensor:
     """``F.layer_norm`` over the last dim with ``mx_specs``."""
     if mx_specs is None:
         return _torch.layer_norm(input, normalized_shape, weight, bias, eps)
@@ -99,19 +91,18 @@ def layer_norm(input: torch.Tensor, normalized_shape: Any, weight: Optional[torc
     return rounded(ew.layer_norm, input, mx_specs, shape, weight, bias, eps)
 
 
-def group_norm(x: torch.Tensor, num_groups: int, weight: Optional[torch.Tensor] = None,
-               bias: Optional[torch.Tensor] = None, eps: float = 1e-5, mx_specs: Specs = None) -> torch.Tensor:
+def group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+               eps: float = 1e-5, mx_specs: Specs = None) -> Tensor:
     """``F.group_norm`` with ``mx_specs``."""
     if mx_specs is None:
         return _torch.group_norm(x, num_groups, weight, bias, eps)
     return rounded(ew.group_norm, x, mx_specs, num_groups, weight, bias, eps)
 
 
-def batch_norm(x: torch.Tensor, running_mean: Optional[torch.Tensor], running_var: Optional[torch.Tensor],
-               weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None, is_training: bool = False,
-               momentum: float = 0.1, eps: float = 1e-5, mx_specs: Specs = None) -> torch.Tensor:
-    """``F.batch_norm`` with ``mx_specs``; running statistics needed unless training (updated as
-    microxcaling: ``q(q((1 - m) * running) + q(m * batch))``, the batch variance plus eps)."""
+def batch_norm(x: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
+               weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, is_training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5, mx_specs: Specs = None) -> Tensor:
+    """``F.batch_norm`` with ``mx_specs`` (running statistics updated in microxcaling's rounded order)."""
     if mx_specs is None:
         return _torch.batch_norm(x, running_mean, running_var, weight, bias, is_training, momentum, eps)
     if not is_training and (running_mean is None or running_var is None):
@@ -128,7 +119,7 @@ class GELU(MxSpecsMixin, torch.nn.GELU):
         self.first_order_gelu = first_order_gelu
         self._init_mx(mx_specs, name)
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         return gelu(input, mx_specs=self.specs_or_none(), first_order_gelu=self.first_order_gelu)
 
 
@@ -140,19 +131,17 @@ class LayerNorm(MxSpecsMixin, torch.nn.LayerNorm):
         super().__init__(hidden_size, eps=eps, **kwargs)
         self._init_mx(mx_specs, name)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, mx_specs=self.specs_or_none())
+    forward = calls(layer_norm, "normalized_shape", "weight", "bias", "eps")
 
 
 class RMSNorm(LayerNorm):
-    """microxcaling's RMSNorm (a LayerNorm with weight and bias, no mean subtracted); always rounds,
-    as there (``mx_specs`` None means the default specs, which round nothing)."""
+    """microxcaling's RMSNorm: a LayerNorm without the mean; ``mx_specs`` None is the defaults, as there."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         return rounded(ew.rms_norm, x, self.mx_specs, self.normalized_shape, self.weight, self.eps, bias=self.bias)
 
 
-def _batch_norm_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+def _batch_norm_forward(self: Any, x: Tensor) -> Tensor:
     """The BatchNorm modules' forward, as torch's (momentum None: cumulative average) with ``mx_specs``."""
     self._check_input_dim(x)
     if self.mx_none:
@@ -176,20 +165,18 @@ LeakyReLU = mx_module(torch.nn.LeakyReLU, 2, calls(leaky_relu, "negative_slope",
 SiLU = mx_module(torch.nn.SiLU, 1, calls(silu, "inplace"))
 Softmax = mx_module(torch.nn.Softmax, 1, calls(softmax, "dim"))
 GroupNorm = mx_module(torch.nn.GroupNorm, 2, calls(group_norm, "num_groups", "weight", "bias", "eps"))
-BatchNorm1d = mx_module(torch.nn.BatchNorm1d, 1, _batch_norm_forward)
-BatchNorm2d = mx_module(torch.nn.BatchNorm2d, 1, _batch_norm_forward)
-BatchNorm3d = mx_module(torch.nn.BatchNorm3d, 1, _batch_norm_forward)
+BatchNorm1d, BatchNorm2d, BatchNorm3d = (mx_module(base, 1, _batch_norm_forward)
+                                         for base in (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d))
 
 
-def _simd_binary(op: str, symbol: str, note: str = "") -> Callable[..., torch.Tensor]:
-    """``simd_<op>(in1, in2, mx_specs=None)``: ``in1 <symbol> in2`` rounded, operands too (a number
-    ``in2`` used as given)."""
+def _simd_binary(op: str, symbol: str, note: str = "") -> Callable[..., Tensor]:
+    """``simd_<op>(in1, in2, mx_specs=None)``: ``in1 <symbol> in2`` rounded, operands too."""
     plain = getattr(operator, "truediv" if op == "div" else op)
 
-    def simd(in1: torch.Tensor, in2: Operand, mx_specs: Specs = None) -> torch.Tensor:
+    def simd(in1: Tensor, in2: Operand, mx_specs: Specs = None) -> Tensor:
         if mx_specs is None:
             return plain(in1, in2)
-        if not isinstance(in1, torch.Tensor):
+        if not isinstance(in1, Tensor):
             raise TypeError(f"simd_{op}: the first operand must be a tensor, got {type(in1).__name__}")
         return getattr(ew, op)(in1, in2, precision=rounding_kit(mx_specs))
 
@@ -202,11 +189,11 @@ simd_add, simd_sub, simd_mul = _simd_binary("add", "+"), _simd_binary("sub", "-"
 simd_div = _simd_binary("div", "/", "; ``vec_use_recip`` multiplies by the rounded reciprocal")
 
 
-def _simd_unary(op: str, formula: str) -> Callable[..., torch.Tensor]:
+def _simd_unary(op: str, formula: str) -> Callable[..., Tensor]:
     """``simd_<op>(in1, mx_specs=None)``: ``formula`` of ``in1`` rounded."""
     plain = {"square": lambda x: x * x, "sqrt": _torch.sqrt, "exp": _torch.exp, "log": _torch.log}[op]
 
-    def simd(in1: torch.Tensor, mx_specs: Specs = None) -> torch.Tensor:
+    def simd(in1: Tensor, mx_specs: Specs = None) -> Tensor:
         if mx_specs is None:
             return plain(in1)
         kit = rounding_kit(mx_specs)
@@ -222,15 +209,14 @@ simd_square, simd_sqrt = _simd_unary("square", "in1 ** 2"), _simd_unary("sqrt", 
 simd_exp, simd_log = _simd_unary("exp", "e**in1 (vec_use_exp2: through 2**x)"), _simd_unary("log", "log(in1)")
 
 
-def _dims(x: torch.Tensor, dim: Union[int, Sequence[int], None]) -> List[int]:
+def _dims(x: Tensor, dim: Dims) -> List[int]:
     """The dims of a reduction (all of ``x``'s when ``dim`` is None)."""
     if dim is None:
         return list(range(x.ndim))
     return [dim] if isinstance(dim, int) else list(dim)
 
 
-def simd_reduce_sum(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = None, keepdim: bool = False,
-                    mx_specs: Specs = None) -> torch.Tensor:
+def simd_reduce_sum(in1: Tensor, dim: Dims = None, keepdim: bool = False, mx_specs: Specs = None) -> Tensor:
     """``in1.sum(dim)`` of the rounded input, rounded (all dims when ``dim`` is None)."""
     dims = _dims(in1, dim)
     if mx_specs is None:
@@ -238,8 +224,7 @@ def simd_reduce_sum(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = No
     return ew.sum(in1, dims, keepdim, precision=rounding_kit(mx_specs)).to(in1.dtype)
 
 
-def simd_reduce_mean(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = None, keepdim: bool = False,
-                     mx_specs: Specs = None) -> torch.Tensor:
+def simd_reduce_mean(in1: Tensor, dim: Dims = None, keepdim: bool = False, mx_specs: Specs = None) -> Tensor:
     """The rounded sum times ``1 / n``, rounded (as microxcaling: a multiply, not a divide)."""
     dims = _dims(in1, dim)
     if mx_specs is None:
@@ -248,14 +233,14 @@ def simd_reduce_mean(in1: torch.Tensor, dim: Union[int, Sequence[int], None] = N
     return simd_mul(simd_reduce_sum(in1, dims, keepdim, mx_specs), 1.0 / n, mx_specs)
 
 
-def simd_norm(in1: torch.Tensor, keepdim: bool = False, mx_specs: Specs = None) -> torch.Tensor:
+def simd_norm(in1: Tensor, keepdim: bool = False, mx_specs: Specs = None) -> Tensor:
     """Frobenius norm ``sqrt(sum(square(x)))``, each step rounded."""
     if mx_specs is None:
         return torch.linalg.norm(in1, keepdim=keepdim)
     return simd_sqrt(simd_reduce_sum(simd_square(in1, mx_specs), None, keepdim, mx_specs), mx_specs)
 
 
-def simd_split(in1: torch.Tensor, mx_specs: Specs = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def simd_split(in1: Tensor, mx_specs: Specs = None) -> Tuple[Tensor, Tensor]:
     """Two uses of ``in1`` whose gradients are added (rounded)."""
     if mx_specs is None:
         return in1, in1
