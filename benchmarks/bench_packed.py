@@ -6,6 +6,7 @@ Run by hand (from the repository root):
     PYTHONPATH=src python benchmarks/bench_packed.py                       # the docs table (4096, 16 layers)
     PYTHONPATH=src python benchmarks/bench_packed.py --formats MXFP4 --threads 1 --batches 1 --rounds 3
     PYTHONPATH=src python benchmarks/bench_packed.py --shared-core          # + the shared-core rows (taskset)
+    PYTHONPATH=src python benchmarks/bench_packed.py --lead-in              # steady state of each kernel
     GROUPQUANT_CPU_PATH=avx2 PYTHONPATH=src python benchmarks/bench_packed.py   # force one kernel path
 
 For every format (MXFP4, NVFP4, MXFP8 E4M3, MXINT8 by default; weight-only: no input quantizer),
@@ -24,7 +25,11 @@ called once, in turn: no layer's bytes are still in cache when it comes round ag
 - ``fp32``: ``nn.Linear`` float32 layers of the same shape (the float model), same cycle;
 
 and prints per-layer milliseconds (median over ``--rounds`` cycles; the five are timed in turn
-inside every round, so all see the same machine load), ``packed / floor``, ``int4 / packed`` (>1:
+inside every round, so all see the same machine load; ``--lead-in`` puts one untimed cycle of the
+same kernel before each timed one: the steady state of a kernel called many times in a row, without
+the cost of following another kernel -- with 2 threads, torch's OpenMP threads of the kernel timed
+just before keep spinning on the second core for a few milliseconds, which slows the packed
+kernels' own worker), ``packed / floor``, ``int4 / packed`` (>1:
 packed is faster), the same two for ``packed bf16`` and ``fp32 / packed``. ``--shared-core`` adds
 rows (``--shared-formats``, default MXFP4 and NVFP4) with a busy-loop process pinned (``taskset``)
 to the last CPU: 2 threads,
@@ -159,13 +164,18 @@ class Cycle:
         return {"floor": floor, "packed": packed, "packed bf16": packed_bf16, "int4": int4, "fp32": fp32}
 
 
-def cycle_times(runs: Dict[str, Callable[[], object]], rounds: int, layers: int) -> Dict[str, List[float]]:
-    """Per-layer milliseconds of each cycle, ``rounds`` times, the cycles timed in turn in every round."""
+def cycle_times(runs: Dict[str, Callable[[], object]], rounds: int, layers: int,
+                lead_in: bool = False) -> Dict[str, List[float]]:
+    """Per-layer milliseconds of each cycle, ``rounds`` times, the cycles timed in turn in every round;
+    ``lead_in``: each timed cycle follows one untimed cycle of the same kernel (steady state, without
+    the cost of following another kernel, e.g. torch's OpenMP threads still spinning on a core)."""
     times: Dict[str, List[float]] = {k: [] for k in runs}
     for fn in runs.values():
         fn()  # warm-up
     for _ in range(rounds):
         for key, fn in runs.items():
+            if lead_in:
+                fn()
             t0 = time.perf_counter()
             fn()
             times[key].append((time.perf_counter() - t0) * 1e3 / layers)
@@ -190,7 +200,7 @@ class BusyCore:
 
 
 def main_table(cycles: Dict[str, Cycle], threads: Sequence[int], batches: Sequence[int], rounds: int,
-               layers: int) -> None:
+               layers: int, lead_in: bool = False) -> None:
     print("| format | threads | batch | floor ms | packed ms | packed / floor | packed bf16 ms | bf16 / floor | "
           "int4 ms | int4 / packed | int4 / packed bf16 | fp32 ms | fp32 / packed |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -199,7 +209,7 @@ def main_table(cycles: Dict[str, Cycle], threads: Sequence[int], batches: Sequen
             torch.set_num_threads(t)
             for batch in batches:
                 runs = cyc.runners(batch)
-                med = {k: statistics.median(v) for k, v in cycle_times(runs, rounds, layers).items()}
+                med = {k: statistics.median(v) for k, v in cycle_times(runs, rounds, layers, lead_in).items()}
                 if t > 1:  # a floor from fewer threads counts too (torch.sum's threads may wait on a busy core)
                     torch.set_num_threads(1)
                     med["floor"] = min(med["floor"], statistics.median(cycle_times({"floor": runs["floor"]}, rounds,
@@ -243,6 +253,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--layers", type=int, default=16, help="different layers per cycle (default 16)")
     parser.add_argument("--rounds", type=int, default=9, help="cycles timed per kernel (median reported)")
+    parser.add_argument("--lead-in", action="store_true",
+                        help="main table: one untimed cycle of the same kernel before each timed one (steady state)")
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--batches", type=int, nargs="*", default=[1, 8])
     parser.add_argument("--formats", nargs="*", default=DEFAULT_FORMATS, choices=list(FORMATS))
@@ -260,7 +272,7 @@ def main() -> None:
               f"{cyc.nbytes * args.layers / 1e6:.0f} MB per cycle")
     print()
     if not args.shared_only:
-        main_table(cycles, args.threads, args.batches, args.rounds, args.layers)
+        main_table(cycles, args.threads, args.batches, args.rounds, args.layers, args.lead_in)
     if args.shared_core or args.shared_only:
         shared = {name: cycles[name] for name in args.shared_formats if name in cycles}
         shared_core_table(shared, args.batches, args.calls, args.layers)
