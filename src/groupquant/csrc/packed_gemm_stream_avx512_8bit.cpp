@@ -26,12 +26,13 @@
 // - float32, one input row: each run's products value * x (float32) summed lane-wise, the lane sums
 //   multiplied by their block scales and added into accumulators; 2 to 8 rows: values times their
 //   block scale (value * scale in float32: the dequantized weight, bit for bit), FMA'd with x.
-// - bfloat16: each input row is first scaled by a power of two 2^e_m that brings its largest
-//   finite magnitude into [1, 2) (exact; e_m clamped to [-126, 126]); the call is taken only where
-//   every row's nonzero finite magnitudes are then at least 2^-100 (else the float32 kernel runs)
-//   and the table's finite values are multiples of 2^-16 no larger than 2^16 in magnitude. Then
-//   the scaled inputs are multiples of 2^-107 (bfloat16: 8 significant bits) and every product is
-//   exact (8 x 8 significant bits), a multiple of 2^-123 and below 2^17; a lane sums 4 products
+// - bfloat16: each input row is scaled by a power of two 2^e_m by the rule of
+//   packed_gemm_stream_bf16_rows.h (e_m = 0 for rows within [2^-100, 2^64); else its largest
+//   finite magnitude brought into [1, 2)); the call is taken only where every row's nonzero finite
+//   magnitudes are then at least 2^-100 and below 2^64 (else the float32 kernel runs) and the
+//   table's finite values are multiples of 2^-16 no larger than 2^16 in magnitude. Then the
+//   scaled inputs are multiples of 2^-107 (bfloat16: 8 significant bits) and every product is
+//   exact (8 x 8 significant bits), a multiple of 2^-123 and below 2^80; a lane sums 4 products
 //   per run: nothing is subnormal (which vdpbf16ps would flush), nothing overflows. The lane sums
 //   are multiplied by 2^-e_m (exact) and FMA'd with the lane's block scale into float32.
 // NaN codes (E4M3 0x7F / 0xFF, E5M2 0x7D-0x7F, 0xFD-0xFF) decode to a bfloat16 NaN and Inf codes to
@@ -47,6 +48,8 @@
 #include "packed_gemm.h"
 #include "packed_gemm_cpu.h"
 #include "packed_gemm_cpu_path.h"
+#include "packed_gemm_stream_bf16_rows.h"
+#include "packed_gemm_stream_tiles.h"
 #include "packed_gemm_workers.h"
 
 #if defined(GQ_X86_DISPATCH)
@@ -123,11 +126,9 @@ namespace packed {
 #if defined(GQ_X86_DISPATCH)
 namespace {
 
-constexpr int kMaxRows = 8;               // input rows per register tile
 constexpr int64_t kL1Bytes = 65536;       // input bytes per K chunk (L2; 16 KiB chunks measured slower at batch 8)
 constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 128;    // runs of 64 per K chunk (bounds the scale buffer)
-constexpr int kMinScaledExp = -100;       // bfloat16 kernel: scaled nonzero inputs >= 2^-100
 
 // The hot loop's helpers and lambdas must inline (GCC otherwise calls the per-run step out of line).
 #define GQ_K8_INLINE __attribute__((always_inline))
@@ -415,19 +416,10 @@ void run_tiles(const Tile& t) {
   const float post = p.has_global_scale ? p.global_scale : 1.0f;  // a per-tensor second scale, on the row sums
   const int threads = kernel_threads(p.out_features * t.kp * job.rows);
   claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
-    float part[kRowsPerPass * kMaxRows];
-    for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
-      switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {
-        case 8: rows_all_chunks<8, Bf16, Kind>(t, m0, n0, n1, post, part); break;
-        case 7: rows_all_chunks<7, Bf16, Kind>(t, m0, n0, n1, post, part); break;
-        case 6: rows_all_chunks<6, Bf16, Kind>(t, m0, n0, n1, post, part); break;
-        case 5: rows_all_chunks<5, Bf16, Kind>(t, m0, n0, n1, post, part); break;
-        case 4: rows_all_chunks<4, Bf16, Kind>(t, m0, n0, n1, post, part); break;
-        case 3: rows_all_chunks<3, Bf16, Kind>(t, m0, n0, n1, post, part); break;
-        case 2: rows_all_chunks<2, Bf16, Kind>(t, m0, n0, n1, post, part); break;
-        default: rows_all_chunks<1, Bf16, Kind>(t, m0, n0, n1, post, part); break;
-      }
-    }
+    float part[kRowsPerPass * kStreamTileRows];
+    for_each_row_tile(job.rows, [&](auto tile_rows, int64_t m0) {
+      rows_all_chunks<decltype(tile_rows)::value, Bf16, Kind>(t, m0, n0, n1, post, part);
+    });
   });
 }
 
@@ -459,46 +451,13 @@ void permute_f32(const float* x, int64_t rows, int64_t kp, float* dst) {
   }
 }
 
-// The power of two e (clamped to [-126, 126]) that brings the row's largest finite magnitude into
-// [1, 2); false where a nonzero finite magnitude would then fall below 2^kMinScaledExp.
-bool row_exponent(const float* x, int64_t k, int* e) {
-  float hi = 0.0f, lo = INFINITY;
-  for (int64_t i = 0; i < k; ++i) {
-    const float a = std::fabs(x[i]);
-    if (!std::isfinite(a) || a == 0.0f) continue;
-    hi = std::max(hi, a);
-    lo = std::min(lo, a);
-  }
-  *e = 0;
-  if (hi == 0.0f) return true;
-  int top, bottom;
-  std::frexp(hi, &top);  // hi in [2^(top-1), 2^top)
-  std::frexp(lo, &bottom);  // lo >= 2^(bottom-1)
-  *e = std::min(126, std::max(-126, 1 - top));
-  return bottom - 1 + *e >= kMinScaledExp;
-}
-
-// bfloat16 input rows scaled by 2^e_m, in run order (position 32 q + 8 L + t <- element
-// 16 L + 8 q + t); unscale[m] = 2^-e_m. False where a row's range does not fit the rule.
+// bfloat16 input rows scaled by 2^e_m (packed_gemm_stream_bf16_rows.h), in run order (position
+// 32 q + 8 L + t <- element 16 L + 8 q + t); false where a row's range does not fit the rule.
 bool prepare_bf16(const float* x, int64_t rows, int64_t kp, uint16_t* dst, float* unscale) {
-  for (int64_t m = 0; m < rows; ++m) {
-    const float* src = x + m * kp;
-    int e = 0;
-    if (!row_exponent(src, kp, &e)) return false;
-    const float mul = std::ldexp(1.0f, e);
-    unscale[m] = std::ldexp(1.0f, -e);
-    uint16_t* out = dst + m * kp;
-    for (int64_t r = 0; r < kp; r += 64)
-      for (int q = 0; q < 2; ++q)
-        for (int l = 0; l < 4; ++l)
-          for (int i = 0; i < 8; ++i) {
-            const float v = src[r + 16 * l + 8 * q + i] * mul;  // exact: x is bfloat16, in range
-            uint32_t bits;
-            std::memcpy(&bits, &v, 4);
-            out[r + 32 * q + 8 * l + i] = std::isnan(v) ? 0x7FC0u : static_cast<uint16_t>(bits >> 16);
-          }
-  }
-  return true;
+  return prepare_bf16_rows<64>(x, rows, kp, dst, unscale, [](int p) {
+    const int q = p / 32, l = (p % 32) / 8, i = p % 8;
+    return 16 * l + 8 * q + i;
+  });
 }
 
 }  // namespace

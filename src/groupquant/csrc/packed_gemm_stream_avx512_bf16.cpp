@@ -40,6 +40,7 @@
 #include "packed_gemm.h"
 #include "packed_gemm_cpu.h"
 #include "packed_gemm_cpu_path.h"
+#include "packed_gemm_stream_bf16_rows.h"
 #include "packed_gemm_stream_tiles.h"
 #include "packed_gemm_workers.h"
 
@@ -76,64 +77,16 @@ constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the scale buffer)
 constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched (see rows_tile)
 constexpr int64_t kPrefetchBytes = 2048;  // per run, this far ahead in a stream of whole rows
-constexpr int kMinScaledExp = -100;       // scaled nonzero inputs must be >= 2^-100 (see the top)
-constexpr int kMaxUnscaledExp = 64;       // rows below 2^64 (and >= 2^-100) are not scaled
 
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
-// The power of two e the row is scaled by: 0 where its nonzero finite magnitudes lie in
-// [2^kMinScaledExp, 2^kMaxUnscaledExp), else the e (clamped to [-126, 126]) that brings its largest
-// finite magnitude into [1, 2); false where a nonzero finite magnitude would then fall below
-// 2^kMinScaledExp.
-bool row_exponent(const float* x, int64_t k, int* e) {
-  float hi = 0.0f, lo = INFINITY;
-  for (int64_t i = 0; i < k; ++i) {
-    const float a = std::fabs(x[i]);
-    if (!std::isfinite(a) || a == 0.0f) continue;
-    hi = std::max(hi, a);
-    lo = std::min(lo, a);
-  }
-  if (hi == 0.0f) {
-    *e = 0;
-    return true;
-  }
-  int top;
-  std::frexp(hi, &top);  // hi in [2^(top-1), 2^top)
-  int bottom;
-  std::frexp(lo, &bottom);  // lo >= 2^(bottom-1)
-  if (top <= kMaxUnscaledExp && bottom - 1 >= kMinScaledExp) {
-    *e = 0;
-    return true;
-  }
-  *e = std::min(126, std::max(-126, 1 - top));
-  return bottom - 1 + *e >= kMinScaledExp;
-}
-
-// bfloat16 bits of x * 2^e (exact for bfloat16 inputs in range; NaN stays a quiet NaN).
-inline uint16_t scaled_bf16(float x, float mul) {
-  const float v = x * mul;
-  if (std::isnan(v)) return 0x7FC0u;
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-// The scaled input rows as bfloat16 in run order; false where a row's range does not fit.
+// The scaled input rows as bfloat16 in run order (within every run of 128: position 32 t + 2 i + h
+// <- element 8 i + 4 h + t); false where a row's range does not fit (packed_gemm_stream_bf16_rows.h).
 bool prepare_input(const float* x, int64_t rows, int64_t kp, uint16_t* dst, float* unscale) {
-  for (int64_t m = 0; m < rows; ++m) {
-    const float* src = x + m * kp;
-    int e = 0;
-    if (!row_exponent(src, kp, &e)) return false;
-    const float mul = std::ldexp(1.0f, e);
-    unscale[m] = std::ldexp(1.0f, -e);
-    uint16_t* out = dst + m * kp;
-    for (int64_t r = 0; r < kp; r += 128) {
-      for (int t = 0; t < 4; ++t)
-        for (int i = 0; i < 16; ++i)
-          for (int h = 0; h < 2; ++h) out[r + 32 * t + 2 * i + h] = scaled_bf16(src[r + 8 * i + 4 * h + t], mul);
-    }
-  }
-  return true;
+  return prepare_bf16_rows<128>(x, rows, kp, dst, unscale, [](int p) {
+    const int t = p / 32, i = (p % 32) / 2, h = p % 2;
+    return 8 * i + 4 * h + t;
+  });
 }
 
 // Everything one job's tiles share.
