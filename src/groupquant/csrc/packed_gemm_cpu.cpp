@@ -293,7 +293,8 @@ void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const 
     return;
   }
   if (path == CpuPath::kAvx512Bf16 && job.x_bf16 && stream512_bf16_applies(job.p, job.value_table)) {
-    const at::Tensor rows16 = at::empty_like(x, x.options().dtype(at::kBFloat16));  // the rows in its order
+    const at::Tensor rows16 =  // the rows in its order, padded to runs of 128
+        at::empty({job.rows, stream512_row_floats(job.p)}, x.options().dtype(at::kBFloat16));
     const at::Tensor unscale = at::empty({job.rows}, x.options());
     if (run_packed_stream_avx512_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>())) return;
   }
@@ -306,8 +307,8 @@ void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const 
     const at::Tensor scratch = at::empty_like(x);
     if (run_packed_stream_avx512_8bit(job, scratch.data_ptr<float>())) return;
   }
-  if (is_avx512(path) && stream512_applies(job.p)) {
-    const at::Tensor scratch = at::empty_like(x);
+  if (is_avx512(path) && stream512_applies(job.p, job.value_table)) {
+    const at::Tensor scratch = at::empty({job.rows, stream512_row_floats(job.p)}, x.options());
     if (run_packed_stream_avx512(job, scratch.data_ptr<float>())) return;
   }
   if (path != CpuPath::kScalar) {

@@ -36,19 +36,23 @@ void parallel_chunks(int64_t n, int64_t chunk, const F& f) {
 bool run_packed_stream_avx2(const PackedGemmJob& job);
 
 // Whether the AVX-512 streaming kernel (packed_gemm_stream_avx512.cpp) takes this weight: 4-bit
-// codes, padded K a multiple of 128, block size 8, 16, 32, 64 or a multiple of 128.
-bool stream512_applies(const PackedGemmParams& p);
+// codes, block size 8, 16, 32 or 64 and padded K a multiple of 64 (where it is not one of 128, the
+// 16-entry value_table's table[0] finite), or block size a multiple of 128 and padded K of 128.
+bool stream512_applies(const PackedGemmParams& p, const float* value_table);
 
-// That kernel; scratch: job.rows * padded K floats (the input rows in its order). False where it
-// does not apply or the build is not x86. Call only where the host has AVX-512 F/BW/VL/DQ.
+// The row stride, in elements, of those kernels' permuted input rows: padded K rounded up to 128.
+int64_t stream512_row_floats(const PackedGemmParams& p);
+
+// That kernel; scratch: job.rows * stream512_row_floats(p) floats (the input rows in its order).
+// False where it does not apply or the build is not x86. Call only where the host has AVX-512 F/BW/VL/DQ.
 bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch);
 
 // Whether the AVX-512 BF16 kernel (packed_gemm_stream_avx512_bf16.cpp) takes this weight: where the
 // AVX-512 kernel does, and the 16 table values are exact in bfloat16, multiples of 2^-8, at most 2^8.
 bool stream512_bf16_applies(const PackedGemmParams& p, const float* value_table);
 
-// That kernel, for a job whose x holds bfloat16 values (job.x_bf16); scratch: job.rows * padded K
-// bfloat16 values, unscale: job.rows floats. False where it does not apply, where an input row's
+// That kernel, for a job whose x holds bfloat16 values (job.x_bf16); scratch: job.rows *
+// stream512_row_floats(p) bfloat16 values, unscale: job.rows floats. False where it does not apply, where an input row's
 // nonzero magnitudes span more than about 2^100 (the kernel's exactness rule), or the build is not
 // x86. Call only where the host has AVX-512 F/BW/VL/DQ and BF16.
 bool run_packed_stream_avx512_bf16(const PackedGemmJob& job, void* scratch, float* unscale);

@@ -30,8 +30,14 @@
 // runs of 32 in its own order), as any two float32 GEMMs do: tests hold every path to the same
 // float64 reference within float32 GEMM error.
 //
-// Applies where K (padded) is a multiple of 128 and the block size is 8, 16, 32, 64 or a
-// multiple of 128 (stream512_applies); the caller takes the AVX2 path otherwise.
+// Applies where the block size is 8, 16, 32 or 64 and K (padded) a multiple of 64, or the block
+// size a multiple of 128 and K (padded) a multiple of 128 (stream512_applies); the caller takes the
+// AVX2 path otherwise. Where K is 64 more than a multiple of 128 (SmolLM2's 576), each row ends in a
+// half run: its 32 bytes are loaded under a mask (nothing past the row is read), the other 32 bytes
+// read as zero codes, i.e. table[0], so a half run applies only where table[0] is finite; the
+// permuted input rows are padded with zeros to a multiple of 128 (stream512_row_floats: the row
+// stride of the permuted rows) and the half run's lanes 8 .. 15 read block scales of 1.0 (the
+// scale buffer's slots past the row's blocks), so those lanes add table[0] * 1 * 0 = 0: nothing.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -55,11 +61,16 @@
 namespace groupquant {
 namespace packed {
 
-bool stream512_applies(const PackedGemmParams& p) {
+bool stream512_applies(const PackedGemmParams& p, const float* value_table) {
   const int64_t kp = p.num_blocks * p.block_size;
   const int64_t b = p.block_size;
-  return p.code_bits == 4 && kp % 128 == 0 && b >= 8 && (128 % b == 0 || b % 128 == 0);
+  if (p.code_bits != 4 || b < 8) return false;
+  if (b % 128 == 0) return kp % 128 == 0;
+  if (64 % b != 0 || kp % 64 != 0) return false;
+  return kp % 128 == 0 || std::isfinite(value_table[0]);  // a half run's padding lanes decode to table[0]
 }
+
+int64_t stream512_row_floats(const PackedGemmParams& p) { return (p.num_blocks * p.block_size + 127) / 128 * 128; }
 
 #if defined(GQ_X86_DISPATCH)
 namespace {
@@ -71,14 +82,15 @@ constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the
 constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched (see rows_tile)
 constexpr int64_t kPrefetchBytes = 2048;  // per run, this far ahead in a stream of whole rows
 
-// The input rows in run order: within each run of 128, position 16 t + j <- element 8 j + t.
-void permute_input(const float* x, int64_t rows, int64_t kp, float* dst) {
+// The input rows (kp floats each) in run order, at a row stride of kx (kp rounded up to 128): within
+// each run of 128, position 16 t + j <- element 8 j + t, 0 where that element is past the row.
+void permute_input(const float* x, int64_t rows, int64_t kp, int64_t kx, float* dst) {
   for (int64_t m = 0; m < rows; ++m) {
     const float* src = x + m * kp;
-    float* out = dst + m * kp;
-    for (int64_t r = 0; r < kp; r += 128) {
+    float* out = dst + m * kx;
+    for (int64_t r = 0; r < kx; r += 128) {
       for (int t = 0; t < 8; ++t)
-        for (int j = 0; j < 16; ++j) out[r + 16 * t + j] = src[r + 8 * j + t];
+        for (int j = 0; j < 16; ++j) out[r + 16 * t + j] = r + 8 * j + t < kp ? src[r + 8 * j + t] : 0.0f;
     }
   }
 }
@@ -90,7 +102,8 @@ struct Tile {
   __m512 table;          // the 16 element values
   __m512i words;         // their bfloat16 bits, twice (the words decode)
   __m512i lane_block;    // lane j -> its block within the run's first block (j * 8 / block_size)
-  int64_t kp, rb, runs;  // padded K, bytes per weight row, runs of 128 per row
+  int64_t kx, rb, runs;  // row stride of x (padded K up to 128), bytes per weight row, runs per row
+  int64_t full_runs;     // whole runs of 128 per row (runs - 1 where the row ends in a half run)
   int64_t block_size;
   ScaleKind scale_kind;  // how scale bytes become floats
 };
@@ -110,6 +123,12 @@ bool bf16_exact(const float* value_table) {
     if ((bits & 0xFFFFu) != 0) return false;
   }
   return true;
+}
+
+// Run r's 64 bytes, at row: where r is a row's half run, its 32 bytes and 32 zero bytes (a masked
+// load: nothing past the row is read).
+inline __m512i load_run(const Tile& t, const uint8_t* row, int64_t r) {
+  return r < t.full_runs ? _mm512_loadu_si512(row) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, row);
 }
 
 // The 128 codes of one 64-byte run as 8 float32 vectors: w[t] lane j = value of code 8j + t.
@@ -153,14 +172,15 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
     }
     const uint8_t* sc = job.scale + n * p.num_blocks;
     fill_scales(t.scale_kind, job.scale_table, sc + b0, b1 - b0, sbuf);
-    const float* xr = t.x + m0 * t.kp + r0 * 128;
+    std::fill(sbuf + (b1 - b0), sbuf + (b1 - b0) + 16, 1.0f);  // a half run's lanes past the row
+    const float* xr = t.x + m0 * t.kx + r0 * 128;
     float* out = part + (n - n0) * MR;
     if constexpr (MR == 1) {
       __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
         if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
         __m512 w[8];
-        decode_run<kWords>(t, _mm512_loadu_si512(row), w);
+        decode_run<kWords>(t, load_run(t, row, r), w);
         // codes 8j .. 8j + 3 into a, 8j + 4 .. 8j + 7 into b: each sum needs one word permute more
         // than the last (with the chains as w0 w2 w4 w6 / w1 w3 w5 w7, a 16-layer cycle was 1.7x
         // slower on AMD Zen 4, the same layer in cache was not)
@@ -187,13 +207,13 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
         for (int a = 0; a < A; ++a) acc[m][a] = _mm512_setzero_ps();
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
         if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
-        const __m512i raw = _mm512_loadu_si512(row);
+        const __m512i raw = load_run(t, row, r);
         const __m512 s = run_scales(t, sbuf, r, b0);
         __m512 w[8];
         decode_run<kWords>(t, raw, w);
         for (int q = 0; q < 8; ++q) w[q] = _mm512_mul_ps(w[q], s);  // dequantized weights
         for (int m = 0; m < MR; ++m) {
-          const float* xm = xr + m * t.kp;
+          const float* xm = xr + m * t.kx;
           for (int q = 0; q < 8; ++q)
             acc[m][q % A] = _mm512_fmadd_ps(w[q], _mm512_loadu_ps(xm + 16 * q), acc[m][q % A]);
         }
@@ -225,12 +245,14 @@ void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float po
 
 bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch) {
   const PackedGemmParams& p = job.p;
-  if (!stream512_applies(p)) return false;
+  if (!stream512_applies(p, job.value_table)) return false;
   Tile t{};
   t.job = &job;
-  t.kp = p.num_blocks * p.block_size;
+  const int64_t kp = p.num_blocks * p.block_size;
+  t.kx = stream512_row_floats(p);
   t.rb = row_bytes(p);
-  t.runs = t.kp / 128;
+  t.runs = t.kx / 128;
+  t.full_runs = kp / 128;
   t.block_size = p.block_size;
   t.scale_kind = scale_kind(job.scale_table);
   t.table = _mm512_loadu_ps(job.value_table);
@@ -244,7 +266,7 @@ bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch) {
   alignas(64) int32_t lanes[16];
   for (int j = 0; j < 16; ++j) lanes[j] = static_cast<int32_t>(j * 8 / p.block_size);
   t.lane_block = _mm512_load_si512(lanes);
-  permute_input(job.x, job.rows, t.kp, scratch);
+  permute_input(job.x, job.rows, kp, t.kx, scratch);
   t.x = scratch;
   const float post = p.has_global_scale ? p.global_scale : 1.0f;  // NVFP4's second scale, on the row sums
   const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);

@@ -454,7 +454,7 @@ void permute_f32(const float* x, int64_t rows, int64_t kp, float* dst) {
 // bfloat16 input rows scaled by 2^e_m (packed_gemm_stream_bf16_rows.h), in run order (position
 // 32 q + 8 L + t <- element 16 L + 8 q + t); false where a row's range does not fit the rule.
 bool prepare_bf16(const float* x, int64_t rows, int64_t kp, uint16_t* dst, float* unscale) {
-  return prepare_bf16_rows<64>(x, rows, kp, dst, unscale, [](int p) {
+  return prepare_bf16_rows<64>(x, rows, kp, dst, unscale, kp, [](int p) {
     const int q = p / 32, l = (p % 32) / 8, i = p % 8;
     return 16 * l + 8 * q + i;
   });

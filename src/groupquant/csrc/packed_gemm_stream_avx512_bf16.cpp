@@ -13,6 +13,13 @@
 // (blocks of 8, 16, 32, 64 or multiples of 128). The input rows are permuted once per call to
 // match (within every run of 128: position 32 t + 2 i + h <- element 8 i + 4 h + t).
 //
+// Applies where the float32 AVX-512 kernel does (stream512_applies: K (padded) a multiple of 64
+// for blocks of 8 .. 64, of 128 for larger blocks) and the table is as above. A row that ends in a
+// half run (K 64 more than a multiple of 128) is handled as there: its last 32 bytes are loaded
+// under a mask, the other 32 read as zero codes (table[0], finite), the input rows are padded with
+// zero bfloat16 values to a multiple of 128 (the permuted rows' stride) and lanes 8 .. 15 read block
+// scales of 1.0, so those lanes' dot products are exact zeros: the argument below is unchanged.
+//
 // Exactness. vdpbf16ps treats subnormal inputs as zero and flushes subnormal results whatever
 // MXCSR says (and rounds to nearest even), so each input row m is first scaled by a power of two
 // 2^e_m: e_m = 0 where the row's nonzero finite magnitudes lie in [2^-100, 2^64) already (the
@@ -55,7 +62,7 @@ namespace groupquant {
 namespace packed {
 
 bool stream512_bf16_applies(const PackedGemmParams& p, const float* value_table) {
-  if (!stream512_applies(p)) return false;
+  if (!stream512_applies(p, value_table)) return false;
   for (int c = 0; c < 16; ++c) {
     const float v = value_table[c];
     uint32_t bits;
@@ -80,10 +87,11 @@ constexpr int64_t kPrefetchBytes = 2048;  // per run, this far ahead in a stream
 
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
-// The scaled input rows as bfloat16 in run order (within every run of 128: position 32 t + 2 i + h
-// <- element 8 i + 4 h + t); false where a row's range does not fit (packed_gemm_stream_bf16_rows.h).
-bool prepare_input(const float* x, int64_t rows, int64_t kp, uint16_t* dst, float* unscale) {
-  return prepare_bf16_rows<128>(x, rows, kp, dst, unscale, [](int p) {
+// The scaled input rows (kp values each) as bfloat16 in run order at a row stride of kx (kp rounded
+// up to 128; zeros past the row): within every run of 128, position 32 t + 2 i + h <- element
+// 8 i + 4 h + t; false where a row's range does not fit (packed_gemm_stream_bf16_rows.h).
+bool prepare_input(const float* x, int64_t rows, int64_t kp, int64_t kx, uint16_t* dst, float* unscale) {
+  return prepare_bf16_rows<128>(x, rows, kp, dst, unscale, kx, [](int p) {
     const int t = p / 32, i = (p % 32) / 2, h = p % 2;
     return 8 * i + 4 * h + t;
   });
@@ -96,7 +104,8 @@ struct Tile {
   const float* unscale;   // per input row: 2^-e
   __m512i table;          // the 16 values' bfloat16 bits, twice
   __m512i lane_block;     // lane i -> its block within the run's first block (i * 8 / block_size)
-  int64_t kp, rb, runs;   // padded K, bytes per weight row, runs of 128 per row
+  int64_t kx, rb, runs;   // row stride of x (padded K up to 128), bytes per weight row, runs per row
+  int64_t full_runs;      // whole runs of 128 per row (runs - 1 where the row ends in a half run)
   int64_t block_size;
   ScaleKind scale_kind;   // how scale bytes become floats
 };
@@ -108,6 +117,12 @@ inline __m512 run_scales(const Tile& t, const float* sbuf, int32_t first) {
 
 inline __m512bh decode(const Tile& t, __m512i raw, int shift) {
   return as_bh(_mm512_permutexvar_epi16(shift == 0 ? raw : _mm512_srli_epi16(raw, shift), t.table));
+}
+
+// Run r's 64 bytes, at row: where r is a row's half run, its 32 bytes and 32 zero bytes (a masked
+// load: nothing past the row is read).
+inline __m512i load_run(const Tile& t, const uint8_t* row, int64_t r) {
+  return r < t.full_runs ? _mm512_loadu_si512(row) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, row);
 }
 
 inline __m512bh xload(const uint16_t* p) { return as_bh(_mm512_loadu_si512(p)); }
@@ -143,13 +158,14 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
     }
     const uint8_t* sc = job.scale + n * p.num_blocks;
     fill_scales(t.scale_kind, job.scale_table, sc + b0, b1 - b0, sbuf);
-    const uint16_t* xr = t.x + m0 * t.kp + r0 * 128;
+    std::fill(sbuf + (b1 - b0), sbuf + (b1 - b0) + 16, 1.0f);  // a half run's lanes past the row
+    const uint16_t* xr = t.x + m0 * t.kx + r0 * 128;
     float* out = part + (n - n0) * MR;
     if constexpr (MR == 1) {
       __m512 acc0 = zero, acc1 = zero;
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
         if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
-        const __m512i raw = _mm512_loadu_si512(row);
+        const __m512i raw = load_run(t, row, r);
         __m512 a = _mm512_dpbf16_ps(zero, decode(t, raw, 0), xload(xr));
         __m512 b = _mm512_dpbf16_ps(zero, decode(t, raw, 4), xload(xr + 32));
         a = _mm512_dpbf16_ps(a, decode(t, raw, 8), xload(xr + 64));
@@ -169,11 +185,11 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
       for (int m = 0; m < MR; ++m) acc[m] = zero;
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
         if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
-        const __m512i raw = _mm512_loadu_si512(row);
+        const __m512i raw = load_run(t, row, r);
         const __m512bh w0 = decode(t, raw, 0), w1 = decode(t, raw, 4), w2 = decode(t, raw, 8), w3 = decode(t, raw, 12);
         const __m512 s = run_scales(t, sbuf, first[r - r0]);
         for (int m = 0; m < MR; ++m) {
-          const uint16_t* xm = xr + m * t.kp;
+          const uint16_t* xm = xr + m * t.kx;
           __m512 d = _mm512_dpbf16_ps(zero, w0, xload(xm));
           d = _mm512_dpbf16_ps(d, w1, xload(xm + 32));
           d = _mm512_dpbf16_ps(d, w2, xload(xm + 64));
@@ -207,13 +223,15 @@ bool run_packed_stream_avx512_bf16(const PackedGemmJob& job, void* scratch, floa
   if (!stream512_bf16_applies(p, job.value_table)) return false;
   Tile t{};
   t.job = &job;
-  t.kp = p.num_blocks * p.block_size;
+  const int64_t kp = p.num_blocks * p.block_size;
+  t.kx = stream512_row_floats(p);
   t.rb = row_bytes(p);
-  t.runs = t.kp / 128;
+  t.runs = t.kx / 128;
+  t.full_runs = kp / 128;
   t.block_size = p.block_size;
   t.scale_kind = scale_kind(job.scale_table);
   uint16_t* xs = static_cast<uint16_t*>(scratch);
-  if (!prepare_input(job.x, job.rows, t.kp, xs, unscale)) return false;
+  if (!prepare_input(job.x, job.rows, kp, t.kx, xs, unscale)) return false;
   t.x = xs;
   t.unscale = unscale;
   alignas(64) uint16_t words[32];

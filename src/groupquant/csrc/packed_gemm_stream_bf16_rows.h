@@ -54,11 +54,12 @@ inline uint16_t scaled_bf16(float x, float mul) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-// The rows x[m * kp .. (m + 1) * kp), m < rows, scaled by 2^e_m as bfloat16 into dst in run order:
-// within every run of Run values, position p holds element element_at(p) of the run; unscale[m] =
+// The rows x[m * kp .. (m + 1) * kp), m < rows, scaled by 2^e_m as bfloat16 into dst in run order,
+// at a row stride of kx (a multiple of Run, at least kp): within every run of Run values, position p
+// holds element element_at(p) of the run, zero where that element is past the row; unscale[m] =
 // 2^-e_m. False (dst partly written) where a row's range does not fit the rule.
 template <int Run, class ElementAt>
-bool prepare_bf16_rows(const float* x, int64_t rows, int64_t kp, uint16_t* dst, float* unscale,
+bool prepare_bf16_rows(const float* x, int64_t rows, int64_t kp, uint16_t* dst, float* unscale, int64_t kx,
                        const ElementAt& element_at) {
   int at[Run];
   for (int p = 0; p < Run; ++p) at[p] = element_at(p);
@@ -68,9 +69,9 @@ bool prepare_bf16_rows(const float* x, int64_t rows, int64_t kp, uint16_t* dst, 
     if (!bf16_row_exponent(src, kp, &e)) return false;
     const float mul = std::ldexp(1.0f, e);
     unscale[m] = std::ldexp(1.0f, -e);
-    uint16_t* out = dst + m * kp;
-    for (int64_t r = 0; r < kp; r += Run)
-      for (int p = 0; p < Run; ++p) out[r + p] = scaled_bf16(src[r + at[p]], mul);
+    uint16_t* out = dst + m * kx;
+    for (int64_t r = 0; r < kx; r += Run)
+      for (int p = 0; p < Run; ++p) out[r + p] = r + at[p] < kp ? scaled_bf16(src[r + at[p]], mul) : 0;
   }
   return true;
 }
