@@ -73,3 +73,129 @@ def test_bf16_kernel_rows_used_as_they_are_and_scaled_rows_in_one_call(rows):
         x[2] *= 2.0 ** 60  # below 2^64: used as it is
     with cpu.cpu_path("avx512_bf16"):
         check(x.bfloat16(), pw, deq, b)
+
+
+# K a multiple of 64 but not of 128 ends every weight row in a half run (the last 32 bytes, loaded
+# under a mask; the permuted input padded with zeros; the padding lanes' block scales 1.0). SmolLM2's
+# 576-wide projections are such. 570 and 1590: K not a multiple of the block, padded to 576 / 1600.
+HALF_RUN_KS = [64, 192, 576, 1600, 570, 1590]
+
+
+def _weight(name: str, k: int, n: int = 40, nan_last_block_row: int | None = None):
+    """(PackedWeight, reference decode) of a random (n, k) weight over many binades; with
+    nan_last_block_row, that row's last scale byte set to the scale format's NaN (in the half run)."""
+    pw, _ = packed(name, torch.randn(n, k) * torch.logspace(-4, 4, k, base=2.0))
+    if nan_last_block_row is not None:
+        scale = pw.scale.clone()
+        scale[nan_last_block_row, -1] = 0xFF if name == "fp4_e2m1" else 0x7F  # E8M0 / positive E4M3 NaN
+        pw = PackedWeight(pw.data, scale, pw.value_table, pw.scale_table, pw.params)
+    return pw, reference_packed_decode(pw)[:, :k]
+
+
+def _check_float32(y: torch.Tensor, x: torch.Tensor, deq: torch.Tensor) -> None:
+    """NaN exactly where the float64 reference has it; every other element within float32 GEMM error."""
+    ref = F.linear(x.double(), deq.double())
+    assert torch.equal(torch.isnan(y), torch.isnan(ref)), "NaN positions differ"
+    fin = ~torch.isnan(ref)
+    bound = 1e-5 * F.linear(x.double().abs(), deq.double().abs()) + 1e-30
+    assert bool(((y.double() - ref).abs()[fin] <= bound[fin]).all())
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8, 9])
+@pytest.mark.parametrize("k", HALF_RUN_KS)
+@pytest.mark.parametrize("name", ["fp4_e2m1", "nvfp4"])
+def test_half_run_rows_float32_kernel(name, k, rows):
+    """K a multiple of 64 (after padding to the block): within float32 GEMM error of the reference,
+    and a NaN scale byte of the half run's (real) last block gives NaN in that output row only."""
+    _need("avx512")
+    torch.manual_seed(rows * 1000 + k)
+    pw, deq = _weight(name, k, nan_last_block_row=3)
+    x = torch.randn(rows, k)
+    with cpu.cpu_path("avx512"):
+        y = packed_linear(x, pw)
+    _check_float32(y, x, deq)
+    assert bool(torch.isnan(y[:, 3]).all()) and not bool(torch.isnan(y[:, :3]).any())
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8, 9])
+@pytest.mark.parametrize("k", HALF_RUN_KS)
+@pytest.mark.parametrize("name", ["fp4_e2m1", "nvfp4"])
+def test_half_run_rows_bf16_kernel(name, k, rows):
+    """The same on the vdpbf16ps kernel, bfloat16 input (its float32 contract plus one bfloat16
+    rounding, test_packed_gemm_bf16.check), a NaN tail scale included."""
+    _need("avx512_bf16")
+    torch.manual_seed(rows * 1000 + k + 1)
+    pw, deq = _weight(name, k, nan_last_block_row=5)
+    x = torch.randn(rows, k).bfloat16()
+    with cpu.cpu_path("avx512_bf16"):
+        y = check(x, pw, deq, torch.zeros(deq.shape[0]))
+    assert bool(torch.isnan(y[:, 5]).all()) and not bool(torch.isnan(y[:, :5]).any())
+
+
+def _last_kernel() -> str:
+    """The CPU kernel that ran this thread's last packed_linear (csrc/packed_gemm_cpu.cpp)."""
+    return str(torch.ops.groupquant.packed_cpu_last_kernel())
+
+
+@pytest.mark.parametrize("k", [576, 1536, 570])
+@pytest.mark.parametrize("name", ["fp4_e2m1", "nvfp4"])
+def test_smollm2_widths_take_the_avx512_kernels(name, k):
+    """SmolLM2-135M's K = 576 (and 1536; 570 padded to 576) runs the AVX-512 kernels, not the AVX2
+    one: the kernel query says so, and the float32 result's bits differ from the avx2 path's (each
+    kernel sums in its own float32 order; 512 outputs of 576 terms differ somewhere)."""
+    _need("avx512_bf16")
+    torch.manual_seed(k)
+    pw, deq = _weight(name, k, n=512)
+    x = torch.randn(1, k)
+    with cpu.cpu_path("avx2"):
+        y2 = packed_linear(x, pw)
+        assert _last_kernel() == "avx2"
+    with cpu.cpu_path("avx512"):
+        y512 = packed_linear(x, pw)
+        assert _last_kernel() == "avx512"
+    with cpu.cpu_path("avx512_bf16"):
+        check(x.bfloat16(), pw, deq, torch.zeros(512))
+        assert _last_kernel() == "avx512_bf16"
+    assert not torch.equal(y512, y2)
+
+
+def test_half_run_needs_a_finite_table0():
+    """A half run reads its padding lanes as code 0: with table[0] NaN the float32 kernel does not
+    take K = 576 (a NaN there would poison every row), it does take K = 512, and both are right."""
+    _need("avx512")
+    torch.manual_seed(0)
+    for k, want in [(576, "avx2"), (512, "avx512")]:
+        pw, _ = packed("fp4_e2m1", torch.randn(40, k))
+        table = pw.value_table.clone()
+        table[0] = float("nan")
+        pw_nan = PackedWeight(pw.data, pw.scale, table, pw.scale_table,
+                              dataclasses.replace(pw.params, decode_path=DECODE_TABLE16))
+        x = torch.randn(1, k)
+        with cpu.cpu_path("avx512"):
+            y = packed_linear(x, pw_nan)
+            assert _last_kernel() == want
+        _check_float32(y, x, reference_packed_decode(pw_nan))
+
+
+@pytest.mark.parametrize("path_name", ["avx512", "avx512_bf16"])
+@pytest.mark.parametrize("rows", [1, 9])
+def test_half_run_any_thread_count_same_bits(path_name, rows):
+    """6144 x 576 (3.5 M multiply-adds a row: three threads' worth): bit for bit the same for 1, 2
+    and 3 threads on either kernel."""
+    _need(path_name)
+    torch.manual_seed(rows)
+    pw, _ = _weight("fp4_e2m1", 576, n=6144)
+    x = torch.randn(rows, 576)
+    if path_name == "avx512_bf16":
+        x = x.bfloat16()
+    before = torch.get_num_threads()
+    outs = []
+    try:
+        with cpu.cpu_path(path_name):
+            for threads in (1, 2, 3):
+                torch.set_num_threads(threads)
+                outs.append(packed_linear(x, pw))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(outs[0].view(torch.int16 if x.dtype == torch.bfloat16 else torch.int32),
+                           o.view(torch.int16 if x.dtype == torch.bfloat16 else torch.int32)) for o in outs[1:])

@@ -283,33 +283,51 @@ void run_many_rows(const PackedGemmJob& job, const at::Tensor& x, const at::Tens
   }
 }
 
+thread_local const char* last_kernel = "none";  // the kernel of this thread's last call (last_cpu_kernel)
+
 }  // namespace
+
+const char* last_cpu_kernel() { return last_kernel; }
 
 void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const at::Tensor& out) {
   if (job.rows == 0 || job.p.out_features == 0) return;
   const CpuPath path = active_cpu_path();
   if (job.rows >= job.p.tile_gemm_min_rows) {
+    last_kernel = "many_rows";
     run_many_rows(job, x, out, path);
     return;
   }
+  last_kernel = "none";
   if (path == CpuPath::kAvx512Bf16 && job.x_bf16 && stream512_bf16_applies(job.p, job.value_table)) {
     const at::Tensor rows16 =  // the rows in its order, padded to runs of 128
         at::empty({job.rows, stream512_row_floats(job.p)}, x.options().dtype(at::kBFloat16));
     const at::Tensor unscale = at::empty({job.rows}, x.options());
-    if (run_packed_stream_avx512_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>())) return;
+    if (run_packed_stream_avx512_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>())) {
+      last_kernel = "avx512_bf16";
+      return;
+    }
   }
   if (is_avx512(path) && job.p.code_bits == 8 && stream512_8bit_applies(job.p, job.value_table)) {
     if (path == CpuPath::kAvx512Bf16 && job.x_bf16 && stream512_8bit_bf16_applies(job.p, job.value_table)) {
       const at::Tensor rows16 = at::empty_like(x, x.options().dtype(at::kBFloat16));
       const at::Tensor unscale = at::empty({job.rows}, x.options());
-      if (run_packed_stream_avx512_8bit_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>())) return;
+      if (run_packed_stream_avx512_8bit_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>())) {
+        last_kernel = "avx512_8bit_bf16";
+        return;
+      }
     }
     const at::Tensor scratch = at::empty_like(x);
-    if (run_packed_stream_avx512_8bit(job, scratch.data_ptr<float>())) return;
+    if (run_packed_stream_avx512_8bit(job, scratch.data_ptr<float>())) {
+      last_kernel = "avx512_8bit";
+      return;
+    }
   }
   if (is_avx512(path) && stream512_applies(job.p, job.value_table)) {
     const at::Tensor scratch = at::empty({job.rows, stream512_row_floats(job.p)}, x.options());
-    if (run_packed_stream_avx512(job, scratch.data_ptr<float>())) return;
+    if (run_packed_stream_avx512(job, scratch.data_ptr<float>())) {
+      last_kernel = "avx512";
+      return;
+    }
   }
   if (path != CpuPath::kScalar) {
     if (nibble_order_input(job.p)) {
@@ -318,11 +336,16 @@ void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const 
       const at::Tensor xs = x.view({job.rows, kp / 8, 8}).index_select(2, order).contiguous();
       PackedGemmJob permuted = job;
       permuted.x = xs.data_ptr<float>();
-      if (run_packed_stream_avx2(permuted)) return;
+      if (run_packed_stream_avx2(permuted)) {
+        last_kernel = "avx2";
+        return;
+      }
     } else if (run_packed_stream_avx2(job)) {
+      last_kernel = "avx2";
       return;
     }
   }
+  last_kernel = "few_rows";
   run_few_rows(job, path);
 }
 

@@ -82,6 +82,10 @@ bool nibble_order_input(const PackedGemmParams& p);
 // num_blocks * block_size columns).
 void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const at::Tensor& out);
 
+// Which kernel ran this thread's last run_packed_linear_cpu call: many_rows, avx512_bf16, avx512,
+// avx512_8bit_bf16, avx512_8bit, avx2, few_rows (none before any call). For tests.
+const char* last_cpu_kernel();
+
 // dst[N, num_blocks * block_size] = the decoded weight (padding columns included), float32.
 void run_packed_decode_cpu(const PackedGemmJob& job, float* dst);
 

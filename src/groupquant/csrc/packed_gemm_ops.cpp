@@ -8,6 +8,7 @@
 //   groupquant::packed_cpu_paths() -> str            (the CPU paths this host has, best first)
 //   groupquant::packed_cpu_path() -> str             (the path the CPU kernels take now)
 //   groupquant::packed_set_cpu_path(str path) -> str (sets it; an error if the host lacks it)
+//   groupquant::packed_cpu_last_kernel() -> str      (the CPU kernel of this thread's last packed_linear)
 //
 // `params` is the packed record of ops/packed_gemm_params.py (field list in packed_gemm.h).
 #include <torch/library.h>
@@ -172,6 +173,8 @@ std::string packed_set_cpu_path(const std::string& name) {
   return name;
 }
 
+std::string packed_cpu_last_kernel() { return last_cpu_kernel(); }
+
 std::string packed_gemm_param_fields() {
   std::string names(kPackedFieldNames);
   if (!names.empty() && names.back() == ',') names.pop_back();
@@ -190,6 +193,7 @@ TORCH_LIBRARY_FRAGMENT(groupquant, m) {
   m.def("packed_cpu_paths() -> str", &groupquant::packed::packed_cpu_paths);
   m.def("packed_cpu_path() -> str", &groupquant::packed::packed_cpu_path);
   m.def("packed_set_cpu_path(str path) -> str", &groupquant::packed::packed_set_cpu_path);
+  m.def("packed_cpu_last_kernel() -> str", &groupquant::packed::packed_cpu_last_kernel);
 }
 
 TORCH_LIBRARY_IMPL(groupquant, CPU, m) {
