@@ -3,7 +3,9 @@ csrc/packed_gemm_stream_avx512_bf16.cpp), beyond what the every-path tests reach
 kernel's two decodes (bfloat16 words where the 16 table values are exact in bfloat16, float32
 dwords for any other table), and the bfloat16 kernel's input rows that are used as they are
 (magnitudes in [2^-100, 2^64)) beside rows it scales by a power of two first, in one call and one
-register tile. Outputs against a float64 composition of the reference decode, per element."""
+register tile; rows that end in a half run of 64 codes (K a multiple of 64, not of 128: SmolLM2's 576)
+on both kernels, and which kernel a call took (groupquant::packed_cpu_last_kernel). Outputs against a
+float64 composition of the reference decode, per element."""
 from __future__ import annotations
 
 import dataclasses
