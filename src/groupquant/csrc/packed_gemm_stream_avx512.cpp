@@ -256,16 +256,8 @@ bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch) {
   t.block_size = p.block_size;
   t.scale_kind = scale_kind(job.scale_table);
   t.table = _mm512_loadu_ps(job.value_table);
-  alignas(64) uint16_t words16[32];
-  for (int c = 0; c < 32; ++c) {
-    uint32_t bits;
-    std::memcpy(&bits, job.value_table + (c & 15), 4);
-    words16[c] = static_cast<uint16_t>(bits >> 16);
-  }
-  t.words = _mm512_load_si512(words16);
-  alignas(64) int32_t lanes[16];
-  for (int j = 0; j < 16; ++j) lanes[j] = static_cast<int32_t>(j * 8 / p.block_size);
-  t.lane_block = _mm512_load_si512(lanes);
+  t.words = bf16_word_table(job.value_table);
+  t.lane_block = run_lane_blocks(p.block_size);
   permute_input(job.x, job.rows, kp, t.kx, scratch);
   t.x = scratch;
   const float post = p.has_global_scale ? p.global_scale : 1.0f;  // NVFP4's second scale, on the row sums

@@ -234,16 +234,8 @@ bool run_packed_stream_avx512_bf16(const PackedGemmJob& job, void* scratch, floa
   if (!prepare_input(job.x, job.rows, kp, t.kx, xs, unscale)) return false;
   t.x = xs;
   t.unscale = unscale;
-  alignas(64) uint16_t words[32];
-  for (int c = 0; c < 32; ++c) {
-    uint32_t bits;
-    std::memcpy(&bits, job.value_table + (c & 15), 4);
-    words[c] = static_cast<uint16_t>(bits >> 16);
-  }
-  t.table = _mm512_load_si512(words);
-  alignas(64) int32_t lanes[16];
-  for (int j = 0; j < 16; ++j) lanes[j] = static_cast<int32_t>(j * 8 / p.block_size);
-  t.lane_block = _mm512_load_si512(lanes);
+  t.table = bf16_word_table(job.value_table);
+  t.lane_block = run_lane_blocks(p.block_size);
   const float post = p.has_global_scale ? p.global_scale : 1.0f;  // NVFP4's second scale, on the row sums
   const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);
   claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {

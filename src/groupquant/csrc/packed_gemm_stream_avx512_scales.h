@@ -1,5 +1,6 @@
-// Block scales for the AVX-512 streaming kernels of the packed GEMM: scale bytes to float32, 16 at
-// a time (packed_gemm_stream_avx512.cpp, packed_gemm_stream_avx512_bf16.cpp).
+// Block scales and tables for the AVX-512 streaming kernels of the packed GEMM for 4-bit codes
+// (packed_gemm_stream_avx512.cpp, packed_gemm_stream_avx512_bf16.cpp): scale bytes to float32, 16
+// at a time; the per-lane block map of a run of 128; the 16 values' bfloat16 bits as a word table.
 //
 // AVX-512 code: include it after a file's `#pragma GCC target` (inside `#if defined(GQ_X86_DISPATCH)`),
 // so that it is compiled with that file's target options, and after <immintrin.h>, <cmath>,
@@ -16,6 +17,26 @@ namespace {
 // E8M0 (2^(b - 127), 0xFF NaN), E4M3 (NaN at magnitude 0x7F) or NVFP4's positive E4M3 (bytes
 // from 0x80 NaN too) -- checked once per call against the table (scale_kind) -- else gathered.
 enum class ScaleKind { kGather, kE8M0, kE4M3, kE4M3Positive };
+
+// Lane j of a run of 128 codes (its codes 8j .. 8j + 7) -> its block counted from the run's first
+// block: j * 8 / block_size (blocks of 8, 16, 32, 64 or a multiple of 128).
+inline __m512i run_lane_blocks(int64_t block_size) {
+  alignas(64) int32_t lanes[16];
+  for (int j = 0; j < 16; ++j) lanes[j] = static_cast<int32_t>(j * 8 / block_size);
+  return _mm512_load_si512(lanes);
+}
+
+// The bfloat16 bits (top halves of the float32 values) of the 16-entry value table, held twice: a
+// word permute (vpermw) by a 4-bit code in the low bits of a word then ignores the word's bit 4.
+inline __m512i bf16_word_table(const float* value_table) {
+  alignas(64) uint16_t words[32];
+  for (int c = 0; c < 32; ++c) {
+    uint32_t bits;
+    std::memcpy(&bits, value_table + (c & 15), 4);
+    words[c] = static_cast<uint16_t>(bits >> 16);
+  }
+  return _mm512_load_si512(words);
+}
 
 inline __m512 scales_e8m0(__m512i b) {
   const __m512i bits = _mm512_slli_epi32(b, 23);
