@@ -126,8 +126,10 @@ bool bf16_exact(const float* value_table) {
 }
 
 // Run r's 64 bytes, at row: where r is a row's half run, its 32 bytes and 32 zero bytes (a masked
-// load: nothing past the row is read).
+// load: nothing past the row is read); kHalf: the rows end in a half run.
+template <bool kHalf>
 inline __m512i load_run(const Tile& t, const uint8_t* row, int64_t r) {
+  if constexpr (!kHalf) return _mm512_loadu_si512(row);  // rows of whole runs: no test per run
   return r < t.full_runs ? _mm512_loadu_si512(row) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, row);
 }
 
@@ -155,7 +157,7 @@ inline void decode_run(const Tile& t, __m512i raw, __m512* w) {
 // over a decode-like cycle of 16 4096 x 4096 layers, the per-run prefetch made the float32 kernel
 // 1.7x and the bfloat16 one 1.2x faster than none, and the burst at every row (as for partial
 // rows) was slower than none for the bfloat16 kernel.
-template <int MR, bool kWords>
+template <int MR, bool kWords, bool kHalf>
 void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmJob& job = *t.job;
   const PackedGemmParams& p = job.p;
@@ -180,7 +182,7 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
         if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
         __m512 w[8];
-        decode_run<kWords>(t, load_run(t, row, r), w);
+        decode_run<kWords>(t, load_run<kHalf>(t, row, r), w);
         // codes 8j .. 8j + 3 into a, 8j + 4 .. 8j + 7 into b: each sum needs one word permute more
         // than the last (with the chains as w0 w2 w4 w6 / w1 w3 w5 w7, a 16-layer cycle was 1.7x
         // slower on AMD Zen 4, the same layer in cache was not)
@@ -207,7 +209,7 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
         for (int a = 0; a < A; ++a) acc[m][a] = _mm512_setzero_ps();
       for (int64_t r = r0; r < r1; ++r, row += 64, xr += 128) {
         if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
-        const __m512i raw = load_run(t, row, r);
+        const __m512i raw = load_run<kHalf>(t, row, r);
         const __m512 s = run_scales(t, sbuf, r, b0);
         __m512 w[8];
         decode_run<kWords>(t, raw, w);
@@ -233,7 +235,11 @@ void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float po
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kMaxChunkRuns, kL1Floats / MR / 128));
   std::fill(part, part + (n1 - n0) * MR, 0.0f);
   for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) {
-    rows_tile<MR, kWords>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+    if (t.full_runs == t.runs) {
+      rows_tile<MR, kWords, false>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+    } else {
+      rows_tile<MR, kWords, true>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+    }
   }
   for (int64_t n = n0; n < n1; ++n) {
     const float b = job.bias != nullptr ? job.bias[n] : 0.0f;
