@@ -81,6 +81,8 @@ constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the scale buffer)
 constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched (see rows_tile)
 constexpr int64_t kPrefetchBytes = 2048;  // per run, this far ahead in a stream of whole rows
+constexpr int kGemvRows = 4;              // one input row, whole rows: weight rows decoded together (gemv_group)
+constexpr int64_t kAheadGroups = 2;       // and the groups ahead whose bytes are prefetched
 
 // The input rows (kp floats each) in run order, at a row stride of kx (kp rounded up to 128): within
 // each run of 128, position 16 t + j <- element 8 j + t, 0 where that element is past the row.
@@ -148,6 +150,50 @@ inline void decode_run(const Tile& t, __m512i raw, __m512* w) {
   }
 }
 
+// Input row m0 alone: part[n + j - n0] += dot products of runs [r0, r1) (the whole row: rb bytes at row)
+// with weight rows n + j, j < NR; each run's 8 input vectors are loaded once for the NR rows. The
+// group's bytes kAheadGroups groups ahead are prefetched into L2 in memory order (4 rows read at once
+// defeat the hardware prefetcher), its scale bytes at the start; see the bfloat16 kernel.
+template <int NR, bool kWords, bool kHalf>
+void gemv_group(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
+                float* part) {
+  const PackedGemmJob& job = *t.job;
+  const PackedGemmParams& p = job.p;
+  alignas(64) float sbuf[NR][kMaxChunkRuns * 16 + 16];  // scales of blocks [b0, b1) (+ slack for the loads)
+  const uint8_t* row = job.data + n * t.rb + r0 * 64;     // rows n .. n + NR - 1 follow at rb bytes
+  const int64_t ahead = kAheadGroups * kGemvRows * t.rb;
+  const uint8_t* scale_ahead = job.scale + (n + kAheadGroups * kGemvRows) * p.num_blocks;
+  for (int64_t o = 0; o < NR * p.num_blocks; o += 64) _mm_prefetch(reinterpret_cast<const char*>(scale_ahead + o), _MM_HINT_T1);
+  for (int j = 0; j < NR; ++j) {
+    fill_scales(t.scale_kind, job.scale_table, job.scale + (n + j) * p.num_blocks + b0, b1 - b0, sbuf[j]);
+    std::fill(sbuf[j] + (b1 - b0), sbuf[j] + (b1 - b0) + 16, 1.0f);  // a half run's lanes past the row
+  }
+  __m512 acc[NR];
+  for (int j = 0; j < NR; ++j) acc[j] = _mm512_setzero_ps();
+  const float* xr = t.x + m0 * t.kx + r0 * 128;
+  for (int64_t r = r0; r < r1; ++r, xr += 128) {
+    const int64_t o = (r - r0) * 64;
+    __m512 x[8];
+    for (int q = 0; q < 8; ++q) x[q] = _mm512_loadu_ps(xr + 16 * q);
+    for (int j = 0; j < NR; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(row + ahead + o * NR + j * 64), _MM_HINT_T1);
+      __m512 w[8];
+      decode_run<kWords>(t, load_run<kHalf>(t, row + j * t.rb + o, r), w);
+      // codes 8j .. 8j + 3 into a, 8j + 4 .. 8j + 7 into b (see rows_tile)
+      __m512 a = _mm512_mul_ps(w[0], x[0]);
+      __m512 b = _mm512_mul_ps(w[4], x[4]);
+      a = _mm512_fmadd_ps(w[1], x[1], a);
+      b = _mm512_fmadd_ps(w[5], x[5], b);
+      a = _mm512_fmadd_ps(w[2], x[2], a);
+      b = _mm512_fmadd_ps(w[6], x[6], b);
+      a = _mm512_fmadd_ps(w[3], x[3], a);
+      b = _mm512_fmadd_ps(w[7], x[7], b);
+      acc[j] = _mm512_fmadd_ps(_mm512_add_ps(a, b), run_scales(t, sbuf[j], r, b0), acc[j]);
+    }
+  }
+  for (int j = 0; j < NR; ++j) part[n + j - n0] += _mm512_reduce_add_ps(acc[j]);
+}
+
 // part[(n - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR, weight
 // rows [n0, n1).
 // Software prefetch: where the chunk is part of a row (the task reads pieces of rows at a stride),
@@ -166,6 +212,14 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
   alignas(64) float sbuf[kMaxChunkRuns * 16 + 16];  // scales of blocks [b0, b1) (+ slack for the loads)
   const bool whole = r1 - r0 == t.runs;              // the chunk is the whole row
   const int64_t span = whole ? 0 : (r1 - r0) * 64;  // bytes to prefetch per row ahead
+  if constexpr (MR == 1) {
+    if (whole) {  // one ascending stream of whole rows: in groups of kGemvRows
+      int64_t n = n0;
+      for (; n + kGemvRows <= n1; n += kGemvRows) gemv_group<kGemvRows, kWords, kHalf>(t, m0, n, n0, r0, r1, b0, b1, part);
+      for (; n < n1; ++n) gemv_group<1, kWords, kHalf>(t, m0, n, n0, r0, r1, b0, b1, part);
+      return;
+    }
+  }
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = job.data + n * t.rb + r0 * 64;
     if (n + kPrefetchRows < n1) {
