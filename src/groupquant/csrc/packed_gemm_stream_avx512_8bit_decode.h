@@ -160,8 +160,9 @@ inline void run_first_blocks(int64_t block_size, int64_t r0, int64_t r1, int64_t
   for (int64_t r = r0; r < r1; ++r) first[r - r0] = static_cast<int32_t>(r * 64 / block_size - b0);
 }
 
-// Scales of blocks [b0, b1) of row n into sbuf (E8M0: 16 at a time). No software prefetch of the
-// weight rows: they are read in address order, and prefetching rows ahead measured slower here.
+// Scales of blocks [b0, b1) of row n into sbuf (E8M0: 16 at a time). (rows_tile_f32 / _bf16 read
+// weight rows one at a time in address order, without software prefetch: prefetching rows ahead
+// measured slower there; gemv_group_f32, which reads 4 rows at once, prefetches.)
 inline void row_scales(const Tile& t, int64_t n, int64_t b0, int64_t b1, float* sbuf) {
   const PackedGemmJob& job = *t.job;
   const uint8_t* sc = job.scale + n * job.p.num_blocks;
