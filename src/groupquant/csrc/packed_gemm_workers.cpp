@@ -57,8 +57,11 @@ constexpr auto kSpin = std::chrono::microseconds(200);  // helpers' busy wait fo
 // Elsewhere never busy.
 class OthersMeter {
  public:
-  // At a job's start: true where the other threads used more than a quarter of the wall time
-  // since the caller's last job ended (false for a first job or a new caller).
+  // At a job's start: true where the other threads used more than 3/4 of a core over the wall time
+  // since the caller's last job ended (they have a core to themselves: torch's spinning OpenMP
+  // thread, not one that shares a core with another process) and the caller ran for at least 80%
+  // of its last job's wall time (false for a first job or a new caller). Where a core is shared
+  // with another process the helpers are kept: a caller alone there would run at a part of a core.
   bool busy(const std::vector<int64_t>& helper_tids) {
 #if defined(__linux__)
     const int64_t wall = now_ns();
@@ -66,7 +69,11 @@ class OthersMeter {
     if (wall - listed_at_ > kRelist || caller != caller_ || helper_tids.size() != helpers_listed_) {
       relist(caller, helper_tids, wall);
     }
-    return valid_ && others_cpu() - cpu_ > (wall - wall_) / 4;
+    start_wall_ = wall;
+    start_caller_ = thread_cpu_ns(caller);
+    // the caller had its core in its last job (else it shares one with another process: helpers then)
+    const bool caller_had_core = caller_cpu_ * 5 >= (wall_ - job_start_) * 4;
+    return valid_ && caller_had_core && (others_cpu() - cpu_) * 4 > (wall - wall_) * 3;
 #else
     (void)helper_tids;
     return false;
@@ -78,6 +85,8 @@ class OthersMeter {
 #if defined(__linux__)
     wall_ = now_ns();
     cpu_ = others_cpu();
+    job_start_ = start_wall_;
+    caller_cpu_ = thread_cpu_ns(caller_) - start_caller_;
     valid_ = true;
 #endif
   }
@@ -127,6 +136,8 @@ class OthersMeter {
   size_t helpers_listed_ = 0;
   int64_t caller_ = -1, listed_at_ = std::numeric_limits<int64_t>::min() / 2;
   int64_t wall_ = 0, cpu_ = 0;  // at the caller's last job end: wall clock, the others' CPU time
+  int64_t job_start_ = 0, caller_cpu_ = 0;  // that job's start (wall clock) and the caller's CPU time in it
+  int64_t start_wall_ = 0, start_caller_ = 0;  // the same at this job's start
   bool valid_ = false;
 #endif
 };
