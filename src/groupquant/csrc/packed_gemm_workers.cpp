@@ -57,11 +57,11 @@ constexpr auto kSpin = std::chrono::microseconds(200);  // helpers' busy wait fo
 // Elsewhere never busy.
 class OthersMeter {
  public:
-  // At a job's start: true where the other threads used more than 3/4 of a core over the wall time
-  // since the caller's last job ended (they have a core to themselves: torch's spinning OpenMP
-  // thread, not one that shares a core with another process) and the caller ran for at least 80%
-  // of its last job's wall time (false for a first job or a new caller). Where a core is shared
-  // with another process the helpers are kept: a caller alone there would run at a part of a core.
+  // At a job's start: true where, since the caller's last job ended, the other threads ran for more
+  // than a quarter of the wall time and, with the helpers, for more than 3/4 of it (the second
+  // core's time went to this process, not to another one), and the caller ran for at least 80% of
+  // its last job's wall time (false for a first job or a new caller). Where a core is shared with
+  // another process the helpers are kept: a caller alone there would run at a part of a core.
   bool busy(const std::vector<int64_t>& helper_tids) {
 #if defined(__linux__)
     const int64_t wall = now_ns();
@@ -73,7 +73,9 @@ class OthersMeter {
     start_caller_ = thread_cpu_ns(caller);
     // the caller had its core in its last job (else it shares one with another process: helpers then)
     const bool caller_had_core = caller_cpu_ * 5 >= (wall_ - job_start_) * 4;
-    return valid_ && caller_had_core && (others_cpu() - cpu_) * 4 > (wall - wall_) * 3;
+    const int64_t span = wall - wall_, others = sum_cpu(others_) - cpu_, helpers = sum_cpu(helpers_) - helper_cpu_;
+    // others ran a quarter of the time, and with the helpers took most of a core: no other process
+    return valid_ && caller_had_core && others * 4 > span && (others + helpers) * 4 > span * 3;
 #else
     (void)helper_tids;
     return false;
@@ -84,7 +86,8 @@ class OthersMeter {
   void mark_end() {
 #if defined(__linux__)
     wall_ = now_ns();
-    cpu_ = others_cpu();
+    cpu_ = sum_cpu(others_);
+    helper_cpu_ = sum_cpu(helpers_);
     job_start_ = start_wall_;
     caller_cpu_ = thread_cpu_ns(caller_) - start_caller_;
     valid_ = true;
@@ -108,9 +111,9 @@ class OthersMeter {
     return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   }
 
-  int64_t others_cpu() const {
+  static int64_t sum_cpu(const std::vector<int64_t>& tids) {
     int64_t sum = 0;
-    for (int64_t tid : others_) sum += thread_cpu_ns(tid);
+    for (int64_t tid : tids) sum += thread_cpu_ns(tid);
     return sum;
   }
 
@@ -127,15 +130,16 @@ class OthersMeter {
       closedir(dir);
     }
     caller_ = caller;
+    helpers_ = helper_tids;
     helpers_listed_ = helper_tids.size();
     listed_at_ = wall;
     valid_ = false;
   }
 
-  std::vector<int64_t> others_;
+  std::vector<int64_t> others_, helpers_;
   size_t helpers_listed_ = 0;
   int64_t caller_ = -1, listed_at_ = std::numeric_limits<int64_t>::min() / 2;
-  int64_t wall_ = 0, cpu_ = 0;  // at the caller's last job end: wall clock, the others' CPU time
+  int64_t wall_ = 0, cpu_ = 0, helper_cpu_ = 0;  // at the caller's last job end: wall clock, CPU times
   int64_t job_start_ = 0, caller_cpu_ = 0;  // that job's start (wall clock) and the caller's CPU time in it
   int64_t start_wall_ = 0, start_caller_ = 0;  // the same at this job's start
   bool valid_ = false;

@@ -11,11 +11,11 @@
 // that are inside a task (running, so finishing soon), so a call on a shared machine takes at
 // worst about the one-thread time, plus the rest of a task a helper was preempted in.
 //
-// Other threads of this process: where they used more than 3/4 of a core between the caller's
-// last job and this one (torch's OpenMP threads spin for milliseconds after each parallel kernel),
-// and the caller had its core in its last job, the job runs on the caller alone: a helper would
-// share a core with them and could be preempted inside a task (Linux; packed_gemm_workers.cpp,
-// OthersMeter).
+// Other threads of this process: where, between the caller's last job and this one, they ran for
+// more than a quarter of the time and, with the helpers, took most of a core (torch's OpenMP
+// threads spin for milliseconds after each parallel kernel), and the caller had its core in its
+// last job, the job runs on the caller alone: a helper would share a core with them and could be
+// preempted inside a task (Linux; packed_gemm_workers.cpp, OthersMeter).
 //
 // Threads: at::get_num_threads() per call (torch.set_num_threads is followed; the caller is one
 // of them). Helpers are started on first use, spin briefly after a job (decode calls layers back
