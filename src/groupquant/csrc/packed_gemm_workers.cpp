@@ -53,8 +53,9 @@ constexpr auto kSpin = std::chrono::microseconds(200);  // helpers' busy wait fo
 // the caller waits for it (single jobs of 4 ms instead of 0.3 ms right after a 2-thread torch.sum,
 // AMD Zen 4, 2 cores). While they run, a job runs on the caller alone, which keeps a core.
 // Linux only: the threads are listed from /proc/self/task (again every kRelist), each read by its
-// own CPU clock (exact; the process clock lags by up to a tick for threads running elsewhere).
-// Elsewhere never busy.
+// own CPU clock (exact; the process clock lags by up to a tick for threads running elsewhere),
+// two reads per thread and job: with more than kMaxOthers other threads, never busy. Elsewhere
+// never busy.
 class OthersMeter {
  public:
   // At a job's start: true where, since the caller's last job ended, the other threads ran for more
@@ -73,6 +74,7 @@ class OthersMeter {
     start_caller_ = thread_cpu_ns(caller);
     // the caller had its core in its last job (else it shares one with another process: helpers then)
     const bool caller_had_core = caller_cpu_ * 5 >= (wall_ - job_start_) * 4;
+    if (others_.size() > kMaxOthers) return false;  // reading their clocks would cost more than it saves
     const int64_t span = wall - wall_, others = sum_cpu(others_) - cpu_, helpers = sum_cpu(helpers_) - helper_cpu_;
     // others ran a quarter of the time, and with the helpers took most of a core: no other process
     return valid_ && caller_had_core && others * 4 > span && (others + helpers) * 4 > span * 3;
@@ -85,6 +87,7 @@ class OthersMeter {
   // At a job's end: the baseline for the next job's test.
   void mark_end() {
 #if defined(__linux__)
+    if (others_.size() > kMaxOthers) return;
     wall_ = now_ns();
     cpu_ = sum_cpu(others_);
     helper_cpu_ = sum_cpu(helpers_);
@@ -97,6 +100,7 @@ class OthersMeter {
  private:
 #if defined(__linux__)
   static constexpr int64_t kRelist = 100000000;  // ns: threads are listed again this often
+  static constexpr size_t kMaxOthers = 16;        // more other threads: never busy (a clock read each)
 
   static int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
