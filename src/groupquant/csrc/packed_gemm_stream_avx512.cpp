@@ -149,6 +149,22 @@ inline void decode_run(const Tile& t, __m512i raw, __m512* w) {
   }
 }
 
+// One run's lane sums for one input row: w[q] . x[q] over q, codes 8j .. 8j + 3 into one chain and
+// 8j + 4 .. 8j + 7 into another, added at the end: each sum needs one word permute more than the
+// last (with the chains as w0 w2 w4 w6 / w1 w3 w5 w7, a 16-layer cycle was 1.7x slower on AMD
+// Zen 4, the same layer in cache was not).
+inline __m512 run_lane_sums(const __m512* w, const __m512* x) {
+  __m512 a = _mm512_mul_ps(w[0], x[0]);
+  __m512 b = _mm512_mul_ps(w[4], x[4]);
+  a = _mm512_fmadd_ps(w[1], x[1], a);
+  b = _mm512_fmadd_ps(w[5], x[5], b);
+  a = _mm512_fmadd_ps(w[2], x[2], a);
+  b = _mm512_fmadd_ps(w[6], x[6], b);
+  a = _mm512_fmadd_ps(w[3], x[3], a);
+  b = _mm512_fmadd_ps(w[7], x[7], b);
+  return _mm512_add_ps(a, b);
+}
+
 // Input row m0 alone: part[n + j - n0] += dot products of runs [r0, r1) (the whole row: rb bytes at row)
 // with weight rows n + j, j < NR; each run's 8 input vectors are loaded once for the NR rows. The
 // group's bytes kAheadGroups groups ahead are prefetched into L2 in memory order (4 rows read at once
@@ -178,16 +194,7 @@ void gemv_group(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0, in
       _mm_prefetch(reinterpret_cast<const char*>(row + ahead + o * NR + j * 64), _MM_HINT_T1);
       __m512 w[8];
       decode_run<kWords>(t, load_run<kHalf>(t, row + j * t.rb + o, r), w);
-      // codes 8j .. 8j + 3 into a, 8j + 4 .. 8j + 7 into b (see rows_tile)
-      __m512 a = _mm512_mul_ps(w[0], x[0]);
-      __m512 b = _mm512_mul_ps(w[4], x[4]);
-      a = _mm512_fmadd_ps(w[1], x[1], a);
-      b = _mm512_fmadd_ps(w[5], x[5], b);
-      a = _mm512_fmadd_ps(w[2], x[2], a);
-      b = _mm512_fmadd_ps(w[6], x[6], b);
-      a = _mm512_fmadd_ps(w[3], x[3], a);
-      b = _mm512_fmadd_ps(w[7], x[7], b);
-      acc[j] = _mm512_fmadd_ps(_mm512_add_ps(a, b), run_scales(t, sbuf[j], r, b0), acc[j]);
+      acc[j] = _mm512_fmadd_ps(run_lane_sums(w, x), run_scales(t, sbuf[j], r, b0), acc[j]);
     }
   }
   for (int j = 0; j < NR; ++j) part[n + j - n0] += _mm512_reduce_add_ps(acc[j]);
@@ -236,22 +243,14 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
         if (whole) _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchBytes), _MM_HINT_T0);
         __m512 w[8];
         decode_run<kWords>(t, load_run<kHalf>(t, row, r), w);
-        // codes 8j .. 8j + 3 into a, 8j + 4 .. 8j + 7 into b: each sum needs one word permute more
-        // than the last (with the chains as w0 w2 w4 w6 / w1 w3 w5 w7, a 16-layer cycle was 1.7x
-        // slower on AMD Zen 4, the same layer in cache was not)
-        __m512 a = _mm512_mul_ps(w[0], _mm512_loadu_ps(xr));
-        __m512 b = _mm512_mul_ps(w[4], _mm512_loadu_ps(xr + 64));
-        a = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xr + 16), a);
-        b = _mm512_fmadd_ps(w[5], _mm512_loadu_ps(xr + 80), b);
-        a = _mm512_fmadd_ps(w[2], _mm512_loadu_ps(xr + 32), a);
-        b = _mm512_fmadd_ps(w[6], _mm512_loadu_ps(xr + 96), b);
-        a = _mm512_fmadd_ps(w[3], _mm512_loadu_ps(xr + 48), a);
-        b = _mm512_fmadd_ps(w[7], _mm512_loadu_ps(xr + 112), b);
+        __m512 x[8];
+        for (int q = 0; q < 8; ++q) x[q] = _mm512_loadu_ps(xr + 16 * q);
+        const __m512 lanes = run_lane_sums(w, x);
         const __m512 s = run_scales(t, sbuf, r, b0);
         if ((r & 1) == 0) {
-          acc0 = _mm512_fmadd_ps(_mm512_add_ps(a, b), s, acc0);
+          acc0 = _mm512_fmadd_ps(lanes, s, acc0);
         } else {
-          acc1 = _mm512_fmadd_ps(_mm512_add_ps(a, b), s, acc1);
+          acc1 = _mm512_fmadd_ps(lanes, s, acc1);
         }
       }
       out[0] += _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));

@@ -135,6 +135,23 @@ constexpr int64_t kAheadGroups = 2;       // and the groups ahead whose bytes ar
 
 // ---- float32 input ------------------------------------------------------------------------------
 
+// The two vectors of 32 bfloat16 values widened to four of 16 float32 (exact): the even word of
+// each dword shifted up by 16, the odd word masked in place (high: 0xFFFF0000 in every dword).
+GQ_K8_INLINE inline void widen_words(__m512i w0, __m512i w1, __m512i high, __m512* v) {
+  v[0] = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
+  v[1] = _mm512_castsi512_ps(_mm512_and_si512(w0, high));
+  v[2] = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
+  v[3] = _mm512_castsi512_ps(_mm512_and_si512(w1, high));
+}
+
+// One run's lane sums for one float32 input row: v[q] . x[q] over q, in one chain.
+GQ_K8_INLINE inline __m512 dot_run(const __m512* v, const __m512* x) {
+  __m512 d = _mm512_mul_ps(v[0], x[0]);
+  d = _mm512_fmadd_ps(v[1], x[1], d);
+  d = _mm512_fmadd_ps(v[2], x[2], d);
+  return _mm512_fmadd_ps(v[3], x[3], d);
+}
+
 // part[(n - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR, weight
 // rows [n0, n1); float32 input.
 template <int MR, int Kind>
@@ -160,16 +177,14 @@ void rows_tile_f32(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0
     alternate_runs(r0, r1, a, b, [&](int64_t r, Acc& acc) GQ_K8_INLINE {
       __m512i w0, w1;
       dec(_mm512_loadu_si512(row + (r - r0) * 64), &w0, &w1);
-      __m512 v[4] = {_mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)), _mm512_castsi512_ps(_mm512_and_si512(w0, high)),
-                     _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16)), _mm512_castsi512_ps(_mm512_and_si512(w1, high))};
+      __m512 v[4];
+      widen_words(w0, w1, high, v);
       const __m512 s = run_scales(t, sbuf, first[r - r0]);
       const float* xq = xr + (r - r0) * 64;
       if constexpr (MR == 1) {  // one input row: scale the lane sums
-        __m512 d = _mm512_mul_ps(v[0], _mm512_loadu_ps(xq));
-        d = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(xq + 16), d);
-        d = _mm512_fmadd_ps(v[2], _mm512_loadu_ps(xq + 32), d);
-        d = _mm512_fmadd_ps(v[3], _mm512_loadu_ps(xq + 48), d);
-        acc.v[0] = _mm512_fmadd_ps(d, s, acc.v[0]);
+        __m512 x[4];
+        for (int q = 0; q < 4; ++q) x[q] = _mm512_loadu_ps(xq + 16 * q);
+        acc.v[0] = _mm512_fmadd_ps(dot_run(v, x), s, acc.v[0]);
       } else {
         for (int q = 0; q < 4; ++q) v[q] = _mm512_mul_ps(v[q], s);  // the dequantized weights
         for (int m = 0; m < MR; ++m) {
@@ -256,11 +271,9 @@ void gemv_group_f32(const Tile& t, int64_t m0, int64_t n, int64_t n0, const int3
       _mm_prefetch(reinterpret_cast<const char*>(row + ahead + o * NR + j * 64), _MM_HINT_T1);
       __m512i w0, w1;
       dec(_mm512_loadu_si512(row + j * t.rb + o), &w0, &w1);
-      __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)), x[0]);
-      d = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w0, high)), x[1], d);
-      d = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w1, 16)), x[2], d);
-      d = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w1, high)), x[3], d);
-      acc[j] = _mm512_fmadd_ps(d, run_scales(t, sbuf[j], first[r]), acc[j]);
+      __m512 v[4];
+      widen_words(w0, w1, high, v);
+      acc[j] = _mm512_fmadd_ps(dot_run(v, x), run_scales(t, sbuf[j], first[r]), acc[j]);
     }
   }
   for (int j = 0; j < NR; ++j) part[n + j - n0] += _mm512_reduce_add_ps(acc[j]);
