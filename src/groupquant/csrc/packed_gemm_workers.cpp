@@ -27,10 +27,12 @@
 
 #if defined(__linux__)
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #endif
@@ -81,6 +83,16 @@ class OthersMeter {
 #else
     (void)helper_tids;
     return false;
+#endif
+  }
+
+  // The CPU time (ns) the other threads have run for so far (-1 with more than kMaxOthers of them,
+  // or off Linux); the thread list is the one busy() made.
+  int64_t others_cpu() const {
+#if defined(__linux__)
+    return others_.size() > kMaxOthers ? -1 : sum_cpu(others_);
+#else
+    return -1;
 #endif
   }
 
@@ -150,6 +162,92 @@ class OthersMeter {
 #endif
 };
 
+// Whether the job's threads lack a core each: a helper that shares its core (with another
+// process, or with the caller after a wake-up placed it there) is preempted for a scheduler slice
+// (milliseconds) at times, and where that happens inside a task the caller waits for it (worst
+// 2-thread cycles of 16 layers at 1.5x-2.8x the 1-thread time, AMD Zen 4, 2 cores, a busy loop
+// pinned to one). Measured over windows of kWindow wall time, read at a job's start once the window
+// has passed: the run-queue wait (time runnable but not running, /proc/self/task/<tid>/schedstat)
+// of the caller and the helpers over the window. Where together they waited for more than
+// 1/kWaitShare of it while the process's other threads were quiet (their spinning is OthersMeter's
+// case), jobs run on the caller alone, the helpers asleep, for a hold of kMinHold, doubled up to
+// kMaxHold each time the window after a hold finds the same: a passing load costs 10 ms on one
+// thread, a lasting one meets a window with helpers (which may stall once) ever more rarely.
+// Linux with schedstat only; elsewhere never contended.
+class CoreContention {
+ public:
+  // At a job's start: true where this job runs on the caller alone.
+  bool contended(int64_t caller, const std::vector<int64_t>& helper_tids, const OthersMeter& others) {
+#if defined(__linux__)
+    const int64_t wall = now_ns();
+    if (wall < alone_until_) return true;
+    if (valid_ && wall - window_start_ < kWindow) return false;
+    const int64_t others_cpu = others.others_cpu();
+    std::vector<int64_t> waits;
+    waits.reserve(helper_tids.size() + 1);
+    waits.push_back(run_queue_wait_ns(caller));
+    for (int64_t tid : helper_tids) waits.push_back(run_queue_wait_ns(tid));
+    const int64_t span = wall - window_start_;
+    const bool same_threads = valid_ && caller == caller_ && helper_tids == tids_;
+    const bool readable = std::all_of(waits.begin(), waits.end(), [](int64_t w) { return w >= 0; });
+    // the job's threads waited for a CPU for a third of the window, while this process's other threads were quiet
+    bool taken = false;
+    if (same_threads && readable && others_cpu >= 0 && others_cpu_ >= 0 && (others_cpu - others_cpu_) * kQuiet < span) {
+      int64_t waited = 0;
+      for (size_t i = 0; i < waits.size(); ++i) waited += waits[i] - waits_[i];
+      taken = waited * kWaitShare > span;
+    }
+    if (same_threads) hold_ = taken ? std::min(kMaxHold, hold_ * 2 + kMinHold * (hold_ == 0)) : 0;
+    if (taken) alone_until_ = wall + hold_;
+    valid_ = !taken && readable;  // after a hold the next window starts afresh
+    caller_ = caller;
+    tids_ = helper_tids;
+    waits_ = std::move(waits);
+    others_cpu_ = others_cpu;
+    window_start_ = wall;
+    return taken;
+#else
+    (void)caller;
+    (void)helper_tids;
+    (void)others;
+    return false;
+#endif
+  }
+
+ private:
+#if defined(__linux__)
+  static constexpr int64_t kWindow = 5000000;     // ns of wall time per measurement (a file read per thread)
+  static constexpr int64_t kWaitShare = 3;        // the threads waited for more than 1/kWaitShare of the window in all
+  static constexpr int64_t kQuiet = 20;           // other threads ran for less than 1/kQuiet of it
+  static constexpr int64_t kMinHold = 10000000;   // ns on the caller alone after a window with the threads waiting
+  static constexpr int64_t kMaxHold = 1280000000;  // 10 ms doubled 7 times
+
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+
+  // Thread tid's total run-queue wait (ns): the second field of its schedstat; -1 where unreadable.
+  static int64_t run_queue_wait_ns(int64_t tid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%lld/schedstat", static_cast<long long>(tid));
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buf[128];
+    const ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = '\0';
+    unsigned long long run = 0, wait = 0;
+    return std::sscanf(buf, "%llu %llu", &run, &wait) == 2 ? static_cast<int64_t>(wait) : -1;
+  }
+
+  int64_t window_start_ = 0, alone_until_ = 0, hold_ = 0;
+  int64_t caller_ = -1, others_cpu_ = -1;  // others_cpu_: the other threads' CPU time at the window's start
+  std::vector<int64_t> tids_, waits_;  // the helpers measured; the caller's and their waits at the window's start
+  bool valid_ = false;                 // waits_ is a baseline for the window now running
+#endif
+};
+
 class Workers {
  public:
   static Workers& get() {
@@ -164,12 +262,13 @@ class Workers {
     }
     std::lock_guard<std::mutex> hold(busy_, std::adopt_lock);
     start_helpers(threads - 1);
-    bool others_busy;
+    bool others_busy, contended;
     {
       std::lock_guard<std::mutex> lock(wake_mutex_);  // helpers add their ids under it
       others_busy = others_.busy(helper_tids_);
+      contended = !others_busy && contention_.contended(caller_tid(), helper_tids_, others_);
     }
-    if (others_busy) {  // the cores are taken by other threads of this process
+    if (others_busy || contended) {  // the cores are taken by other threads of this process, or of another
       run_alone(tasks, task, ctx);
       others_.mark_end();
       return;
@@ -201,6 +300,14 @@ class Workers {
 
  private:
   Workers() = default;
+
+  static int64_t caller_tid() {
+#if defined(__linux__)
+    return static_cast<int64_t>(syscall(SYS_gettid));
+#else
+    return 0;
+#endif
+  }
 
   static void run_alone(int64_t tasks, TaskFn task, void* ctx) {
     KeepDenormals keep;
@@ -270,6 +377,7 @@ class Workers {
   unsigned helpers_ = 0;
   std::vector<int64_t> helper_tids_;  // their thread ids (Linux), under wake_mutex_ while they start
   OthersMeter others_;
+  CoreContention contention_;
   std::mutex wake_mutex_;
   std::condition_variable wake_;
   uint64_t woken_gen_ = 0;

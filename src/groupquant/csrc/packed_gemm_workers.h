@@ -17,6 +17,11 @@
 // last job, the job runs on the caller alone: a helper would share a core with them and could be
 // preempted inside a task (Linux; packed_gemm_workers.cpp, OthersMeter).
 //
+// Threads short of a core: where, over the last few milliseconds, the caller and the helpers waited
+// for a CPU (run-queue wait) for a third of the time while the process's other threads were quiet
+// (another process holds a core), jobs run on the caller alone for 10 ms, doubled while it lasts
+// (Linux; packed_gemm_workers.cpp, CoreContention).
+//
 // Threads: at::get_num_threads() per call (torch.set_num_threads is followed; the caller is one
 // of them). Helpers are started on first use, spin briefly after a job (decode calls layers back
 // to back) and then sleep. One job at a time: a call made while another thread's job runs does its
