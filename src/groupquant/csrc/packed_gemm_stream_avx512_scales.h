@@ -45,12 +45,13 @@ inline __m512 scales_e8m0(__m512i b) {
   return _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xFF)), v, _mm512_set1_ps(NAN));
 }
 
-// E4M3 magnitudes 0 .. 0x7E (bytes without their sign bit) as floats.
+// E4M3 magnitudes 0 .. 0x7E (bytes without their sign bit) as floats: the byte's exponent and
+// mantissa bits placed in float32's (mag << 20: 2^(e - 127) (1 + m / 8), or m 2^-129 for e = 0,
+// a float32 subnormal) times 2^120: 2^(e - 7) (1 + m / 8), or m 2^-9, exactly. The subnormal
+// operand needs subnormals kept (DAZ off): tasks keep them (KeepDenormals), and scale_kind, which
+// checks all 256 bytes against the table, finds the mismatch and gathers where they are not.
 inline __m512 e4m3_magnitudes(__m512i mag) {
-  const __m512i normal_bits = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(0x3C000000));
-  const __m512 normal = _mm512_castsi512_ps(normal_bits);  // 2^(e - 7) (1 + m / 8)
-  const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(1.0f / 512.0f));  // m * 2^-9, exact
-  return _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), normal, sub);
+  return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1p120f));
 }
 
 inline __m512 scales_e4m3(__m512i b, bool positive) {
