@@ -34,7 +34,7 @@ packed is faster), the same two for ``packed bf16`` and ``fp32 / packed``. ``--s
 rows (``--shared-formats``, default MXFP4 and NVFP4) with a busy-loop process pinned (``taskset``)
 to the last CPU: 2 threads,
 median and worst of ``--calls`` (40) cycles, over the 1-thread median measured just before without
-it. The header gives the CPU model, its SIMD flags and the kernel path in use
+it, beside the same for 1 thread with the busy loop (whose worst is the machine's own noise). The header gives the CPU model, its SIMD flags and the kernel path in use
 (``GROUPQUANT_CPU_PATH``).
 """
 from __future__ import annotations
@@ -225,13 +225,14 @@ def main_table(cycles: Dict[str, Cycle], threads: Sequence[int], batches: Sequen
 def shared_core_table(cycles: Dict[str, Cycle], batches: Sequence[int], calls: int, layers: int) -> None:
     """2 threads beside a busy-loop process pinned to the last CPU: median and worst of ``calls``
     cycles of the packed layers (and int4, fp32), over the 1-thread median without it; and the
-    1-thread median beside the busy loop (what the 2-thread call should at worst come to)."""
+    1-thread median and worst of ``calls`` cycles beside the busy loop (what the 2-thread call should
+    at worst come to; its worst is the machine's own noise)."""
     cpu = (os.cpu_count() or 2) - 1
     print(f"\nShared core: a busy loop pinned to CPU {cpu} (taskset); per-layer ms, 2 threads over {calls} cycles; "
           "ratios over the 1-thread median alone\n")
-    print("| format | kernel | batch | 1 thread alone | 1 thread + busy core | 2 threads + busy core: median | worst | "
-          "median / 1t | worst / 1t |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| format | kernel | batch | 1 thread alone | 1 thread + busy core: median | worst | worst / 1t | "
+          "2 threads + busy core: median | worst | median / 1t | worst / 1t |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, cyc in cycles.items():
         for batch in batches:
             runs = {k: v for k, v in cyc.runners(batch).items() if k != "floor"}
@@ -239,13 +240,15 @@ def shared_core_table(cycles: Dict[str, Cycle], batches: Sequence[int], calls: i
             torch.set_num_threads(1)
             alone = {k: statistics.median(v) for k, v in cycle_times(runs, few, layers).items()}
             with BusyCore(cpu):
-                one_busy = {k: statistics.median(v) for k, v in cycle_times(runs, few, layers).items()}
+                one_busy = cycle_times(runs, calls, layers)
                 torch.set_num_threads(2)
                 busy = cycle_times(runs, calls, layers)
             for key in runs:
+                one_med, one_worst = statistics.median(one_busy[key]), max(one_busy[key])
                 med, worst = statistics.median(busy[key]), max(busy[key])
-                print(f"| {name} | {key} | {batch} | {alone[key]:.3f} | {one_busy[key]:.3f} | {med:.3f} | "
-                      f"{worst:.3f} | {med / alone[key]:.2f}x | {worst / alone[key]:.2f}x |", flush=True)
+                print(f"| {name} | {key} | {batch} | {alone[key]:.3f} | {one_med:.3f} | {one_worst:.3f} | "
+                      f"{one_worst / alone[key]:.2f}x | {med:.3f} | {worst:.3f} | {med / alone[key]:.2f}x | "
+                      f"{worst / alone[key]:.2f}x |", flush=True)
 
 
 def main() -> None:
