@@ -10,7 +10,9 @@ a noisy machine slows them alike. A packed format is ``quantize_model(recipe="<f
 functional=False)`` then ``pack_model``: every projection (q/k/v/o, gate/up/down) a PackedLinear,
 the output head (tied to the embeddings) kept float32 by the LLM rule of ``quantize_model``;
 ``mxfp4_bf16`` is packed MXFP4 with the model then cast to bfloat16 (the embedding / head, norms
-and activations in bfloat16; the packed layers take bfloat16 input). ``mxfp4_functional`` (only when
+and activations in bfloat16; the packed layers take bfloat16 input); ``mxfp4_autocast`` the float32
+packed MXFP4 model decoding under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (the packed
+layers and torch's GEMMs take bfloat16 input; norms, residuals and the KV cache stay float32). ``mxfp4_functional`` (only when
 named) leaves ``quantize_model``'s function mode on, as it is by default with a recipe: with a
 weight-only recipe it quantizes nothing in a Llama model (attention's matmuls are between
 activations) but intercepts every torch call of the forward.
@@ -50,11 +52,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-FORMATS = ["float32", "bf16", "mxfp4", "nvfp4", "mxfp8", "mxfp4_bf16"]
+FORMATS = ["float32", "bf16", "mxfp4", "nvfp4", "mxfp8", "mxfp4_bf16", "mxfp4_autocast"]
 #: formats run only when named: mxfp4 with quantize_model's function mode left on (its default with a recipe)
 EXTRA_FORMATS = ["mxfp4_functional"]
 PACKED_RECIPES = {"mxfp4": "mxfp4_weight_only", "nvfp4": "nvfp4_weight_only", "mxfp8": "mxfp8_weight_only",
-                  "mxfp4_bf16": "mxfp4_weight_only", "mxfp4_functional": "mxfp4_weight_only"}
+                  "mxfp4_bf16": "mxfp4_weight_only", "mxfp4_functional": "mxfp4_weight_only",
+                  "mxfp4_autocast": "mxfp4_weight_only"}
 PROMPT = "The history of the printing press begins"
 
 
@@ -141,10 +144,11 @@ def build(fmt: str, folder: str) -> torch.nn.Module:
     return model
 
 
-def _decode_rate(model, ids, new_tokens: int) -> tuple:
-    """(decode tokens/s, generated ids) from timing N and 1 new tokens (prefill cancels out)."""
+def _decode_rate(model, ids, new_tokens: int, autocast: bool = False) -> tuple:
+    """(decode tokens/s, generated ids) from timing N and 1 new tokens (prefill cancels out);
+    ``autocast``: under bfloat16 CPU autocast."""
     kw = dict(do_sample=False, pad_token_id=model.config.eos_token_id, attention_mask=torch.ones_like(ids))
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         model.generate(ids, max_new_tokens=2, **kw)  # warm-up
         t0 = time.perf_counter()
         model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
@@ -154,11 +158,11 @@ def _decode_rate(model, ids, new_tokens: int) -> tuple:
     return (new_tokens - 1) / max((t2 - t1) - (t1 - t0), 1e-9), out
 
 
-def _profile(model, ids) -> tuple:
+def _profile(model, ids, autocast: bool = False) -> tuple:
     """One decode step under torch.profiler: (its total op time in ms, a text with the packed-GEMM
-    calls of the step and the top ops by self CPU time)."""
+    calls of the step and the top ops by self CPU time); ``autocast`` as in :func:`_decode_rate`."""
     from torch.profiler import ProfilerActivity, profile
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         out = model(ids, use_cache=True)
         nxt = out.logits[:, -1:].argmax(-1)
         mask = torch.ones(1, ids.shape[1] + 1, dtype=torch.long)
@@ -194,11 +198,11 @@ def worker(fmt: str, folder: str, conn) -> None:
             break
         if msg[0] == "profile":
             torch.set_num_threads(1)
-            conn.send(_profile(model, ids))
+            conn.send(_profile(model, ids, autocast=fmt.endswith("_autocast")))
             continue
         _, threads, new_tokens = msg
         torch.set_num_threads(threads)
-        rate, out = _decode_rate(model, ids, new_tokens)
+        rate, out = _decode_rate(model, ids, new_tokens, autocast=fmt.endswith("_autocast"))
         text = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
         conn.send(dict(rate=rate, peak_rss_kb=_rss_kb("VmHWM"), text=text))
 

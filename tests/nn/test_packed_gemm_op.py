@@ -71,3 +71,27 @@ def test_the_op_alone_is_linear_on_the_decoded_weight():
     # reference: float64 product of the bf16 input and the fake-quant weight, the bias in float32
     ref = F.linear(x.double(), layer.quant_weight().value.detach().double(), b.float().double())
     torch.testing.assert_close(y.double(), ref, rtol=2.0 ** -7, atol=2.0 ** -7 * float(ref.abs().max()))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_under_autocast_the_input_takes_autocasts_dtype_as_torchs_linear_does(dtype):
+    layer = quant_layer()
+    packed = gq.pack_model(copy.deepcopy(layer))
+    torch.manual_seed(1)
+    x = torch.randn(5, 64) * 2.0 ** torch.randint(-6, 7, (1, 64))  # columns over several binades
+    x.requires_grad_(True)
+    with torch.autocast("cpu", dtype=dtype):
+        got = packed(x)
+        want_quant_layer = layer(x)
+        with torch.autocast("cpu", enabled=False):
+            plain_float = packed(x)
+    assert got.dtype == dtype == want_quant_layer.dtype and plain_float.dtype == torch.float32
+    with torch.no_grad():
+        assert torch.equal(got, packed(x.detach().to(dtype)))  # the kernel on the cast input, bit for bit
+    # the quant layer under autocast (torch's linear in that dtype) within the dtype's rounding
+    ref = F.linear(x.detach().to(dtype).double(), layer.quant_weight().value.detach().double(), layer.bias.double())
+    scale = float(ref.abs().max())
+    for y in (got, want_quant_layer):
+        torch.testing.assert_close(y.double(), ref, rtol=2.0 ** -7, atol=2.0 ** -7 * scale)
+    got.float().sum().backward()  # the float32 input gets its gradient through the cast
+    assert x.grad is not None and x.grad.dtype == torch.float32

@@ -7,9 +7,15 @@ from typing import Any, ClassVar, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GemmOp", "LINEAR"]
+__all__ = ["GemmOp", "LINEAR", "autocast_enabled"]
 
 _CONVS = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}  # by the weight's number of dims
+
+
+def autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (False for device types without autocast, such
+    as ``meta``, where torch's own query raises)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 
 @dataclass(frozen=True)

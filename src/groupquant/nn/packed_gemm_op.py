@@ -22,7 +22,7 @@ from typing import ClassVar, Optional
 import torch
 
 from ..ops.packed_gemm import PACKED_INPUT_DTYPES, PackedWeight, packed_decode, packed_linear
-from .gemm_op import GemmOp
+from .gemm_op import GemmOp, autocast_enabled
 
 __all__ = ["PackedGemmOp", "packed_linear_with_input_grad"]
 
@@ -59,6 +59,10 @@ class PackedGemmOp(GemmOp):
     ``layer_name`` names the layer in the error for an input dtype the kernel does not take
     (float32, bfloat16 and float16 only: :data:`~groupquant.ops.packed_gemm.PACKED_INPUT_DTYPES`).
     The bias is added in float32 (the kernel's accumulation); the output has the input's dtype.
+    Under ``torch.autocast`` for the input's device, the input is first cast to autocast's dtype,
+    as torch's ``linear`` does there (so a packed layer gives what its quant layer gives under
+    autocast: output in that dtype; a float32 model under bfloat16 autocast takes the bfloat16
+    kernels).
     """
 
     #: the weight operand is quantized storage the op decodes itself (see the module docstring)
@@ -69,7 +73,10 @@ class PackedGemmOp(GemmOp):
 
     def forward(self, x: torch.Tensor, w: PackedWeight, b: Optional[torch.Tensor]) -> torch.Tensor:  # type: ignore[override]
         """The packed GEMM of the quantized input ``x [..., in]`` (TypeError naming the layer for
-        another dtype) with the packed weight and the quantized bias ``b`` (or None)."""
+        another dtype) with the packed weight and the quantized bias ``b`` (or None); under
+        autocast, ``x`` in autocast's dtype."""
+        if autocast_enabled(x.device.type) and x.is_floating_point():
+            x = x.to(torch.get_autocast_dtype(x.device.type))
         if x.dtype not in PACKED_INPUT_DTYPES:
             raise TypeError(f"{self.layer_name}: packed inference takes input of dtype "
                             f"{[str(d) for d in PACKED_INPUT_DTYPES]}, got {x.dtype}")

@@ -12,7 +12,7 @@ from ..ops import GroupQuantized
 from ..proxy import ActQuantProxy, BiasQuantProxy, WeightQuantProxy
 from ..quant_tensor import QuantTensor, plain
 from .backward_gemm import TOKEN_GROUPS, GemmBackward, gemm_forward, quant_gemm
-from .gemm_op import GemmOp
+from .gemm_op import GemmOp, autocast_enabled
 from .gemm_rounding import GemmRounding, check_gemm_rounding, round_operand
 from .group_quantized_weight import group_quantized_weight
 from .grad_slots import GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands, grad_slot_prefixes
@@ -23,11 +23,6 @@ from .lean_gemm import lean_applies, lean_quant_gemm
 
 __all__ = ["QuantLayerMixin"]
 
-
-def _autocast_enabled(device_type: str) -> bool:
-    """Whether autocast is on for ``device_type`` (False for device types without autocast, such
-    as ``meta``, where torch's own query raises)."""
-    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 _OWN = object()  # "the layer's own bias" (None is a real value: no bias)
 
@@ -186,7 +181,7 @@ class QuantLayerMixin:
         traced for export, no autocast) whose weight quantizer lets it (see :func:`lean_applies`)."""
         if not self.memory_lean_backward or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
             return False
-        if _autocast_enabled(qx.device.type):
+        if autocast_enabled(qx.device.type):
             return False
         return lean_applies(self.weight_quant) and op.lean_supported(qx, weight)
 
