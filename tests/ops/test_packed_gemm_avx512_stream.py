@@ -201,3 +201,24 @@ def test_half_run_any_thread_count_same_bits(path_name, rows):
         torch.set_num_threads(before)
     assert all(torch.equal(outs[0].view(torch.int16 if x.dtype == torch.bfloat16 else torch.int32),
                            o.view(torch.int16 if x.dtype == torch.bfloat16 else torch.int32)) for o in outs[1:])
+
+
+@pytest.mark.parametrize("rows", [4, 5, 8])
+@pytest.mark.parametrize("k", [256, 576])
+@pytest.mark.parametrize("name", ["fp4_e2m1", "nvfp4"])
+def test_float32_kernel_weight_rows_in_pairs_with_an_odd_last_row(name, k, rows):
+    """4 to 8 input rows take the weight rows in pairs: 67 rows (a task of 64, then 3: a pair and
+    one alone) stay within float32 GEMM error, and a NaN scale byte in the odd last row's last block
+    (or in a pair's second row) gives NaN in that output column only."""
+    _need("avx512")
+    torch.manual_seed(rows * 100 + k)
+    pw, deq = _weight(name, k, n=67, nan_last_block_row=66)
+    scale = pw.scale.clone()
+    scale[65, 0] = scale[66, -1]  # the NaN byte once more, in the first block of row 65 (a pair's second)
+    pw = PackedWeight(pw.data, scale, pw.value_table, pw.scale_table, pw.params)
+    deq = reference_packed_decode(pw)[:, :k]
+    x = torch.randn(rows, k) * torch.logspace(-3, 3, k, base=2.0)
+    with cpu.cpu_path("avx512"):
+        y = packed_linear(x, pw)
+    _check_float32(y, x, deq)
+    assert bool(torch.isnan(y[:, 65:]).all()) and not bool(torch.isnan(y[:, :65]).any())
