@@ -25,7 +25,9 @@
 // Values and sums, per output element (row n, input row m), as the 4-bit AVX-512 kernels do:
 // - float32, one input row: each run's products value * x (float32) summed lane-wise, the lane sums
 //   multiplied by their block scales and added into accumulators; 2 to 8 rows: values times their
-//   block scale (value * scale in float32: the dequantized weight, bit for bit), FMA'd with x.
+//   block scale (value * scale in float32: the dequantized weight, bit for bit), FMA'd with x;
+//   weight rows in pairs (2 to 8 float32 rows, 4 to 8 bfloat16 rows), each input vector loaded
+//   once for both.
 // - bfloat16: each input row is scaled by a power of two 2^e_m by the rule of
 //   packed_gemm_stream_bf16_rows.h (e_m = 0 for rows within [2^-100, 2^64); else its largest
 //   finite magnitude brought into [1, 2)); the call is taken only where every row's nonzero finite
@@ -119,6 +121,7 @@ bool stream512_8bit_bf16_applies(const PackedGemmParams& p, const float* value_t
 // All headers come before: their inline functions and templates keep the build's own options.
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
 #include "packed_gemm_stream_avx512_8bit_decode.h"  // AVX-512 code: after the pragma
+#include "packed_gemm_stream_avx512_8bit_pairs.h"
 #endif
 
 namespace groupquant {
@@ -129,7 +132,6 @@ namespace {
 
 constexpr int64_t kL1Bytes = 65536;       // input bytes per K chunk (L2; 16 KiB chunks measured slower at batch 8)
 constexpr int64_t kRowsPerPass = 64;      // weight rows per task
-constexpr int64_t kMaxChunkRuns = 128;    // runs of 64 per K chunk (bounds the scale buffer)
 constexpr int kGemvRows = 4;              // one float32 input row, whole rows: weight rows decoded together
 constexpr int64_t kAheadGroups = 2;       // and the groups ahead whose bytes are prefetched
 
@@ -153,7 +155,8 @@ GQ_K8_INLINE inline __m512 dot_run(const __m512* v, const __m512* x) {
 }
 
 // part[(n - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR, weight
-// rows [n0, n1); float32 input.
+// rows [n0, n1); float32 input (2 to 8 input rows: weight rows in pairs, pair_tile_f32, the last
+// one of an odd count alone).
 template <int MR, int Kind>
 void rows_tile_f32(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmParams& p = t.job->p;
@@ -167,7 +170,11 @@ void rows_tile_f32(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0
   struct Acc {
     __m512 v[MR];
   };
-  for (int64_t n = n0; n < n1; ++n) {
+  int64_t n_first = n0;
+  if constexpr (MR >= 2) {
+    for (; n_first + 2 <= n1; n_first += 2) pair_tile_f32<MR, Kind>(t, m0, n_first, n0, r0, r1, b0, b1, first, part);
+  }
+  for (int64_t n = n_first; n < n1; ++n) {
     const uint8_t* row = t.job->data + n * t.rb + r0 * 64;
     row_scales(t, n, b0, b1, sbuf);
     const float* xr = static_cast<const float*>(t.x) + m0 * t.kp + r0 * 64;
@@ -202,8 +209,9 @@ void rows_tile_f32(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0
 
 // ---- bfloat16 input -----------------------------------------------------------------------------
 
-// The same for scaled bfloat16 input rows (vdpbf16ps), lane sums unscaled then times the block
-// scale; kUnit: the row's 2^-e_m is 1 (no unscaling; one input row only).
+// The same as rows_tile_f32 for scaled bfloat16 input rows (vdpbf16ps), lane sums unscaled then
+// times the block scale; kUnit: every row's 2^-e_m is 1 (no unscaling). 4 to 8 input rows: weight
+// rows in pairs (pair_tile_bf16), the last one of an odd count alone.
 template <int MR, int Kind, bool kUnit>
 void rows_tile_bf16(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmParams& p = t.job->p;
@@ -219,7 +227,11 @@ void rows_tile_bf16(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r
   struct Acc {
     __m512 v[MR];
   };
-  for (int64_t n = n0; n < n1; ++n) {
+  int64_t n_first = n0;
+  if constexpr (MR >= 4) {
+    for (; n_first + 2 <= n1; n_first += 2) pair_tile_bf16<MR, Kind, kUnit>(t, m0, n_first, n0, r0, r1, b0, b1, first, part);
+  }
+  for (int64_t n = n_first; n < n1; ++n) {
     const uint8_t* row = t.job->data + n * t.rb + r0 * 64;
     row_scales(t, n, b0, b1, sbuf);
     const uint16_t* xr = static_cast<const uint16_t*>(t.x) + m0 * t.kp + r0 * 64;
@@ -306,7 +318,7 @@ void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float po
     for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) {
       const int64_t r1 = std::min(t.runs, r0 + chunk);
       if constexpr (Bf16) {
-        if (MR == 1 && t.unscale[m0] == 1.0f) {  // (more rows: no faster, batch 8 slower on Zen 4)
+        if (std::all_of(t.unscale + m0, t.unscale + m0 + MR, [](float u) { return u == 1.0f; })) {
           rows_tile_bf16<MR, Kind, true>(t, m0, n0, n1, r0, r1, part);
         } else {
           rows_tile_bf16<MR, Kind, false>(t, m0, n0, n1, r0, r1, part);

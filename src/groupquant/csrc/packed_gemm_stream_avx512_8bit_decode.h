@@ -15,6 +15,8 @@ namespace {
 // The hot loop's helpers and lambdas must inline (GCC otherwise calls the per-run step out of line).
 #define GQ_K8_INLINE __attribute__((always_inline))
 
+constexpr int64_t kMaxChunkRuns = 128;  // runs of 64 per K chunk (bounds the scale buffers)
+
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
 // The value table as byte tables for vpermi2b, and the lane -> block map.
