@@ -12,6 +12,30 @@ namespace groupquant {
 namespace packed {
 namespace {
 
+// Two weight rows' part of a K chunk: their codes and block scales, and the decode of a run of both.
+struct RowPair {
+  alignas(64) float sbuf[2][kMaxChunkRuns * 4 + 16];  // scales of blocks [b0, b1) (+ slack for the loads)
+  const uint8_t* row[2];                               // the rows' codes from run r0
+
+  RowPair(const Tile& t, int64_t n, int64_t r0, int64_t b0, int64_t b1) {
+    for (int j = 0; j < 2; ++j) {
+      row[j] = t.job->data + (n + j) * t.rb + r0 * 64;
+      row_scales(t, n + j, b0, b1, sbuf[j]);
+    }
+  }
+
+  // Run r0 + i of both rows (its first block at sbuf[.][first]): w[j] the two word vectors of row
+  // j (Decoder), s[j] its lanes' block scales.
+  template <int Kind>
+  GQ_K8_INLINE inline void run(const Tile& t, const Decoder<Kind>& dec, int64_t i, int32_t first, __m512i (*w)[2],
+                               __m512* s) const {
+    for (int j = 0; j < 2; ++j) {
+      dec(_mm512_loadu_si512(row[j] + i * 64), &w[j][0], &w[j][1]);
+      s[j] = run_scales(t, sbuf[j], first);
+    }
+  }
+};
+
 // part[(n + j - n0) * MR + m] += dot products of runs [r0, r1) for float32 input rows m0 .. m0 + MR
 // (2 to 8) and weight rows n, n + 1: both rows' runs decoded and dequantized, each half run's input
 // vectors loaded once for both rows, one accumulator per input and weight row (as the 4-bit
@@ -21,12 +45,7 @@ namespace {
 template <int MR, int Kind>
 void pair_tile_f32(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
                    const int32_t* first, float* part) {
-  alignas(64) float sbuf[2][kMaxChunkRuns * 4 + 16];
-  const uint8_t* row[2];
-  for (int j = 0; j < 2; ++j) {
-    row[j] = t.job->data + (n + j) * t.rb + r0 * 64;
-    row_scales(t, n + j, b0, b1, sbuf[j]);
-  }
+  const RowPair pair(t, n, r0, b0, b1);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   const Decoder<Kind> dec(t);
   __m512 acc[MR][2];
@@ -35,10 +54,7 @@ void pair_tile_f32(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0,
   for (int64_t r = r0; r < r1; ++r) {
     __m512i w[2][2];
     __m512 s[2];
-    for (int j = 0; j < 2; ++j) {
-      dec(_mm512_loadu_si512(row[j] + (r - r0) * 64), &w[j][0], &w[j][1]);
-      s[j] = run_scales(t, sbuf[j], first[r - r0]);
-    }
+    pair.run(t, dec, r - r0, first[r - r0], w, s);
     const float* xq = xr + (r - r0) * 64;
     for (int h = 0; h < 2; ++h) {  // half h: the words of w[.][h], widened to float32 lanes q = 2h, 2h + 1
       __m512 v[2][2];
@@ -65,12 +81,7 @@ void pair_tile_f32(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0,
 template <int MR, int Kind, bool kUnit>
 void pair_tile_bf16(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
                     const int32_t* first, float* part) {
-  alignas(64) float sbuf[2][kMaxChunkRuns * 4 + 16];
-  const uint8_t* row[2];
-  for (int j = 0; j < 2; ++j) {
-    row[j] = t.job->data + (n + j) * t.rb + r0 * 64;
-    row_scales(t, n + j, b0, b1, sbuf[j]);
-  }
+  const RowPair pair(t, n, r0, b0, b1);
   const __m512 zero = _mm512_setzero_ps();
   const Decoder<Kind> dec(t);
   __m512 acc[MR][2];
@@ -79,10 +90,7 @@ void pair_tile_bf16(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0
   for (int64_t r = r0; r < r1; ++r) {
     __m512i w[2][2];
     __m512 s[2];
-    for (int j = 0; j < 2; ++j) {
-      dec(_mm512_loadu_si512(row[j] + (r - r0) * 64), &w[j][0], &w[j][1]);
-      s[j] = run_scales(t, sbuf[j], first[r - r0]);
-    }
+    pair.run(t, dec, r - r0, first[r - r0], w, s);
     const uint16_t* xq = xr + (r - r0) * 64;
     for (int m = 0; m < MR; ++m) {
       const uint16_t* xm = xq + m * t.kp;
