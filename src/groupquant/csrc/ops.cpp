@@ -23,10 +23,14 @@ namespace groupquant {
 namespace {
 
 // A number as text for an error message, without iostreams: with some torch builds, streaming an
-// integer into TORCH_CHECK's message from an extension crashes (a libstdc++ locale mismatch).
+// integer, float or bool into TORCH_CHECK's message from an extension crashes (a libstdc++ locale
+// mismatch: torch 2.11 + CUDA 13 ended the process on a bad scale_kind). Every TORCH_CHECK in csrc/
+// passes only string literals, C strings, std::string from num() and torch's own types
+// (tests/csrc/test_check_messages.py reads the sources and holds them to that).
 std::string num(int64_t v) { return std::to_string(v); }
 std::string num(int32_t v) { return std::to_string(v); }
 std::string num(float v) { return std::to_string(v); }
+std::string num(bool v) { return v ? "true" : "false"; }
 
 // Checks the format fields (already unpacked into f) and fills the derived constants.
 void make_format_params(FormatParams& f) {
@@ -59,12 +63,12 @@ void make_format_params(FormatParams& f) {
   TORCH_CHECK_VALUE(f.saturating || (f.is_float && f.special != kSpecialNone),
                     "groupquant: saturating=false needs a float format with Inf or NaN codes");
   TORCH_CHECK_VALUE(f.scale_kind >= 0 && f.scale_kind < kNumScaleKinds, "groupquant: scale_kind must be 0..",
-                    kNumScaleKinds - 1, " (", kScaleKindNames, "), got ", num(f.scale_kind));
+                    num(kNumScaleKinds - 1), " (", kScaleKindNames, "), got ", num(f.scale_kind));
   const char* scale_error = scale_fields_error(f);
   TORCH_CHECK_VALUE(scale_error == nullptr, "groupquant: ", scale_error, " (scale_kind ", num(f.scale_kind),
                     ", scale_bias ", num(f.scale_bias), ", exp_max ", num(f.exp_max), ", scale_nan_code ",
                     num(f.scale_nan_code), ", scale_mantissa_bits ", num(f.scale_mantissa_bits), ", scale_min ",
-                    f.scale_min, ", scale_max ", f.scale_max, ", tensor_scale ", f.tensor_scale, ")");
+                    num(f.scale_min), ", scale_max ", num(f.scale_max), ", tensor_scale ", num(f.tensor_scale), ")");
   if (f.is_float) {
     f.qemin = f.emin;
     f.qmant = f.mantissa_bits;

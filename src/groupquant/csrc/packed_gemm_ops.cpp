@@ -23,7 +23,13 @@ namespace groupquant {
 namespace packed {
 
 namespace {
+// Numbers and shapes as text for error messages (no iostreams: see num in ops.cpp).
 std::string num(int64_t v) { return std::to_string(v); }
+std::string shape_text(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + num(sizes[i]);
+  return s + "]";
+}
 }  // namespace
 
 PackedGemmParams parse_packed_params(at::IntArrayRef params) {
@@ -94,7 +100,7 @@ at::Tensor padded_float_input(const at::Tensor& x, const PackedGemmParams& p) {
   TORCH_CHECK_TYPE(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "groupquant: packed linear takes "
                    "float32, bfloat16 or float16 input, got ", t);
   TORCH_CHECK_VALUE(x.dim() == 2 && x.size(1) == p.in_features, "groupquant: packed linear input must be [rows, ",
-                    num(p.in_features), "], got ", x.sizes());
+                    num(p.in_features), "], got ", shape_text(x.sizes()));
   const int64_t kp = p.num_blocks * p.block_size;
   if (kp == p.in_features) return x.to(at::kFloat).contiguous();
   at::Tensor xp = at::zeros({x.size(0), kp}, x.options().dtype(at::kFloat));

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["floor_log2", "float_log2_floor", "exp2i", "significand"]
+__all__ = ["floor_log2", "float_log2_floor", "exp2i", "significand", "divide"]
 
 
 def floor_log2(x: torch.Tensor) -> torch.Tensor:
@@ -40,3 +40,15 @@ def float_log2_floor(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     a = amax.to(dtype)
     guarded = a + (a == 0).to(dtype) * 2.0 ** -126
     return torch.floor(torch.log2(guarded)).float().clamp(-1000, 1000).to(torch.int32)
+
+
+def divide(t: torch.Tensor, d: float) -> torch.Tensor:
+    """``t / d`` as an IEEE division (correctly rounded in t's dtype) on every device.
+
+    torch's CUDA kernel turns a division by a Python number into a multiplication by its
+    reciprocal, one ulp off the quotient in some elements (NVFP4's tensor scale ``amax / 2688``
+    differed from the CPU's, and so did every element scaled by it); a divisor on t's device is
+    divided by. The kernels in ``csrc/`` divide in float32 themselves (``group_quant.h``).
+    """
+    return torch.div(t, t.new_full((), d))
+

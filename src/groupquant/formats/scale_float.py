@@ -21,7 +21,7 @@ from typing import Callable, ClassVar, Dict, Optional, Tuple
 
 import torch
 
-from .bits import exp2i, floor_log2
+from .bits import divide, exp2i, floor_log2
 from .element import ElementFormat, FloatFormat, SpecialValues, format_from_record
 from .scale_kind import FLOAT_RULES, ScaleKind, dtype_emax, record_field
 
@@ -203,7 +203,7 @@ class FloatScale:
         """(float32 scale, uint8 code; zeros unless minifloat) of finite float32 ``amax`` per block:
         ``round_sf(clamp((amax / max_normal) / g, min_sf, max_sf))``, 1 where that is 0 (an all-zero
         block), ``g`` the finite per-tensor scale or None. ``rule`` is ``float``; ``dtype`` is unused."""
-        raw = amax / fmt.max_normal
+        raw = divide(amax, fmt.max_normal)  # a true division on every device, as the kernels
         if tensor_scale is not None:
             raw = raw / tensor_scale
         s = self._round(raw.clamp(self.min_value, self.max_value))

@@ -20,20 +20,16 @@ from .native_ops import native_fake_quant, native_fake_quant_with_scale, native_
 from .quantized import GroupQuantized
 from .reference import GroupSpec, reference_fake_quant, reference_fake_quant_parts, reference_quantize
 
-__all__ = ["FORMAT_BLOCK", "fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
+__all__ = ["FORMAT_BLOCK", "MX_BLOCK", "fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-class _FormatBlock(int):
-    """The default ``block_size``: the named format's own block (16 for NVFP4), else 32 (MX)."""
-
-    def __repr__(self) -> str:
-        return "FORMAT_BLOCK"
-
-
-#: Default ``block_size`` of the functional ops: 32 (MX), or the block a scheme name implies (NVFP4: 16).
-FORMAT_BLOCK = _FormatBlock(32)
+#: Default ``block_size`` of the functional ops: the named format's own block (NVFP4: 16), else 32
+#: (MX). A plain string, so torch.compile traces the default like any constant.
+FORMAT_BLOCK = "auto"
+#: The block of a format that names none (the OCP MX block).
+MX_BLOCK = 32
 STE_MODES = ("identity", "clipped")
 
 
@@ -106,7 +102,7 @@ def _draw_seed(generator: Optional[torch.Generator], seed: Optional[int]) -> int
     return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=generator, device=device).item())
 
 
-def _resolve_scheme(fmt: object, block_size: Optional[int], scale_format: Union[None, str, ScaleFormat],
+def _resolve_scheme(fmt: object, block_size: Union[int, None, str], scale_format: Union[None, str, ScaleFormat],
                     tensor_scale: Optional[bool], scale_mode: Optional[str]) -> tuple:
     """(element format, block size, scale format, tensor scale) for ``fmt`` and the scale arguments.
 
@@ -116,10 +112,10 @@ def _resolve_scheme(fmt: object, block_size: Optional[int], scale_format: Union[
     scheme = get_scheme(fmt)
     if scheme is None:
         sf = None if scale_format is None else get_scale_format(scale_format)
-        if isinstance(block_size, _FormatBlock):
-            block_size = int(block_size)
+        if isinstance(block_size, str) and block_size == FORMAT_BLOCK:
+            block_size = MX_BLOCK
         return get_format(fmt), block_size, sf, False if tensor_scale is None else tensor_scale
-    if isinstance(block_size, _FormatBlock):
+    if isinstance(block_size, str) and block_size == FORMAT_BLOCK:
         block_size = scheme.block_size
     elif block_size != scheme.block_size:
         raise ValueError(
@@ -133,7 +129,7 @@ def _resolve_scheme(fmt: object, block_size: Optional[int], scale_format: Union[
     return scheme.element, block_size, scheme.scale_format, ts
 
 
-def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = FORMAT_BLOCK,
+def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Union[int, None, str] = FORMAT_BLOCK,
               dim: int = -1, rounding: str = "even", scale_mode: Optional[str] = None,
               generator: Optional[torch.Generator] = None, seed: Optional[int] = None, saturating: bool = True,
               scale_format: Union[None, str, ScaleFormat] = None, tensor_scale: Optional[bool] = None) -> GroupSpec:
@@ -151,7 +147,7 @@ def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optio
     return GroupSpec(element_format, layout, rounding, mode, drawn, saturating, sf, ts)
 
 
-def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = FORMAT_BLOCK,
+def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Union[int, None, str] = FORMAT_BLOCK,
                dim: int = -1, rounding: str = "even", scale_mode: Optional[str] = None, *,
                generator: Optional[torch.Generator] = None, seed: Optional[int] = None, ste: str = "identity",
                saturating: bool = True, scale_format: Union[None, str, ScaleFormat] = None,
@@ -166,7 +162,7 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
             blocks of 16, UE4M3 block scales, a per-tensor float32 second scale; pass
             ``tensor_scale=False`` for the single-level variant).
         block_size: elements sharing one scale along ``dim`` (a quantizer's ``group_size``;
-            default: 32, MX; 16 for ``'nvfp4'``, which allows no other); ``None``, ``0`` or any
+            default ``'auto'``: 32, MX; 16 for ``'nvfp4'``, which allows no other); ``None``, ``0`` or any
             size at least the dim's means the whole dim (one block). A dim that is not a multiple
             is zero-padded internally.
         dim: the dim along which groups run.
@@ -228,7 +224,7 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Opti
     return reference_fake_quant(x, spec)[0]
 
 
-def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = FORMAT_BLOCK,
+def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Union[int, None, str] = FORMAT_BLOCK,
                           dim: int = -1, rounding: str = "even", scale_mode: Optional[str] = None, *,
                           generator: Optional[torch.Generator] = None, seed: Optional[int] = None,
                           ste: str = "identity", saturating: bool = True,
@@ -259,7 +255,7 @@ def fake_quant_spec_with_scale(x: torch.Tensor, spec: GroupSpec, ste: str = "ide
     return FakeQuantResult(parts.value, parts.scale, tensor_scale=parts.tensor_scale)
 
 
-def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Optional[int] = FORMAT_BLOCK,
+def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Union[int, None, str] = FORMAT_BLOCK,
              dim: int = -1, rounding: str = "even", scale_mode: Optional[str] = None, *,
              generator: Optional[torch.Generator] = None, seed: Optional[int] = None, saturating: bool = True,
              scale_format: Union[None, str, ScaleFormat] = None, tensor_scale: Optional[bool] = None) -> GroupQuantized:

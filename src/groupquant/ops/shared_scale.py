@@ -53,6 +53,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from ..formats.bits import divide
 from ..formats import (E8M0, POWER_OF_TWO_RULES, SCALE_RULES, ElementFormat, ExponentScale, FloatScale, ScaleFormat,
                        default_scale_format)
 
@@ -96,7 +97,7 @@ def tensor_scale_of(x: torch.Tensor, fmt: ElementFormat, scale_format: FloatScal
         return torch.ones((), dtype=torch.float32, device=x.device)
     lo, hi = torch.aminmax(x.detach())
     amax = torch.maximum(hi.float(), -lo.float())  # NaN propagates
-    g = (amax / tensor_scale_divisor(fmt, scale_format)).clamp_min(MIN_TENSOR_SCALE)
+    g = divide(amax, tensor_scale_divisor(fmt, scale_format)).clamp_min(MIN_TENSOR_SCALE)  # IEEE on CUDA too
     return torch.where(torch.isfinite(amax), g, torch.full_like(g, float("nan")))
 
 

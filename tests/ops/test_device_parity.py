@@ -1,0 +1,117 @@
+"""One answer on every device: the CUDA op against the CPU op, bit for bit, for every element
+format, scale format (NVFP4's tensor scale included), rounding, dtype and grouping dim; and the
+one division that used to differ (``formats.bits.divide``), checked on every device present.
+
+The CUDA cases run wherever a GPU and a CUDA build of the extension are present (skipped here);
+the division's test runs on the CPU too, against a float64 quotient rounded once.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import groupquant as gq
+from groupquant.formats.bits import divide
+from groupquant.ops import make_spec, native
+from groupquant.ops.native_ops import native_fake_quant, native_quantize
+from groupquant.ops.shared_scale import tensor_scale_divisor
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+#: (format, keywords): the MX formats, NVFP4 two- and single-level, other scale formats and rules
+SCHEMES = [("fp8_e4m3", {}), ("fp8_e5m2", {}), ("fp6_e3m2", {}), ("fp6_e2m3", {}), ("fp4_e2m1", {}),
+           ("int8", {}), ("nvfp4", {}), ("nvfp4", {"tensor_scale": False}),
+           ("fp4_e2m1", {"scale_mode": "float", "scale_format": "ue4m3", "block_size": 16}),
+           ("fp8_e4m3", {"scale_mode": "float", "scale_format": "bfloat16"}),
+           ("fp8_e4m3", {"scale_mode": "float"}), ("fp4_e2m1", {"scale_mode": "rceil"}),
+           ("fp6_e2m3", {"scale_mode": "even", "scale_format": "e5m0"}), ("int8", {"scale_mode": "ceil"})]
+ROUNDINGS = ("even", "nearest", "floor", "stochastic")
+
+
+def _issue_input(dtype: torch.dtype, draws: int = 2, n: int = 1024) -> list:
+    """The inputs the CUDA path was caught on: rows of normals times a logspace over 12 decades."""
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(n, n, generator=g) * torch.logspace(-6, 6, n)).to(dtype) for _ in range(draws)]
+
+
+def _adversarial(dtype: torch.dtype) -> torch.Tensor:
+    """Binades from 2^-30 to 2^30 per column, ties of every format, NaN / Inf blocks, padding (70 columns)."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(64, 70, generator=g) * torch.exp2(torch.arange(70).float() * (60 / 69) - 30)
+    x[3, :16] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0] * 2)  # E2M1 midpoints
+    x[5, 7], x[9, 40], x[12, 3] = float("nan"), float("inf"), -float("inf")
+    x[20] = 0.0
+    return x.to(dtype)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit patterns (NaN payloads aside), float tensors of one dtype."""
+    a, b = a.detach().cpu(), b.detach().cpu()
+    return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all() and
+                                       torch.equal(torch.signbit(a) | a.isnan(), torch.signbit(b) | b.isnan()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_divide_is_the_correctly_rounded_quotient_on_every_device(device: str) -> None:
+    # amax values over 40 binades and every divisor the library divides by (2688, the max normals)
+    g = torch.Generator().manual_seed(0)
+    amax = (torch.rand(1 << 16, generator=g) + 1) * torch.exp2(torch.randint(-20, 20, (1 << 16,), generator=g).float())
+    for d in (2688.0, 6.0, 448.0, 7.5, 28.0, 57344.0, 127 / 64):
+        want = (amax.double() / d).float()  # float64 then one rounding: the float32 quotient (53 >= 2*24+2)
+        got = divide(amax.to(device), d).cpu()
+        assert torch.equal(got, want), f"divide by {d} on {device}"
+    # the reciprocal product torch's CUDA kernel uses for a Python divisor differs: the test sees it
+    assert not torch.equal(amax * (1 / 2688.0), (amax.double() / 2688.0).float())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nvfp4_tensor_scale_is_amax_over_2688_rounded_once(device: str) -> None:
+    for x in _issue_input(torch.float32, draws=1, n=256) + [_adversarial(torch.float32).nan_to_num(0, 0, 0)]:
+        q = gq.quantize(x.to(device), "nvfp4")
+        want = max((x.abs().max().double() / 2688.0).float().item(), 2.0 ** -126)
+        assert q.tensor_scale.item() == want
+        d = tensor_scale_divisor(gq.get_format("fp4_e2m1"), gq.get_scale_format("ue4m3"))
+        assert d == 2688.0
+
+
+def _cuda_ready() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU and a CUDA build of torch")
+    if not native.native_available(torch.device("cuda")):
+        pytest.skip("the extension was built without CUDA")
+
+
+def _compare(x: torch.Tensor, fmt: str, kw: dict, what: str) -> None:
+    """fake_quant, quantize (codes, scales, scale codes, tensor scale) and the clipped mask on CPU and CUDA."""
+    spec = make_spec(x, fmt, **kw)
+    cpu_v, cuda_v = native_fake_quant(x, spec), native_fake_quant(x.cuda(), spec)
+    assert _same(cpu_v, cuda_v), f"fake_quant {what}: {int((cpu_v != cuda_v.cpu()).sum())} elements differ"
+    qc, qg = native_quantize(x, spec), native_quantize(x.cuda(), spec)
+    assert torch.equal(qc.codes, qg.codes.cpu()), f"codes {what}"
+    assert _same(qc.scale, qg.scale), f"scales {what}"
+    if qc.scale_codes is not None:
+        assert torch.equal(qc.scale_codes, qg.scale_codes.cpu()), f"scale codes {what}"
+    if qc.tensor_scale is not None:
+        assert _same(qc.tensor_scale, qg.tensor_scale), f"tensor scale {what}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_equals_cpu_on_the_inputs_that_differed(dtype: torch.dtype) -> None:
+    _cuda_ready()
+    for i, x in enumerate(_issue_input(dtype)):
+        for fmt, kw in SCHEMES:
+            _compare(x, fmt, kw, f"{fmt} {kw} {dtype} draw {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_cuda_equals_cpu_for_every_scheme_rounding_and_dim(dtype: torch.dtype, dim: int) -> None:
+    _cuda_ready()
+    x = _adversarial(dtype)
+    for (fmt, kw), rounding in itertools.product(SCHEMES, ROUNDINGS):
+        _compare(x, fmt, dict(kw, dim=dim, rounding=rounding, seed=5 if rounding == "stochastic" else None),
+                 f"{fmt} {kw} {dtype} dim={dim} {rounding}")
+    for block in (7, 64, 128):  # other block sizes (warp groups of 8, two warps' worth, whole rows)
+        _compare(x, "fp8_e4m3", dict(dim=dim, block_size=block), f"block {block} {dtype} dim={dim}")
