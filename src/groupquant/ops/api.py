@@ -144,7 +144,8 @@ def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Union
     check_saturating(saturating, element_format)
     layout = GroupLayout.build(x.shape, dim, block_size)
     drawn = _draw_seed(generator, seed) if rounding == "stochastic" else None
-    return GroupSpec(element_format, layout, rounding, mode, drawn, saturating, sf, ts)
+    return GroupSpec(fmt=element_format, layout=layout, rounding=rounding, scale_mode=mode, seed=drawn,
+                     saturating=saturating, scale_format=sf, tensor_scale=ts)
 
 
 def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Union[int, None, str] = FORMAT_BLOCK,

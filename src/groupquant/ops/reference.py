@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..formats import E8M0, ElementFormat, ScaleFormat
+from ..formats import ElementFormat, ScaleFormat
 from .codes import encode
 from .denormals import keeping_denormals
 from .element_round import round_to_format, uniform_from_hash
@@ -33,16 +33,18 @@ class GroupSpec:
     exceeds max normal becomes +-Inf / NaN instead of +-max normal (see :mod:`.element_round`).
     ``scale_format`` stores the block scales (``scale_mode`` is one of its rules); ``tensor_scale``
     adds the per-tensor float32 second scale (minifloat scale formats, see :mod:`.shared_scale`).
+    Every field is given (by :func:`groupquant.ops.make_spec`, the one place that builds it): no
+    defaults, as torch.compile (2.11) cannot trace a call whose defaults hold objects.
     """
 
     fmt: ElementFormat
     layout: GroupLayout
-    rounding: str = "even"
-    scale_mode: str = "floor"
-    seed: Optional[int] = None  # for rounding='stochastic'
-    saturating: bool = True
-    scale_format: ScaleFormat = E8M0
-    tensor_scale: bool = False
+    rounding: str
+    scale_mode: str
+    seed: Optional[int]  # for rounding='stochastic'
+    saturating: bool
+    scale_format: ScaleFormat
+    tensor_scale: bool
 
 
 def stochastic_noise(spec: GroupSpec, device: torch.device) -> Optional[torch.Tensor]:
