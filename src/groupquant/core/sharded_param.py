@@ -19,6 +19,16 @@ from torch import nn
 __all__ = ["write_through", "fsdp_sharded_param", "is_sharded"]
 
 
+def _param_groups(state: object) -> list:
+    """An FSDP2 state's parameter groups: the list torch 2.12+ keeps (``_fsdp_param_groups``), or
+    torch 2.11's one group (``_fsdp_param_group``, None when the module holds no parameter)."""
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is not None:
+        return list(groups)
+    group = getattr(state, "_fsdp_param_group", None)
+    return [group] if group is not None else []
+
+
 def _fsdp_records():
     """FSDP2's parameter records of every live FSDP2 state (none without FSDP2)."""
     try:
@@ -26,8 +36,7 @@ def _fsdp_records():
     except ImportError:
         return
     for ref in list(_module_state_mapping.values()):
-        state = ref()
-        for group in getattr(state, "_fsdp_param_groups", None) or ():
+        for group in _param_groups(ref()):
             yield from getattr(group, "fsdp_params", ())
 
 

@@ -58,8 +58,29 @@ Operand = Union[torch.Tensor, float]
 Dims = Optional[Union[int, Sequence[int]]]
 
 
+#: The first torch whose torch.compile gives these ops' custom backward its gradients: under torch
+#: 2.11 the compiled backward of every op here returned zeros (tests/elementwise/test_compile_guard.py).
+COMPILED_GRADIENTS_SINCE = (2, 12)
+_TORCH = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def check_compile_support() -> None:
+    """Raised inside torch.compile's tracing of a training step on a torch whose compiled backward
+    of these ops is wrong (:data:`COMPILED_GRADIENTS_SINCE`): dynamo then breaks the graph and runs
+    the op eagerly (right gradients); with ``fullgraph=True`` the RuntimeError reaches the user.
+    Never silent zero gradients."""
+    if _TORCH < COMPILED_GRADIENTS_SINCE and torch.compiler.is_compiling() and torch.is_grad_enabled():
+        raise RuntimeError(
+            f"groupquant's element-wise ops in an emulated precision (a recipe's `elementwise`, "
+            f"groupquant.elementwise) get zero gradients when torch {torch.__version__} compiles them, so they "
+            f"run outside the compiled graph; fullgraph=True cannot hold them: compile without fullgraph, use "
+            f"a recipe with elementwise=None, or torch >= {'.'.join(map(str, COMPILED_GRADIENTS_SINCE))}")
+
+
 def math_for(precision: "Union[PrecisionLike, RoundedMath]") -> "RoundedMath":
-    """The :class:`RoundedMath` of a precision or a precision name (a kit passes through)."""
+    """The :class:`RoundedMath` of a precision or a precision name (a kit passes through); refuses
+    to be compiled for training where torch gets its gradients wrong (:func:`check_compile_support`)."""
+    check_compile_support()
     if isinstance(precision, RoundedMath):
         return precision
     return RoundedMath(resolve_precision(precision))

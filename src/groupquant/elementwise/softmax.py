@@ -19,7 +19,7 @@ from typing import Any, Union
 import torch
 
 from ..ops.precision import PrecisionLike
-from .rounded_math import RoundedMath, math_for
+from .rounded_math import RoundedMath, check_compile_support, math_for
 
 __all__ = ["softmax"]
 
@@ -54,6 +54,7 @@ def softmax(x: torch.Tensor, dim: int = -1, precision: Union[PrecisionLike, Roun
     :class:`RoundedMath` used with its own settings (its gradient kit included)."""
     if not isinstance(dim, int):
         raise TypeError(f"softmax: dim must be an int, got {dim!r}")
+    check_compile_support()
     m = precision if isinstance(precision, RoundedMath) else math_for(precision).with_settings(division="reciprocal")
     if use_exp2:
         m = m.with_settings(exp_via_exp2=True)

@@ -12,10 +12,15 @@ __all__ = ["GemmOp", "LINEAR", "autocast_enabled"]
 _CONVS = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}  # by the weight's number of dims
 
 
+#: Device types with an autocast (torch's list); torch.is_autocast_enabled raises for others (``meta``).
+AUTOCAST_DEVICE_TYPES = ("cpu", "cuda", "xpu", "hpu", "mps", "xla", "ipu", "mtia", "privateuseone")
+
+
 def autocast_enabled(device_type: str) -> bool:
     """Whether autocast is on for ``device_type`` (False for device types without autocast, such
-    as ``meta``, where torch's own query raises)."""
-    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+    as ``meta``, where torch's own query raises). A tuple test, not torch.amp.is_autocast_available,
+    which torch 2.11's dynamo cannot trace (a graph break in every compiled quant layer)."""
+    return device_type in AUTOCAST_DEVICE_TYPES and torch.is_autocast_enabled(device_type)
 
 
 @dataclass(frozen=True)
