@@ -29,7 +29,7 @@ step env bash -c 'nvidia-smi; python -c "import torch; print(torch.__version__, 
 step wheels bash -c 'ls .wheels && python -m pip install --no-index --no-deps .wheels/*.whl'
 step build python -c "import torch; from groupquant.ops import native; print(native.load(), native.native_available(torch.device('cuda')), native._state)"
 step cuda_tests python -m pytest -q -rs -x --no-header -p no:cacheprovider \
-    tests/ops/test_device_parity.py tests/nn/test_cuda_layers.py
+    tests/ops/test_device_parity.py tests/nn/test_cuda_layers.py tests/cuda
 step cuda_named_tests python -m pytest -q -rs --no-header -p no:cacheprovider -k "cuda or CUDA or device" tests
 step compile_tests python -m pytest -q -rs --no-header -p no:cacheprovider -k "compile" tests/ops tests/nn tests/export
 step bench timeout 420 python benchmarks/bench_cuda.py
