@@ -119,3 +119,9 @@ def test_auto_precision_names_non_finite_calibration_data() -> None:
     data = [torch.randn(8, 64), torch.full((8, 64), math.inf)]
     with pytest.raises(ValueError, match=r"calibration_data item 1 holds 512 non-finite value\(s\)"):
         auto_precision(_mlp(), data, candidates=["mxfp4", "mxfp8"], budget_bits=6.0, progress=False)
+
+
+def test_auto_precision_names_the_layers_it_cannot_convert() -> None:
+    from . import tiny_models as tm
+    with pytest.raises(ValueError, match=r"GPT2LMHeadModel has no nn.Linear layer left .*\(Conv1D x 8\)"):
+        auto_precision(tm.gpt2(), [tm.ids()], candidates=["mxfp4", "mxfp8"], budget_bits=6.0, progress=False)

@@ -114,3 +114,25 @@ def test_non_finite_activations_name_the_layer() -> None:
         with pytest.raises(ValueError, match=r"inputs of layer '2' hold NaN / Inf in \d+ of 8 calibration tokens"):
             gq.ptq(copy.deepcopy(model), [torch.randn(8, 64)], recipe="mxfp4_weight_only", methods=methods,
                    progress=False)
+
+
+class _TwoStacks(torch.nn.Module):
+    """A model with a stack of blocks its forward never runs."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.used = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 64)) for _ in range(2)])
+        self.unused = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 64)) for _ in range(3)])
+
+    def forward(self, x):
+        for block in self.used:
+            x = block(x)
+        return x
+
+
+def test_a_stack_the_forward_never_runs_is_reported_not_fatal() -> None:
+    out = gq.ptq(_TwoStacks(), [torch.randn(8, 64)], recipe="mxfp4_weight_only", methods=["gptq"], progress=False)
+    reports = {r.layer: r.detail for r in out.calibration_report}
+    assert "skipped" not in reports["used.1.0"]
+    assert reports["unused.2.0"] == "skipped: the model's forward on the calibration data never runs unused"

@@ -171,3 +171,11 @@ def test_gptq_names_non_finite_weights_and_hessians() -> None:
     w_bad[0, 0] = math.inf
     with pytest.raises(ValueError, match="gptq: the weight holds 1 non-finite value"):
         gptq_quantize(w_bad, h, grid)
+
+
+def test_layer_step_names_a_non_finite_hessian() -> None:
+    layer = _layer("mxfp4_weight_only", 8, 64, 0)
+    h = torch.eye(64, dtype=torch.float64)
+    h[0, 1] = math.nan
+    with pytest.raises(ValueError, match=r"calibration of layer 'fc': its input second moment H holds NaN"):
+        calibrate_layer("fc", layer, h, {"gptq": {}})

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..nn import quantize_model
+from ..nn.convert import unconvertible_weight_layers
 from ..nn.name_patterns import as_patterns, matches_any
 from ..nn.output_head import announce_kept_heads, check_quantize_head, head_kept_float, output_heads
 from ..nn.recipes import recipe as recipe_of
@@ -191,7 +192,9 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
     if quantize_head is None:
         announce_kept_heads(list(kept.values()), "auto_precision")
     if not layers:
-        raise ValueError("auto_precision: the model has no nn.Linear layer left to assign (after exclude)")
+        other = ", ".join(f"{name} x {n}" for name, n in unconvertible_weight_layers(model).items())
+        raise ValueError(f"auto_precision: {type(model).__name__} has no nn.Linear layer left to assign (after exclude "
+                         f"and the output head){f'; its other weight layers ({other}) are not converted' if other else ''}")
     names = list(layers)
     sizes = [layers[n].weight.numel() for n in names]
     bits = [[layer_bits(c, *layers[n].weight.shape, layers[n].weight.dtype) for c in candidates] for n in names]

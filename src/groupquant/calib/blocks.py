@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-__all__ = ["BlockInput", "find_blocks", "find_stacks", "check_calibration_data", "capture_block_inputs", "run_block",
+__all__ = ["BlockInput", "NotReached", "find_blocks", "find_stacks", "check_calibration_data", "capture_block_inputs", "run_block",
            "call_model", "replay_is_faithful", "run_model_until"]
 
 
@@ -32,6 +32,10 @@ class BlockInput:
 
 class _Captured(Exception):
     """Raised by the capture hook to stop the model's forward at the first block."""
+
+
+class NotReached(ValueError):
+    """The model's forward on a calibration item never ran the block asked for."""
 
 
 def _has_weight_layers(module: nn.Module) -> bool:
@@ -142,7 +146,7 @@ def capture_block_inputs(model: nn.Module, first: nn.Module, items: Sequence[Any
                 call_model(model, item, index)
             except _Captured:
                 continue
-            raise ValueError(f"calibration_data item {index}: the model's forward never reached its first block")
+            raise NotReached(f"calibration_data item {index}: the model's forward never reached its first block")
     finally:
         handle.remove()
     return captured

@@ -1,12 +1,18 @@
 """ptq(): convert a model like quantize_model and calibrate it, block by block.
 
-Steps: (1) :func:`groupquant.quantize_model` with the recipe (``exclude`` and ``quantize_head`` as
-there: a language model's output head stays float unless ``quantize_head=True``); (2) model-level methods (``smooth``,
-``rotate``) on the converted model; (3) block by block (:mod:`groupquant.calib.blocks`): the
-block's quant linear layers accumulate their input second moments ``H`` on the calibration data
-(inputs computed by the already-calibrated earlier blocks), each layer runs ``scale_search`` then
-``gptq`` (:func:`groupquant.calib.methods.calibrate_layer`), and the calibrated block's outputs
-become the next block's inputs.
+Steps: (0) the calibration items and the model-level methods are checked on the float model: non-
+finite data, a model with nothing to convert, and a model-level method the user named that does not
+apply (:mod:`groupquant.calib.fold_check`) are refused before anything changes; a default one that
+does not apply is skipped and reported (layer :data:`MODEL_ROW`); (1)
+:func:`groupquant.quantize_model` with the recipe (``exclude`` and ``quantize_head`` as there: a
+language model's output head stays float unless ``quantize_head=True``); (2) model-level methods
+(``smooth``, ``rotate``) on the converted model, each checked against the float function
+(:mod:`groupquant.calib.float_check`); (3) stack by stack, block by block
+(:mod:`groupquant.calib.blocks`): the block's quant linear layers accumulate their input second
+moments ``H`` on the calibration data (inputs computed by the already-calibrated earlier blocks),
+each layer runs ``scale_search`` then ``gptq`` (:func:`groupquant.calib.methods.calibrate_layer`),
+and the calibrated block's outputs become the next block's inputs; then the quant linear layers
+outside every stack, on the whole model's forward.
 
 The reports (:class:`~groupquant.calib.report.LayerReport`, one per layer and method) are kept on
 the model as ``model.calibration_report`` (a list, the model-level methods' first) and printed as
@@ -24,7 +30,7 @@ from ..nn.convert import REPLACEMENTS, nothing_converted, remove_functional
 from ..nn.quant_layer import QuantLayerMixin
 from ..nn.output_head import check_quantize_head
 from ..nn.recipes import recipe as recipe_of
-from .blocks import (call_model, capture_block_inputs, check_calibration_data, find_stacks, replay_is_faithful,
+from .blocks import (NotReached, call_model, capture_block_inputs, check_calibration_data, find_stacks, replay_is_faithful,
                      run_block, run_model_until)
 from .float_check import MethodRefused
 from .fold_check import check_groups
@@ -118,7 +124,13 @@ def _calibrate_stack(model: nn.Module, prefix: str, blocks: nn.ModuleList, items
                      bar: Any) -> List[LayerReport]:
     """Calibrate one stack block by block: each block fed by replaying the blocks before it where
     that reproduces the model (:func:`replay_is_faithful`), else by running the model up to it."""
-    inputs = capture_block_inputs(model, blocks[0], items)
+    try:
+        inputs = capture_block_inputs(model, blocks[0], items)
+    except NotReached:  # a list of blocks the forward does not use
+        bar.update(len(blocks))
+        return [LayerReport(name, "+".join(layer_methods), float("nan"), float("nan"),
+                            f"skipped: the model's forward on the calibration data never runs {prefix}")
+                for name in _quant_linears(blocks, prefix)]
     faithful = replay_is_faithful(model, blocks, items[0], inputs[0])
     reports: List[LayerReport] = []
     for index, block in enumerate(blocks):
@@ -141,6 +153,7 @@ def calibrate(model: nn.Module, items: List[Any], layer_methods: Dict[str, Dict[
     stack (an output head) on the whole model's forward."""
     if not layer_methods:
         return []
+    items = check_calibration_data(items)
     stacks = find_stacks(model)
     shared = _shared_weights(model)
     feed_all = lambda: [call_model(model, it, i) for i, it in enumerate(items)]  # noqa: E731
@@ -173,9 +186,12 @@ def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = 
         calibration_data: an iterable of model inputs, each a tensor (``model(x)``) or a dict of
             keyword arguments (``model(**kw)``), e.g. a few ``[1, 512]`` token-id tensors.
         recipe: a recipe name or :class:`groupquant.nn.Recipe` (as :func:`groupquant.quantize_model`).
-        methods: None (the default for the recipe, :data:`groupquant.calib.methods.DEFAULT_METHODS`),
+        methods: None (the default for the recipe, :data:`groupquant.calib.methods.DEFAULT_METHODS`;
+            a default model-level method that does not apply to the model is skipped and reported),
             a name, a list of names, or a dict name -> options (``{"gptq": {"percdamp": 0.05}}``), from
-            ``smooth``, ``rotate``, ``scale_search``, ``gptq``; they run in that order.
+            ``smooth``, ``rotate``, ``scale_search``, ``gptq``; they run in that order. A named
+            model-level method that cannot apply is refused
+            (:class:`~groupquant.calib.float_check.MethodRefused`) before the model changes.
         exclude: module-name patterns left in float (as quantize_model).
         progress: show a progress bar and print the per-layer report table.
         seed: seeds torch's generator inside the call (the global generator state is restored after).

@@ -9,6 +9,7 @@ from torch import nn
 from .conv import QuantConv1d, QuantConv2d
 from .linear import QuantLinear
 from .name_patterns import Patterns, as_patterns, matches_any
+from .quant_layer import QuantLayerMixin
 from .functional_mode import quantize_functional
 from .output_head import announce_kept_heads, check_quantize_head, head_kept_float, output_heads
 from .recipes import Recipe, recipe as recipe_of
@@ -28,7 +29,7 @@ def unconvertible_weight_layers(model: nn.Module) -> Dict[str, int]:
     for m in model.modules():
         weight = m._parameters.get("weight")
         if weight is not None and weight.dim() >= 2 and type(m) not in REPLACEMENTS and \
-                not isinstance(m, (nn.Embedding, nn.EmbeddingBag)):
+                not isinstance(m, (nn.Embedding, nn.EmbeddingBag, QuantLayerMixin)):
             found[type(m).__name__] = found.get(type(m).__name__, 0) + 1
     return found
 
@@ -175,7 +176,7 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
             choices[i] = (module, slot_names, False)
     if quantize_head is None:
         announce_kept_heads(kept, "quantize_model")
-    if not any(chosen for _, _, chosen in choices):
+    if not any(chosen for _, _, chosen in choices) and not any(isinstance(m, QuantLayerMixin) for m in model.modules()):
         warnings.warn(nothing_converted(model, len(choices), "quantize_model"), UserWarning, stacklevel=2)
     for module, slot_names, chosen in choices:
         if not chosen:
