@@ -134,6 +134,11 @@ def check_unchanged(model: nn.Module, probe: Any, before: torch.Tensor, snapshot
     """The model's float output on ``probe`` against ``before``; beyond float rounding (module doc)
     the model is restored from ``snapshot`` and :class:`MethodRefused` names ``what`` and the
     model. Returns the relative deviation."""
+    if not bool(torch.isfinite(before).all()):
+        snapshot.restore()
+        raise MethodRefused(f"{what} on {type(model).__name__}: the model's float output on the probe input holds NaN / "
+                            "Inf, so whether the method keeps its function cannot be checked; the model was left as it "
+                            "was")
     after = float_output(model, probe)
     deviation = relative_deviation(before, after)
     param = next(model.parameters(), None)

@@ -216,25 +216,36 @@ def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = 
     was_training = model.training
     model.eval()
     reports: List[LayerReport] = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        reports.extend(_plan_model_methods(model, items, chosen, named=methods is not None))
-        model = quantize_model(model, recipe=r, exclude=exclude, functional=functional, quantize_head=quantize_head)
-        if not any(isinstance(m, QuantLayerMixin) for m in model.modules()):
-            remove_functional(model)  # (all quantize_model did): the model is left as it came
-            model.__dict__.pop("_groupquant_recipe", None)
-            raise ValueError(nothing_converted(model, sum(type(m) in REPLACEMENTS for m in model.modules()), "ptq"))
-        for name in MODEL_METHODS:
-            if name not in chosen:
-                continue
-            reports.extend(_run_model_method(model, name, chosen[name], items, progress, seed, exclude,
-                                             named=methods is not None))
-        layer_methods = {name: chosen[name] for name in LAYER_METHODS if name in chosen}
-        reports.extend(calibrate(model, items, layer_methods, progress))
-    model.train(was_training)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = _convert_and_calibrate(model, items, r=r, chosen=chosen, reports=reports, named=methods is not None,
+                                           exclude=exclude, functional=functional, quantize_head=quantize_head,
+                                           progress=progress, seed=seed)
+    finally:
+        model.train(was_training)
     model.calibration_report = reports
     if progress and reports:
         print(format_reports(reports))
+    return model
+
+
+def _convert_and_calibrate(model: nn.Module, items: List[Any], *, r: Any, chosen: Dict[str, Dict[str, Any]],
+                           reports: List[LayerReport], named: bool, **options: Any) -> nn.Module:
+    """ptq's steps 0-3 (module doc), appending to ``reports``; the converted model."""
+    reports.extend(_plan_model_methods(model, items, chosen, named=named))
+    model = quantize_model(model, recipe=r, exclude=options["exclude"], functional=options["functional"],
+                           quantize_head=options["quantize_head"])
+    if not any(isinstance(m, QuantLayerMixin) for m in model.modules()):
+        remove_functional(model)  # (all quantize_model did): the model is left as it came
+        model.__dict__.pop("_groupquant_recipe", None)
+        raise ValueError(nothing_converted(model, sum(type(m) in REPLACEMENTS for m in model.modules()), "ptq"))
+    for name in MODEL_METHODS:
+        if name in chosen:
+            reports.extend(_run_model_method(model, name, chosen[name], items, options["progress"], options["seed"],
+                                             options["exclude"], named=named))
+    layer_methods = {name: chosen[name] for name in LAYER_METHODS if name in chosen}
+    reports.extend(calibrate(model, items, layer_methods, options["progress"]))
     return model
 
 
