@@ -193,8 +193,9 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
         announce_kept_heads(list(kept.values()), "auto_precision")
     if not layers:
         other = ", ".join(f"{name} x {n}" for name, n in unconvertible_weight_layers(model).items())
+        also = f"; its other weight layers ({other}) are not converted" if other else ""
         raise ValueError(f"auto_precision: {type(model).__name__} has no nn.Linear layer left to assign (after exclude "
-                         f"and the output head){f'; its other weight layers ({other}) are not converted' if other else ''}")
+                         f"and the output head){also}")
     names = list(layers)
     sizes = [layers[n].weight.numel() for n in names]
     bits = [[layer_bits(c, *layers[n].weight.shape, layers[n].weight.dtype) for c in candidates] for n in names]

@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-__all__ = ["BlockInput", "NotReached", "find_blocks", "find_stacks", "check_calibration_data", "capture_block_inputs", "run_block",
-           "call_model", "replay_is_faithful", "run_model_until"]
+__all__ = ["BlockInput", "NotReached", "find_blocks", "find_stacks", "check_calibration_data", "capture_block_inputs",
+           "run_block", "call_model", "replay_is_faithful", "run_model_until"]
 
 
 @dataclass

@@ -136,16 +136,17 @@ def check_unchanged(model: nn.Module, probe: Any, before: torch.Tensor, snapshot
     model. Returns the relative deviation."""
     if not bool(torch.isfinite(before).all()):
         snapshot.restore()
-        raise MethodRefused(f"{what} on {type(model).__name__}: the model's float output on the probe input holds NaN / "
-                            "Inf, so whether the method keeps its function cannot be checked; the model was left as it "
-                            "was")
+        raise MethodRefused(f"{what} on {type(model).__name__}: the model's float output on the probe input holds "
+                            "NaN / Inf, so whether the method keeps its function cannot be checked; the model was "
+                            "left as it was")
     after = float_output(model, probe)
     deviation = relative_deviation(before, after)
     param = next(model.parameters(), None)
     rtol = _rtol(param.dtype if param is not None else torch.float32)
     if not deviation <= rtol:
         snapshot.restore()
-        raise MethodRefused(f"{what} would change the float function of this {type(model).__name__} (output moved by "
-                            f"{deviation:.3g} of its largest value on a probe input, more than float rounding {rtol:g}): "
+        raise MethodRefused(f"{what} would change the float function of this {type(model).__name__} (output moved "
+                            f"by {deviation:.3g} of its largest value on a probe input, more than float rounding "
+                            f"{rtol:g}): "
                             "its architecture is not one the method folds exactly; the model was left as it was")
     return deviation

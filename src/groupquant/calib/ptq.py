@@ -30,8 +30,8 @@ from ..nn.convert import REPLACEMENTS, nothing_converted, remove_functional
 from ..nn.quant_layer import QuantLayerMixin
 from ..nn.output_head import check_quantize_head
 from ..nn.recipes import recipe as recipe_of
-from .blocks import (NotReached, call_model, capture_block_inputs, check_calibration_data, find_stacks, replay_is_faithful,
-                     run_block, run_model_until)
+from .blocks import (NotReached, call_model, capture_block_inputs, check_calibration_data, find_stacks,
+                     replay_is_faithful, run_block, run_model_until)
 from .float_check import MethodRefused
 from .fold_check import check_groups
 from .graph import fold_groups

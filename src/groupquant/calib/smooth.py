@@ -11,12 +11,13 @@ LayerNorms are post-norm and take no fold (the reason is :func:`.graph.bert_norm
 LayerNorm with a bias (StableLM) takes ``diag(s)^-1`` on its weight and its bias.
 
 The pairs are found by module names, then checked by behaviour on the first calibration item, in
-float (:func:`groupquant.calib.fold_check.check_groups`): a norm group folds only when each reader receives exactly the norm's
-output (Gemma2's ``post_attention_layernorm`` sits after attention, not before the MLP) and the
-norm's output scales with its weight and bias (Gemma's ``x * (1 + w)`` does not); a group that
-fails is left alone and named in the report. After folding, the model's float output on that item
-must be the one before, within float rounding (:func:`groupquant.calib.float_check.check_unchanged`),
-or the model is restored and the method refused (:class:`~groupquant.calib.float_check.MethodRefused`).
+float (:func:`groupquant.calib.fold_check.check_groups`): a norm group folds only when each reader
+receives exactly the norm's output (Gemma2's ``post_attention_layernorm`` sits after attention,
+not before the MLP) and the norm's output scales with its weight and bias (Gemma's ``x * (1 + w)``
+does not); a group that fails is left alone and named in the report. After folding, the model's
+float output on that item must be the one before, within float rounding
+(:func:`groupquant.calib.float_check.check_unchanged`), or the model is restored and the method
+refused (:class:`~groupquant.calib.float_check.MethodRefused`).
 
 ``alpha=None`` searches ``alpha`` in 0.2, 0.3, ..., 0.8 (:data:`ALPHAS`) per group of linears
 sharing an input, and also "no smoothing", minimising the readers' output error (quantized layer vs
