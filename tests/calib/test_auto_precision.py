@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -101,3 +102,26 @@ def test_auto_precision_leaves_a_tied_head_float_unless_asked(capsys) -> None:
                            quantize_head=True)
     assert set(model.precision_assignment) == {"body", "head"}
     assert isinstance(model.head, gq.nn.QuantLinear) and model.head.weight is model.embed.weight
+
+
+def test_auto_precision_takes_an_unlimited_budget_and_a_single_candidate_name() -> None:
+    data = [torch.randn(8, 64) for _ in range(2)]
+    model = auto_precision(_mlp(), data, candidates=["mxfp4", "mxfp8", "float"], budget_bits=math.inf, progress=False)
+    # no limit: each layer takes its least sensitive candidate, float (zero error)
+    assert set(model.precision_assignment.values()) == {"float"}
+    model = auto_precision(_mlp(), data, candidates="mxfp4", budget_bits=5.0, progress=False)
+    assert set(model.precision_assignment.values()) == {"mxfp4"}
+    with pytest.raises(ValueError, match="budget_bits must be a positive number"):
+        auto_precision(_mlp(), data, candidates=["mxfp4"], budget_bits=math.nan, progress=False)
+
+
+def test_auto_precision_names_non_finite_calibration_data() -> None:
+    data = [torch.randn(8, 64), torch.full((8, 64), math.inf)]
+    with pytest.raises(ValueError, match=r"calibration_data item 1 holds 512 non-finite value\(s\)"):
+        auto_precision(_mlp(), data, candidates=["mxfp4", "mxfp8"], budget_bits=6.0, progress=False)
+
+
+def test_auto_precision_names_the_layers_it_cannot_convert() -> None:
+    from . import tiny_models as tm
+    with pytest.raises(ValueError, match=r"GPT2LMHeadModel has no nn.Linear layer left .*\(Conv1D x 8\)"):
+        auto_precision(tm.gpt2(), [tm.ids()], candidates=["mxfp4", "mxfp8"], budget_bits=6.0, progress=False)

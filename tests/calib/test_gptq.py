@@ -158,3 +158,24 @@ def test_nvfp4_pins_keep_the_gptq_result_on_requantization(seed: int) -> None:
     w = layer.weight.detach()
     q = gptq_quantize(w, h, rule_grid(layer))
     assert (gq.fake_quant(q, "nvfp4") - q).abs().max() <= 1e-6 * w.abs().max()
+
+
+def test_gptq_names_non_finite_weights_and_hessians() -> None:
+    w, h = _problem(0)
+    grid = WeightGrid(get_format("fp4_e2m1"), 8, _mx_scales(w, 8).float())
+    h_bad = h.clone()
+    h_bad[1, 2] = math.nan
+    with pytest.raises(ValueError, match=r"gptq: the H \(the input second moment\) holds 1 non-finite value"):
+        gptq_quantize(w, h_bad, grid)
+    w_bad = w.clone()
+    w_bad[0, 0] = math.inf
+    with pytest.raises(ValueError, match="gptq: the weight holds 1 non-finite value"):
+        gptq_quantize(w_bad, h, grid)
+
+
+def test_layer_step_names_a_non_finite_hessian() -> None:
+    layer = _layer("mxfp4_weight_only", 8, 64, 0)
+    h = torch.eye(64, dtype=torch.float64)
+    h[0, 1] = math.nan
+    with pytest.raises(ValueError, match=r"calibration of layer 'fc': its input second moment H holds NaN"):
+        calibrate_layer("fc", layer, h, {"gptq": {}})

@@ -109,7 +109,8 @@ def test_ptq_state_dict_round_trip_is_bit_exact() -> None:
 def test_ptq_bert_and_plain_model() -> None:
     model = gq.ptq(tiny_bert(), [{"input_ids": d} for d in token_data()], recipe="mxfp4_weight_only",
                    methods=["scale_search", "gptq"], progress=False)
-    assert len(model.calibration_report) == 24  # 2 blocks x 6 linears x (scale_search, gptq); the pooler is outside
+    # 2 blocks x 6 linears x (scale_search, gptq), then the pooler (outside the blocks) on the whole forward
+    assert len(model.calibration_report) == 26 and model.calibration_report[-1].layer == "pooler.dense"
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
     out = gq.ptq(mlp, [torch.randn(4, 64) for _ in range(3)], recipe="mxfp4_weight_only", methods="gptq",
                  progress=False)
@@ -171,3 +172,62 @@ def test_a_quantized_tied_head_is_not_calibrated_so_the_embedding_keeps_its_valu
     assert not torch.equal(model.body.weight, body)  # the other layer was calibrated
     (report,) = [r for r in model.calibration_report if r.layer == "head"]
     assert report.detail.startswith("skipped: weight tied to embed")
+
+
+# --- issue 30: defaults that do not apply, refusals before any change, every layer reported -------------------------
+
+from . import tiny_models as tm  # noqa: E402
+from groupquant.calib.float_check import MethodRefused  # noqa: E402
+
+
+@pytest.mark.parametrize("make", [tm.opt, tm.gpt_neox, tm.olmo2, tm.phi3])
+def test_default_smooth_that_does_not_apply_is_skipped_and_reported(make) -> None:
+    model = gq.ptq(make(), [tm.ids()], recipe="mxfp4", quantize_head=False, progress=False)
+    (skip,) = [r for r in model.calibration_report if r.method == "smooth"]
+    assert skip.layer == "(model)" and skip.detail.startswith(f"skipped (a default that does not apply to "
+                                                               f"{type(model).__name__})")
+    assert any(r.method == "gptq" for r in model.calibration_report)
+
+
+def test_default_methods_on_a_plain_mlp() -> None:
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    out = gq.ptq(mlp, [torch.randn(8, 64)], recipe="mxfp4", progress=False)
+    assert [r.layer for r in out.calibration_report if r.method == "smooth"] == ["(model)"]
+    assert [r.layer for r in out.calibration_report if r.method == "gptq"] == ["0", "2"]
+
+
+@pytest.mark.parametrize("methods,make,why", [
+    (["smooth", "gptq"], tm.opt, "found no norm -> linear"),
+    (["smooth"], tm.phi3, r"fused projections: self_attn.qkv_proj"),
+    ({"rotate": {"fused_residual": True}}, tm.gemma, "does not scale with its weight"),
+])
+def test_a_named_method_that_cannot_apply_is_refused_before_anything_changes(methods, make, why) -> None:
+    model = make().train()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(MethodRefused, match=f"does not apply to {type(model).__name__}: .*{why}"):
+        gq.ptq(model, [tm.ids()], recipe="mxfp4", methods=methods, quantize_head=False, progress=False)
+    assert model.training and not any(isinstance(m, gq.nn.QuantLinear) for m in model.modules())
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+def test_gpt2_conv1d_model_is_refused_with_the_reason() -> None:
+    model = tm.gpt2()
+    with pytest.raises(ValueError, match=r"ptq: converted no layer of GPT2LMHeadModel: .*Conv1D x 8"):
+        gq.ptq(model, [tm.ids()], recipe="mxfp4", quantize_head=False, progress=False)
+    assert "_groupquant_functional" not in model.__dict__  # left as it came
+    with pytest.raises(ValueError, match=r"ptq: converted no layer of Sequential: it has no nn.Linear"):
+        gq.ptq(torch.nn.Sequential(torch.nn.ReLU()), [torch.randn(2, 4)], recipe="mxfp4", progress=False)
+
+
+def test_quantized_tied_head_is_in_the_report_of_a_block_model() -> None:
+    model = gq.ptq(tm.llama(tie_word_embeddings=True), [tm.ids()], recipe="mxfp4_weight_only", methods=["gptq"],
+                   quantize_head=True, progress=False)
+    assert isinstance(model.lm_head, gq.nn.QuantLinear)
+    (head,) = [r for r in model.calibration_report if r.layer == "lm_head"]
+    assert head.detail.startswith("skipped: weight tied to model.embed_tokens")
+
+
+def test_an_untied_quantized_head_is_calibrated_after_the_blocks() -> None:
+    model = gq.ptq(tm.llama(tie_word_embeddings=False), [tm.ids()], recipe="mxfp4_weight_only", methods=["gptq"],
+                   quantize_head=True, progress=False)
+    assert model.calibration_report[-1].layer == "lm_head" and model.calibration_report[-1].method == "gptq"

@@ -126,3 +126,25 @@ def test_bad_input_is_named():
         rotate_model(tiny_llama())
     with pytest.raises(TypeError, match="fused_residual"):
         rotate_model(q, fused_residual="yes")
+
+
+def test_fused_residual_refuses_gemma_before_changing_it():
+    from groupquant.calib.float_check import MethodRefused
+    from . import tiny_models as tm
+    q = gq.quantize_model(tm.gemma(), recipe="mxfp4", functional=False, quantize_head=False)
+    state = {k: v.clone() for k, v in q.state_dict().items()}
+    why = r".*input_layernorm \(GemmaRMSNorm\)'s output does not scale with its weight"
+    with pytest.raises(MethodRefused, match=r"rotate_model\(fused_residual=True\) on GemmaForCausalLM: " + why):
+        rotate_model(q, fused_residual=True)
+    after = q.state_dict()
+    assert after.keys() == state.keys() and all(torch.equal(after[k], state[k]) for k in state)
+    assert not any(isinstance(m, InputRotation) for m in q.modules())
+
+
+def test_fused_residual_refuses_fused_projections_and_layernorms():
+    from . import tiny_models as tm
+    for make, why in ((tm.phi3, "fused projections: self_attn.qkv_proj"),
+                      (tm.stablelm, "does not commute with a rotation")):
+        q = gq.quantize_model(make(), recipe="mxfp4", functional=False, quantize_head=False)
+        with pytest.raises(ValueError, match=why):
+            rotate_model(q, fused_residual=True)

@@ -95,3 +95,13 @@ def test_search_bad_window_is_named() -> None:
     w = torch.randn(2, 32)
     with pytest.raises(ValueError, match="below"):
         search_grid(w, torch.eye(32, dtype=torch.float64), _mx_grid(w, 32), below=-1)
+
+
+def test_scale_search_names_a_non_finite_hessian() -> None:
+    torch.manual_seed(0)
+    layer = gq.quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 8)), recipe="mxfp4_weight_only")[0]
+    w = layer.weight.detach()
+    h = torch.eye(64, dtype=torch.float64)
+    h[3, 3] = math.inf
+    with pytest.raises(ValueError, match=r"scale_search: the H \(the input second moment\) holds 1 non-finite"):
+        search_grid(w, h, rule_grid(layer))

@@ -75,7 +75,7 @@ def test_bad_input_is_named():
         smooth_model(q, [], progress=False)
     with pytest.raises(ValueError, match="alpha must be a number in"):
         smooth_model(q, CALIB, alpha=1.5)
-    with pytest.raises(TypeError, match="must be tensors"):
+    with pytest.raises(TypeError, match="must be a tensor or a dict"):
         smooth_model(q, [[1, 2, 3]], progress=False)
     with pytest.raises(ValueError, match="no norm -> linear"):
         smooth_model(gq.quantize_model(torch.nn.Sequential(torch.nn.Linear(4, 4)), recipe="mxfp4"), [torch.ones(1, 4)])
@@ -93,3 +93,62 @@ def test_smooth_then_rotate_is_exact_and_rotated_layers_are_skipped():
     assert any("already rotated" in r.detail for r in reports)
     with torch.no_grad():
         torch.testing.assert_close(disable_quant(q)(IDS).logits, ref, rtol=1e-4, atol=1e-4)
+
+
+# --- architectures checked by behaviour (issue 30: Gemma, Gemma2, StableLM, Phi-3, OPT) ---------------------------
+
+from . import tiny_models as tm  # noqa: E402
+from groupquant.calib.float_check import MethodRefused, Snapshot, check_unchanged, float_output  # noqa: E402
+
+
+def _float_logits(model, ids):
+    with torch.no_grad():
+        return float_output(model, ids)
+
+
+@pytest.mark.parametrize("make", [tm.gemma, tm.gemma2, tm.stablelm, tm.llama])
+def test_smooth_keeps_the_float_function_of_each_architecture(make):
+    model = make()
+    ids = tm.ids()
+    ref = _float_logits(model, ids)
+    q = gq.quantize_model(copy.deepcopy(model), recipe="mxfp4", functional=False, quantize_head=False)
+    reports = smooth_model(q, [ids], alpha=0.5, progress=False)
+    torch.testing.assert_close(_float_logits(q, ids), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
+    refused = {r.layer: r.detail for r in reports if "not smoothed" in r.detail}
+    if make is tm.gemma:  # x * (1 + w): no norm group folds
+        assert "does not scale with its weight" in refused["model.layers.0.self_attn.q_proj"]
+    if make is tm.gemma2:  # post_attention_layernorm sits after attention, not before the MLP
+        assert "not read model.layers.0.post_attention_layernorm's output" in refused["model.layers.0.mlp.up_proj"]
+    if make in (tm.stablelm, tm.llama):  # every group folds, the LayerNorm's bias with its weight
+        assert not refused
+
+
+def test_stablelm_layernorm_bias_takes_the_scale():
+    q = gq.quantize_model(tm.stablelm(), recipe="mxfp4", functional=False, quantize_head=False)
+    norm = q.model.layers[0].input_layernorm
+    w, b = norm.weight.detach().clone(), norm.bias.detach().clone()
+    smooth_model(q, [tm.ids()], alpha=0.5, progress=False)
+    torch.testing.assert_close(norm.bias / b, norm.weight / w)  # the same 1/s on both
+
+
+def test_smooth_refusals_name_the_model_and_why():
+    phi = gq.quantize_model(tm.phi3(), recipe="mxfp4", functional=False, quantize_head=False)
+    with pytest.raises(MethodRefused, match=r"Phi3ForCausalLM.*fused projections: self_attn.qkv_proj"):
+        smooth_model(phi, [tm.ids()], progress=False)
+    opt = gq.quantize_model(tm.opt(), recipe="mxfp4", functional=False, quantize_head=False)
+    with pytest.raises(MethodRefused, match="smooth_model on OPTForCausalLM: found no norm -> linear"):
+        smooth_model(opt, [tm.ids()], progress=False)
+
+
+def test_a_method_that_changes_the_float_function_is_undone_and_refused():
+    model = tm.llama()
+    ids = tm.ids()
+    before = _float_logits(model, ids)
+    snapshot = Snapshot(model)
+    weight = model.model.layers[0].mlp.up_proj.weight
+    with torch.no_grad():
+        weight.mul_(1.5)  # a fold that does not cancel
+    with pytest.raises(MethodRefused, match=r"'smoothing' would change the float function of this LlamaForCausalLM"):
+        check_unchanged(model, ids, before, snapshot, "'smoothing'")
+    assert model.model.layers[0].mlp.up_proj.weight is weight
+    torch.testing.assert_close(_float_logits(model, ids), before, rtol=0, atol=0)

@@ -139,3 +139,14 @@ def test_quantizers_after_a_recipe_convert_only_the_layers_left_float():
     gq.quantize_model(model, weight_quant=MXFloat4e2m1Weight, include="3")
     assert model[3].weight_quant.quantizer is MXFloat4e2m1Weight
     assert model[2][0].weight_quant.quantizer.__name__ == "MXFloat8e4m3Weight"
+
+
+def test_quantize_model_says_when_it_converts_nothing() -> None:
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=2, n_positions=16)
+    model = transformers.GPT2LMHeadModel(cfg)
+    with pytest.warns(UserWarning, match=r"converted no layer of GPT2LMHeadModel: .* selected none of its 1 "
+                                         r"Linear / Conv layers; its other weight layers \(Conv1D x 4\)"):
+        gq.quantize_model(model, recipe="mxfp4", quantize_head=False)
+    with pytest.warns(UserWarning, match="converted no layer of Sequential: it has no nn.Linear"):
+        gq.quantize_model(torch.nn.Sequential(torch.nn.ReLU()), recipe="mxfp4")

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..nn import quantize_model
+from ..nn.convert import unconvertible_weight_layers
 from ..nn.name_patterns import as_patterns, matches_any
 from ..nn.output_head import announce_kept_heads, check_quantize_head, head_kept_float, output_heads
 from ..nn.recipes import recipe as recipe_of
@@ -157,8 +158,9 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
 
     Args:
         candidates: recipe names / :class:`groupquant.nn.Recipe` objects, and ``"float"`` to allow
-            leaving a layer unquantized.
-        budget_bits: average storage bits per weight over the selected layers (scales included).
+            leaving a layer unquantized (a single name is one candidate).
+        budget_bits: average storage bits per weight over the selected layers (scales included);
+            ``math.inf``: no limit (each layer takes its least sensitive candidate).
         exclude: module-name patterns (fnmatch) left in float and outside the budget (e.g. ``"lm_head"``).
         methods: layer calibration methods run after the conversion (``"gptq"``, ``"scale_search"``).
         progress: progress bars, and print the per-layer table.
@@ -170,12 +172,13 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
     ``model.precision_table`` (the printed table).
     """
     items = check_calibration_data(calibration_data)
-    candidates = list(candidates)
+    candidates = [candidates] if isinstance(candidates, str) else list(candidates)  # one name, not its letters
     if not candidates:
         raise ValueError("auto_precision: candidates is empty; give recipe names such as ['mxfp4', 'mxfp8']")
     labels = [c if c == FLOAT else recipe_of(c).name for c in candidates]
     if isinstance(budget_bits, bool) or not isinstance(budget_bits, (int, float)) or not budget_bits > 0:
-        raise ValueError(f"auto_precision: budget_bits must be a positive number of bits per weight, got {budget_bits!r}")
+        raise ValueError(f"auto_precision: budget_bits must be a positive number of bits per weight (or math.inf: no "
+                         f"limit), got {budget_bits!r}")
     layer_methods = resolve_methods(list(methods) if not isinstance(methods, (str, dict)) else methods, None)
     if any(name not in LAYER_METHODS for name in layer_methods):
         raise ValueError(f"auto_precision: methods may only be {', '.join(LAYER_METHODS)}, got {list(layer_methods)}")
@@ -189,11 +192,15 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
     if quantize_head is None:
         announce_kept_heads(list(kept.values()), "auto_precision")
     if not layers:
-        raise ValueError("auto_precision: the model has no nn.Linear layer left to assign (after exclude)")
+        other = ", ".join(f"{name} x {n}" for name, n in unconvertible_weight_layers(model).items())
+        also = f"; its other weight layers ({other}) are not converted" if other else ""
+        raise ValueError(f"auto_precision: {type(model).__name__} has no nn.Linear layer left to assign (after exclude "
+                         f"and the output head){also}")
     names = list(layers)
     sizes = [layers[n].weight.numel() for n in names]
     bits = [[layer_bits(c, *layers[n].weight.shape, layers[n].weight.dtype) for c in candidates] for n in names]
-    capacity = int(math.floor(budget_bits * sum(sizes)))
+    # budget_bits=inf: no limit, i.e. room for the dearest candidate of every layer
+    capacity = sum(max(b) for b in bits) if math.isinf(budget_bits) else int(math.floor(budget_bits * sum(sizes)))
     smallest = min((sum(b[i] for b in bits) / sum(sizes), labels[i]) for i in range(len(candidates)))
     if sum(min(b) for b in bits) > capacity:
         raise ValueError(f"auto_precision: budget_bits={budget_bits} is below the smallest candidate "

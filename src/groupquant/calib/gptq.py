@@ -29,6 +29,10 @@ def _check(w: torch.Tensor, h: torch.Tensor, percdamp: float, batch_size: int) -
         raise ValueError(f"gptq percdamp must be a non-negative float (fraction of mean(diag(H))), got {percdamp!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"gptq batch_size must be a positive int (columns per lazy batch), got {batch_size!r}")
+    for what, t in (("weight", w), ("H (the input second moment)", h)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"gptq: the {what} holds {int((~torch.isfinite(t)).sum())} non-finite value(s) (NaN / "
+                             "Inf); calibrate on finite activations")
 
 
 def _upper_inverse_factor(h: torch.Tensor, damp: float) -> torch.Tensor:

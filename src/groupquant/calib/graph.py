@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 __all__ = ["FoldGroup", "LlamaBlock", "bert_layers", "bert_norm_refusal", "fold_groups", "llama_blocks",
-           "module_names"]
+           "llama_mismatch", "module_names"]
 
 Named = Tuple[str, nn.Module]
 
@@ -80,10 +80,33 @@ def _decoder_layers(model: nn.Module) -> Optional[nn.ModuleList]:
     return None
 
 
-def llama_blocks(model: nn.Module) -> List[LlamaBlock]:
-    """The decoder layers of a Llama-family model (empty list for any other model)."""
+_PARTS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+          "mlp.up_proj", "mlp.down_proj")
+
+
+def llama_mismatch(model: nn.Module) -> str:
+    """Why ``model`` is not read as a Llama-family model (empty when it is)."""
     layers = _decoder_layers(model)
     if layers is None:
+        return (f"{type(model).__name__} has no decoder layers with input_layernorm, self_attn, mlp and "
+                "post_attention_layernorm (model.layers)")
+    for part in _PARTS:
+        try:
+            if not isinstance(layers[0].get_submodule(part), nn.Linear):
+                raise AttributeError(part)
+        except AttributeError:
+            attn = getattr(layers[0], "self_attn", None)
+            fused = [n for n in ("qkv_proj", "query_key_value", "c_attn", "Wqkv") if hasattr(attn, n)]
+            return (f"{type(layers[0]).__name__} has no linear {part}" +
+                    (f" (fused projections: self_attn.{fused[0]})" if fused else ""))
+    return ""
+
+
+def llama_blocks(model: nn.Module) -> List[LlamaBlock]:
+    """The decoder layers of a Llama-family model (empty list for any other model, fused q/k/v or
+    gate/up projections included: :func:`llama_mismatch` says why)."""
+    layers = _decoder_layers(model)
+    if layers is None or llama_mismatch(model):
         return []
     names = module_names(model)
     blocks = []

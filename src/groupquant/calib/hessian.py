@@ -31,13 +31,28 @@ class HessianAccumulator:
         self.in_features = layer.weight.shape[1]
         self.sum = torch.zeros(self.in_features, self.in_features, dtype=torch.float64, device=layer.weight.device)
         self.tokens = 0
+        self.nonfinite_tokens = 0
         self._handle = None
 
     def add(self, x: torch.Tensor) -> None:
-        """Accumulate the tokens of ``x`` (``[..., I]``)."""
+        """Accumulate the tokens of ``x`` (``[..., I]``); tokens holding NaN / Inf are counted in
+        ``nonfinite_tokens`` and left out of the sum (:meth:`check_finite` reports them)."""
         x = x.detach().reshape(-1, x.shape[-1]).double()
+        finite = torch.isfinite(x).all(dim=1)
+        if not bool(finite.all()):
+            self.nonfinite_tokens += int((~finite).sum())
+            x = x[finite]
         self.sum.addmm_(x.T, x)
         self.tokens += x.shape[0]
+
+    def check_finite(self, name: str) -> None:
+        """A ValueError naming layer ``name`` when some of its input tokens held NaN / Inf."""
+        if self.nonfinite_tokens:
+            total = self.tokens + self.nonfinite_tokens
+            raise ValueError(f"calibration: the inputs of layer {name!r} hold NaN / Inf in {self.nonfinite_tokens} of "
+                             f"{total} calibration tokens (the model's activations overflow or the calibration data "
+                             "holds non-finite values); its statistics would be NaN. Check the model's float output on "
+                             "the calibration data, or run it in a wider dtype")
 
     def _hook(self, module: nn.Module, args: tuple) -> None:
         x = args[0]

@@ -3,8 +3,8 @@ step that runs ``scale_search`` / ``gptq`` on one linear layer.
 
 Order (whatever order the user lists them in): ``smooth`` then ``rotate`` (model-level transforms
 of the converted model), then, block by block and layer by layer, ``scale_search`` then ``gptq``.
-``smooth`` / ``rotate`` live in :mod:`groupquant.calib.smooth` / :mod:`groupquant.calib.rotate` and
-are imported only when asked for.
+``smooth`` / ``rotate`` live in :mod:`groupquant.calib.smooth` / :mod:`groupquant.calib.rotate`
+(:func:`model_method`).
 """
 from __future__ import annotations
 
@@ -98,6 +98,9 @@ def calibrate_layer(name: str, layer: nn.Module, h: torch.Tensor,
     reason = grid_unsupported(layer)
     if reason is not None:
         return [LayerReport(name, "+".join(asked), float("nan"), float("nan"), f"skipped: {reason}")]
+    if not bool(torch.isfinite(h).all()):
+        raise ValueError(f"calibration of layer {name!r}: its input second moment H holds NaN / Inf (non-finite "
+                         "activations on the calibration data)")
     w = layer.weight.detach().float()
     o = w.shape[0]
     rtn_error = output_error(w, layer_fake_quant(layer, w), h, o)

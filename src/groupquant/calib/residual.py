@@ -16,18 +16,19 @@ that read it (``||x Q|| = ||x||``):
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
 import torch
 from torch import nn
 
 from ..nn.input_rotation import ROTATION_ATTR
-from .graph import LlamaBlock, bert_layers, bert_norm_refusal, llama_blocks
+from .fold_check import check_groups, commutes_with_rotation
+from .graph import LlamaBlock, bert_layers, bert_norm_refusal, fold_groups, llama_blocks, llama_mismatch
 from .hadamard import rotate_weight_input, rotate_weight_output
 from .layer_rotation import rotate_layer, rotation_block_size
 from .rotated_norm import RotatedNorm
 
-__all__ = ["rotate_residual"]
+__all__ = ["rotate_residual", "fused_refusal"]
 
 
 def _set(module: nn.Module, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
@@ -86,16 +87,47 @@ def _final_norm(model: nn.Module):
     raise ValueError("rotate_model(fused_residual=True): the model has no final norm (model.norm)")
 
 
+def _structure_refusal(model: nn.Module) -> str:
+    """Why the module structure rules the fused rotation out (empty when it does not)."""
+    if llama_blocks(model):
+        return ""
+    if bert_layers(model):
+        return (f"it does not apply to BERT-family models: {bert_norm_refusal()}; use fused_residual=False (per-layer "
+                "rotations)")
+    return ("it needs a Llama-family model from transformers (decoder layers with input_layernorm, "
+            "self_attn.q/k/v/o_proj, post_attention_layernorm, mlp.gate/up/down_proj; here "
+            f"{llama_mismatch(model)}); use fused_residual=False for per-layer rotations")
+
+
+def fused_refusal(model: nn.Module, probe: Any) -> str:
+    """Why the fused residual rotation would not be exact on ``model`` (empty when it would be),
+    checked on the module structure, then by behaviour on ``probe`` (token ids): every norm's
+    readers read its output, its output scales with its weight, and it commutes with a rotation
+    once its weight is folded (RMSNorm; :mod:`.fold_check`)."""
+    why = _structure_refusal(model)
+    if why:
+        return why
+    groups = [g for g in fold_groups(model) if g.kind == "norm"]
+    _, refused, _ = check_groups(model, groups, probe)
+    if refused:
+        return "; ".join(sorted(set(refused.values())))
+    blocks = llama_blocks(model)
+    hidden = model.get_input_embeddings().weight.shape[1]
+    b = 2 if hidden % 2 == 0 else 1
+    x = torch.randn(4, hidden, generator=torch.Generator().manual_seed(1)).to(model.get_input_embeddings().weight)
+    norms = [blk.input_norm for blk in blocks] + [blk.post_norm for blk in blocks] + [_final_norm(model)]
+    for name, norm in norms:
+        if not isinstance(getattr(norm, "weight", None), torch.Tensor) or not commutes_with_rotation(norm, x, b):
+            return (f"{name} ({type(norm).__name__}) does not commute with a rotation once its weight is folded "
+                    "(RMSNorm does; mean subtraction does not)")
+    return ""
+
+
 def rotate_residual(model: nn.Module, *, seed: int, excluded: Set[str]) -> Dict[str, str]:
     """Apply the fused residual rotation in place; ``{linear name: what was done}``."""
     blocks = llama_blocks(model)
     if not blocks:
-        if bert_layers(model):
-            raise ValueError(f"rotate_model(fused_residual=True) does not apply to BERT-family models: "
-                             f"{bert_norm_refusal()}; use fused_residual=False (per-layer rotations)")
-        raise ValueError("rotate_model(fused_residual=True) needs a Llama-family model from transformers (decoder "
-                         "layers with input_layernorm, self_attn.q/k/v/o_proj, post_attention_layernorm, mlp.gate/up/"
-                         "down_proj); use fused_residual=False for per-layer rotations")
+        raise ValueError(f"rotate_model(fused_residual=True): {_structure_refusal(model)}")
     embed = model.get_input_embeddings()
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None:

@@ -10,11 +10,16 @@ rotations themselves). The online rotation is :class:`groupquant.nn.input_rotati
 (a fast Walsh-Hadamard transform), which ``state_dict``, ``pack_model`` and ONNX export keep.
 
 ``fused_residual=True`` (Llama family, see :mod:`.residual`) rotates the residual stream offline
-instead, so only ``down_proj`` keeps an online rotation.
+instead, so only ``down_proj`` keeps an online rotation. It is refused before anything changes
+where the model's norms would not fold exactly (checked by behaviour on a token probe:
+:func:`.residual.fused_refusal`; Gemma's ``x * (1 + w)`` norms, a LayerNorm, fused q/k/v).
+Either way, a model with input embeddings is checked after rotating: its float output on a probe
+of token ids must be the one before within float rounding, or the model is restored and the
+method refused (:mod:`.float_check`).
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Any, Dict, List
 
 from torch import nn
 
@@ -22,7 +27,8 @@ from ..nn.input_rotation import ROTATION_ATTR
 from ..nn.name_patterns import Patterns, matches_any
 from .layer_rotation import (exclude_patterns, quant_linears, rotate_layer, rotation_block_size,
                              weight_quant_mse)
-from .residual import rotate_residual
+from .float_check import MethodRefused, Snapshot, check_unchanged, float_output, token_probe
+from .residual import fused_refusal, rotate_residual
 from .report import LayerReport
 
 __all__ = ["rotate_model"]
@@ -36,8 +42,21 @@ def _tied_weights(model: nn.Module) -> Dict[int, List[str]]:
     return {k: v for k, v in holders.items() if len(set(v)) > 1}
 
 
+def _default_probe(model: nn.Module) -> Any:
+    """Token ids the model takes (:func:`token_probe`), or None (no embeddings, or the model wants
+    more than ``input_ids``: an encoder-decoder)."""
+    probe = token_probe(model)
+    if probe is None:
+        return None
+    try:
+        float_output(model, probe)
+    except ValueError:
+        return None
+    return probe
+
+
 def rotate_model(model: nn.Module, *, fused_residual: bool = False, seed: int = 0,
-                 exclude: Patterns = None) -> List[LayerReport]:
+                 exclude: Patterns = None, probe: Any = None) -> List[LayerReport]:
     """Rotate the input of each quantized linear by a block Hadamard matched to its quantizer's
     group size (weight offline, activation online inside the layer; exact in float). In place.
 
@@ -54,6 +73,9 @@ def rotate_model(model: nn.Module, *, fused_residual: bool = False, seed: int = 
         exclude: module names / fnmatch patterns of linears to leave unrotated (with
             ``fused_residual`` their weights still take the residual rotation that keeps the
             model exact).
+        probe: a model input (a tensor, or a dict of keyword arguments) for the float-function
+            check (module doc); None: random token ids for a model with input embeddings (no
+            check for a model without them).
 
     Returns one :class:`LayerReport` per linear: ``error_before`` / ``error_after`` = mean squared
     error of its weight quantizer on its weight before / after (in the rotated basis, which an
@@ -70,9 +92,23 @@ def rotate_model(model: nn.Module, *, fused_residual: bool = False, seed: int = 
     patterns = exclude_patterns(exclude, [n for n, _ in model.named_modules() if n])
     excluded = {n for n, _ in layers if matches_any(n, patterns)}
     before = {n: weight_quant_mse(m) for n, m in layers}
+    probe = probe if probe is not None else _default_probe(model)
+    if fused_residual:
+        if probe is None:
+            raise MethodRefused(f"rotate_model(fused_residual=True) on {type(model).__name__}: the model has no input "
+                                "embedding (get_input_embeddings()) to rotate")
+        why = fused_refusal(model, probe)
+        if why:
+            raise MethodRefused(f"rotate_model(fused_residual=True) on {type(model).__name__}: {why}")
+    float_before = float_output(model, probe) if probe is not None else None
+    snapshot = Snapshot(model)
     handled: Dict[str, str] = {}
     if fused_residual:
-        handled = rotate_residual(model, seed=seed, excluded=excluded)
+        try:
+            handled = rotate_residual(model, seed=seed, excluded=excluded)
+        except ValueError:
+            snapshot.restore()
+            raise
     tied = _tied_weights(model)
     reports = []
     for name, layer in layers:
@@ -93,4 +129,7 @@ def rotate_model(model: nn.Module, *, fused_residual: bool = False, seed: int = 
                 detail = f"block Hadamard b={b}, online input rotation"
         reports.append(LayerReport(name, "rotate", before[name], weight_quant_mse(layer),
                                    detail + "; errors: weight quantization MSE"))
+    if float_before is not None:
+        what = f"rotate_model(fused_residual={fused_residual})"
+        check_unchanged(model, probe, float_before, snapshot, what)
     return reports

@@ -68,6 +68,10 @@ def search_grid(w: torch.Tensor, h: torch.Tensor, grid: WeightGrid, *, below: in
     for name, given in (("below", below), ("above", above)):
         if isinstance(given, bool) or not isinstance(given, int) or given < 0:
             raise ValueError(f"scale_search {name} must be a non-negative int (binades), got {given!r}")
+    for what, t in (("weight", w), ("H (the input second moment)", h)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"scale_search: the {what} holds {int((~torch.isfinite(t)).sum())} non-finite value(s) "
+                             "(NaN / Inf); calibrate on finite activations")
     best_s = best_err = None
     for s in _candidates(grid, below, above):
         err = block_errors(w, grid.with_scale(s).quantize(w), h, grid.group_size)

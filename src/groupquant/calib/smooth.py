@@ -7,7 +7,17 @@ activation's outlier features shrink and the weights take the range. ``diag(s)^-
 whatever writes ``x`` (:mod:`.graph`): an RMSNorm's weight (Llama ``input_layernorm`` ->
 q/k/v, ``post_attention_layernorm`` -> gate/up) or a linear's output rows (``v_proj`` ->
 ``o_proj``, ``up_proj`` -> ``down_proj``; BERT ``value`` -> ``attention.output.dense``). BERT's
-LayerNorms are post-norm and take no fold (the reason is :func:`.graph.bert_norm_refusal`).
+LayerNorms are post-norm and take no fold (the reason is :func:`.graph.bert_norm_refusal`). A
+LayerNorm with a bias (StableLM) takes ``diag(s)^-1`` on its weight and its bias.
+
+The pairs are found by module names, then checked by behaviour on the first calibration item, in
+float (:func:`groupquant.calib.fold_check.check_groups`): a norm group folds only when each reader
+receives exactly the norm's output (Gemma2's ``post_attention_layernorm`` sits after attention,
+not before the MLP) and the norm's output scales with its weight and bias (Gemma's ``x * (1 + w)``
+does not); a group that fails is left alone and named in the report. After folding, the model's
+float output on that item must be the one before, within float rounding
+(:func:`groupquant.calib.float_check.check_unchanged`), or the model is restored and the method
+refused (:class:`~groupquant.calib.float_check.MethodRefused`).
 
 ``alpha=None`` searches ``alpha`` in 0.2, 0.3, ..., 0.8 (:data:`ALPHAS`) per group of linears
 sharing an input, and also "no smoothing", minimising the readers' output error (quantized layer vs
@@ -23,13 +33,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn.input_rotation import ROTATION_ATTR
-from .blocks import call_model
-from .graph import FoldGroup, fold_groups
+from .blocks import call_model, check_calibration_data
+from .float_check import MethodRefused, Snapshot, check_unchanged
+from .fold_check import check_groups
+from .graph import FoldGroup, bert_layers, fold_groups, llama_mismatch
 from ..nn.name_patterns import Patterns, matches_any
 from .layer_rotation import exclude_patterns
 from .report import LayerReport
 
-__all__ = ["smooth_model", "ALPHAS", "smoothing_scale"]
+__all__ = ["smooth_model", "ALPHAS", "smoothing_scale", "smooth_refusal"]
 
 #: the alphas an ``alpha=None`` search tries (besides no smoothing)
 ALPHAS = tuple(i / 10 for i in range(2, 9))
@@ -138,6 +150,8 @@ def _apply(group: FoldGroup, s_in: torch.Tensor) -> None:
     with torch.no_grad():
         if group.kind == "norm":
             src.weight.copy_((src.weight.double() / s_src).to(src.weight.dtype))
+            if getattr(src, "bias", None) is not None:  # LayerNorm with a bias: (norm(x) w + b) / s
+                src.bias.copy_((src.bias.double() / s_src).to(src.bias.dtype))
         else:
             src.weight.copy_((src.weight.double() / s_src[:, None]).to(src.weight.dtype))
             if src.bias is not None:
@@ -148,6 +162,16 @@ def _apply(group: FoldGroup, s_in: torch.Tensor) -> None:
         clear = getattr(getattr(m, "weight_quant", None), "clear_cache", None)
         if clear is not None:
             clear()
+
+
+def smooth_refusal(model: nn.Module) -> str:
+    """Why :func:`fold_groups` finds no pair in ``model`` (empty when it finds some)."""
+    if fold_groups(model):
+        return ""
+    if bert_layers(model):
+        return "its BERT-family layers have no value -> output pair"
+    return ("found no norm -> linear or linear -> linear pair to fold a scale into (it supports Llama-family and "
+            f"BERT-family models from transformers: {llama_mismatch(model)})")
 
 
 def _check_alpha(alpha: Optional[float]) -> None:
@@ -173,17 +197,22 @@ def smooth_model(model: nn.Module, calibration_data: Iterable[Any], *, alpha: Op
     ``rotate_model`` (a layer that already rotates its input is skipped, named in the report).
     """
     _check_alpha(alpha)
+    items = check_calibration_data(calibration_data)
     groups = fold_groups(model)
     if not groups:
-        raise ValueError("smooth_model: found no norm -> linear or linear -> linear pair to fold a scale into; it "
-                         "supports Llama-family and BERT-family models from transformers")
+        raise MethodRefused(f"smooth_model on {type(model).__name__}: {smooth_refusal(model)}")
     patterns = exclude_patterns(exclude, [n for n, _ in model.named_modules() if n])
     excluded = lambda name: matches_any(name, patterns)  # noqa: E731
+    exact, refused, before = check_groups(model, groups, items[0])
+    if not exact:
+        raise MethodRefused(f"smooth_model on {type(model).__name__}: no norm -> linear or linear -> linear pair folds "
+                            f"exactly: {'; '.join(sorted(set(refused.values())))}")
+    snapshot = Snapshot(model)
     reports: List[LayerReport] = []
     active: List[FoldGroup] = []
-    for g in groups:
+    for index, g in enumerate(groups):
         names = [g.source[0]] + [n for n, _ in g.targets]
-        why = ("excluded" if any(excluded(n) for n in names) else
+        why = (refused[index] if index in refused else "excluded" if any(excluded(n) for n in names) else
                "its input is already rotated (run smooth_model before rotate_model)"
                if any(getattr(m, ROTATION_ATTR, None) is not None for _, m in g.targets) else "")
         if why:
@@ -199,7 +228,7 @@ def smooth_model(model: nn.Module, calibration_data: Iterable[Any], *, alpha: Op
             recorders[id(layer)] = _Recorder()
             handles.append(layer.register_forward_pre_hook(recorders[id(layer)]))
     try:
-        run_calibration(model, calibration_data, progress, "smooth_model")
+        run_calibration(model, items, progress, "smooth_model")
     finally:
         for h in handles:
             h.remove()
@@ -207,8 +236,8 @@ def smooth_model(model: nn.Module, calibration_data: Iterable[Any], *, alpha: Op
         rec = recorders[id(g.targets[0][1])]
         x = rec.sample()
         act_max, w_max = _reader_stats(g, rec.amax)
-        before = _group_error(g, x, None)
-        best, best_err, best_alpha = None, before, None
+        errors_before = _group_error(g, x, None)
+        best, best_err, best_alpha = None, errors_before, None
         for a in (ALPHAS if alpha is None else (float(alpha),)):
             s = smoothing_scale(act_max, w_max, a)
             err = _group_error(g, x, s)
@@ -220,5 +249,6 @@ def smooth_model(model: nn.Module, calibration_data: Iterable[Any], *, alpha: Op
         detail = (f"alpha={best_alpha:g}, folded into {where}" if best is not None else
                   f"no alpha lowered the error: not smoothed ({where})")
         reports += [LayerReport(n, "smooth", e0, e1, detail + "; errors: output MSE vs float on calibration rows")
-                    for (n, _), e0, e1 in zip(g.targets, before, best_err)]
+                    for (n, _), e0, e1 in zip(g.targets, errors_before, best_err)]
+    check_unchanged(model, items[0], before, snapshot, "smooth_model")
     return reports

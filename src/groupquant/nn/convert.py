@@ -1,6 +1,7 @@
 """quantize_model: replace nn.Linear / nn.Conv1d / nn.Conv2d in an existing model, keeping weights."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from torch import nn
@@ -8,16 +9,41 @@ from torch import nn
 from .conv import QuantConv1d, QuantConv2d
 from .linear import QuantLinear
 from .name_patterns import Patterns, as_patterns, matches_any
+from .quant_layer import QuantLayerMixin
 from .functional_mode import quantize_functional
 from .output_head import announce_kept_heads, check_quantize_head, head_kept_float, output_heads
 from .recipes import Recipe, recipe as recipe_of
 
-__all__ = ["quantize_model", "remove_functional", "REPLACEMENTS"]
+__all__ = ["quantize_model", "remove_functional", "REPLACEMENTS", "unconvertible_weight_layers"]
 
 #: Exact float type -> its quant layer (subclasses are left alone, e.g. attention's out_proj).
 REPLACEMENTS: Dict[Type[nn.Module], Type[nn.Module]] = {
     nn.Linear: QuantLinear, nn.Conv1d: QuantConv1d, nn.Conv2d: QuantConv2d,
 }
+
+def unconvertible_weight_layers(model: nn.Module) -> Dict[str, int]:
+    """``type name -> count`` of the modules holding a weight of 2 or more dims that quantize_model
+    does not convert (not exactly nn.Linear / Conv1d / Conv2d, not an embedding): transformers'
+    ``Conv1D`` (GPT-2's projections), a Linear subclass, ..."""
+    found: Dict[str, int] = {}
+    for m in model.modules():
+        weight = m._parameters.get("weight")
+        if weight is not None and weight.dim() >= 2 and type(m) not in REPLACEMENTS and \
+                not isinstance(m, (nn.Embedding, nn.EmbeddingBag, QuantLayerMixin)):
+            found[type(m).__name__] = found.get(type(m).__name__, 0) + 1
+    return found
+
+
+def nothing_converted(model: nn.Module, candidates: int, caller: str) -> str:
+    """The sentence saying that ``caller`` converted no layer of ``model`` and why."""
+    other = unconvertible_weight_layers(model)
+    listed = ", ".join(f"{name} x {n}" for name, n in other.items())
+    why = (f"include / exclude / filter_fn / quantize_head selected none of its {candidates} Linear / Conv layers"
+           if candidates else "it has no nn.Linear / nn.Conv1d / nn.Conv2d layer")
+    return (f"{caller}: converted no layer of {type(model).__name__}: {why}"
+            + (f"; its other weight layers ({listed}) are not converted (quantize_model converts those exact types "
+               "only)" if other else ""))
+
 
 def _check_matches(patterns: Optional[List[str]], names: List[str], argument: str) -> None:
     """Each pattern must match some replaceable layer: a typo would silently quantize too much or too little."""
@@ -150,6 +176,8 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
             choices[i] = (module, slot_names, False)
     if quantize_head is None:
         announce_kept_heads(kept, "quantize_model")
+    if not any(chosen for _, _, chosen in choices) and not any(isinstance(m, QuantLayerMixin) for m in model.modules()):
+        warnings.warn(nothing_converted(model, len(choices), "quantize_model"), UserWarning, stacklevel=2)
     for module, slot_names, chosen in choices:
         if not chosen:
             continue
