@@ -149,3 +149,12 @@ def test_save_onto_a_path_of_the_wrong_kind_is_refused_before_writing(tmp_path, 
     (tmp_path / "file").write_bytes(b"x")
     with pytest.raises(CheckpointError, match="writes a directory; .*file is a file"):
         gq.save(linear_stack([Q.MXFloat4e2m1Weight]), tmp_path / "file", format="compressed-tensors")
+
+
+@pytest.mark.parametrize("fmt", ["compressed-tensors", "gguf"])
+def test_weight_only_formats_say_that_input_quantizers_are_dropped(tmp_path, fmt):
+    pytest.importorskip({"compressed-tensors": "compressed_tensors", "gguf": "gguf"}[fmt])
+    model = gq.quantize_model(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)), recipe="mxfp4")
+    with pytest.warns(UserWarning, match=rf"format='{fmt}'\): 2 layer\(s\) quantize their inputs .* readers run those "
+                                         r"inputs in float"):
+        gq.save(model, tmp_path / FILES[fmt], format=fmt)

@@ -28,6 +28,7 @@ bias and its online input rotation, if any) and the other tensors.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
@@ -36,6 +37,7 @@ import torch
 from torch import nn
 
 from ..packing import PackedTensor
+from ..proxy import QuantProxy
 from .checkpoint_contents import CheckpointContents, CheckpointError, model_config
 from .checkpoint_fit import attach_input_rotations, check_config, check_rotations
 from .pack_error import PackError
@@ -104,6 +106,19 @@ def _check_target(path: Path, fmt: str) -> None:
                               "path inside it)")
 
 
+def _warn_weights_only(model: nn.Module, fmt: str) -> None:
+    """UserWarning when ``fmt`` (compressed-tensors, GGUF: weights only) drops input quantizers of ``model``."""
+    if fmt == "safetensors":
+        return
+    names = [name for name, m in model.named_modules()
+             if isinstance(getattr(m, "input_quant", None), QuantProxy) and m.input_quant.is_quant_enabled]
+    if names:
+        warnings.warn(f"groupquant.save(format={fmt!r}): {len(names)} layer(s) quantize their inputs (e.g. "
+                      f"{names[0]!r}); {fmt} records the weights only, so its readers run those inputs in float "
+                      "(the weight-only model); groupquant.load into the quantized model keeps them",
+                      UserWarning, stacklevel=3)
+
+
 def save(model: nn.Module, path: PathLike, format: str = "safetensors", *,
          tokenizer_from: Optional[PathLike] = None) -> Path:
     """Write ``model`` to ``path`` in ``format`` (see the module docstring); returns the path.
@@ -111,7 +126,9 @@ def save(model: nn.Module, path: PathLike, format: str = "safetensors", *,
     ``tokenizer_from`` (GGUF only): a GGUF file (e.g. the one the model was loaded from) whose
     ``tokenizer.*`` keys are copied, which llama.cpp needs to run the file. A layer whose weight
     format the target cannot hold raises :class:`CheckpointError` naming the layer and the format
-    (e.g. an MXFP6 layer to GGUF)."""
+    (e.g. an MXFP6 layer to GGUF); a model with an online rotation is refused in compressed-tensors
+    and GGUF, whose readers would not apply it. Those two formats record weights only: a model
+    that quantizes layer inputs gets a UserWarning (the readers run the weight-only model)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"groupquant.save: model must be a torch.nn.Module, got {type(model).__name__}")
     write = _writer(format)
@@ -120,6 +137,7 @@ def save(model: nn.Module, path: PathLike, format: str = "safetensors", *,
                          f"format={format!r}")
     path = Path(path)
     _check_target(path, format)
+    _warn_weights_only(model, format)
     contents = CheckpointContents(packed_state_dict(model), model_config(model),
                                   None if tokenizer_from is None else Path(tokenizer_from))
     write(contents, path)
