@@ -158,3 +158,14 @@ def test_weight_only_formats_say_that_input_quantizers_are_dropped(tmp_path, fmt
     with pytest.warns(UserWarning, match=rf"format='{fmt}'\): 2 layer\(s\) quantize their inputs .* readers run those "
                                          r"inputs in float"):
         gq.save(model, tmp_path / FILES[fmt], format=fmt)
+
+
+def test_rope_settings_compare_across_transformers_versions(tiny_llama):
+    """A config written by transformers 4.x (``rope_theta`` at the top, ``rope_scaling``) and one of
+    5.x (``rope_parameters``) with the same RoPE fit each other; another base does not."""
+    from groupquant.export.checkpoint_fit import check_config
+    model = tiny_llama()
+    v4 = {**model.config.to_dict(), "rope_parameters": None, "rope_scaling": None, "rope_theta": 10000.0}
+    check_config("m.safetensors", v4, model)
+    with pytest.raises(CheckpointError, match=r"with rope=\{'rope_theta': 500000.0, 'rope_type': 'default'\}"):
+        check_config("m.safetensors", {**v4, "rope_theta": 500000.0}, model)

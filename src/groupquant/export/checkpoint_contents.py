@@ -19,8 +19,8 @@ import torch
 from ..nn.input_rotation import ROTATION_ATTR
 from ..packing import PackedTensor
 
-__all__ = ["CheckpointContents", "CheckpointError", "packed_tensors", "model_config", "rotation_keys",
-           "refuse_online_rotations"]
+__all__ = ["CheckpointContents", "CheckpointError", "packed_tensors", "model_config", "rope_settings",
+           "rotation_keys", "refuse_online_rotations"]
 
 #: The last two parts of the state-dict keys of online rotations (``groupquant.calib.rotate_model``):
 #: a quant layer's input rotation (``<layer>.input_rotation.block_size_``) and the two residual
@@ -56,6 +56,22 @@ def model_config(model: torch.nn.Module) -> Optional[Dict[str, Any]]:
     config = getattr(model, "config", None)
     to_dict = getattr(config, "to_dict", None)
     return to_dict() if callable(to_dict) else None
+
+
+def rope_settings(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The RoPE settings of a Hugging Face config dict, in one form whatever the transformers version
+    that wrote it: ``rope_parameters`` (transformers 5) or ``rope_scaling`` (4.x), with the
+    top-level ``rope_theta`` where the dict has none, and ``rope_type`` (from ``type`` where only
+    that is given; ``default`` without scaling). Empty for a config without RoPE settings."""
+    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    if config.get("rope_theta") is not None:
+        params.setdefault("rope_theta", config["rope_theta"])
+    if not params:
+        return {}
+    if "rope_type" not in params:
+        params["rope_type"] = params.pop("type", "default")
+    params.pop("type", None)
+    return params
 
 
 def rotation_keys(keys) -> List[str]:

@@ -26,27 +26,38 @@ from torch import nn
 
 from ..nn import QuantLayerMixin
 from ..nn.input_rotation import ROTATION_ATTR, InputRotation
-from .checkpoint_contents import CheckpointError, model_config, rotation_keys
+from .checkpoint_contents import CheckpointError, model_config, rope_settings, rotation_keys
 from .packed_linear import PackedLinear
 
 __all__ = ["FUNCTION_KEYS", "check_config", "check_rotations", "attach_input_rotations"]
 
-#: Hugging Face config settings that change a model's function without changing a tensor's shape.
+#: Hugging Face config settings that change a model's function without changing a tensor's shape
+#: (RoPE: ``rope`` stands for the settings :func:`.checkpoint_contents.rope_settings` gathers).
 FUNCTION_KEYS = ("model_type", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
-                 "hidden_activation", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rope_theta",
-                 "rope_parameters", "rope_scaling", "partial_rotary_factor", "tie_word_embeddings",
-                 "sliding_window", "n_head", "attn_logit_softcapping", "final_logit_softcapping")
+                 "hidden_activation", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rope",
+                 "partial_rotary_factor", "tie_word_embeddings", "sliding_window", "n_head",
+                 "attn_logit_softcapping", "final_logit_softcapping")
+
+
+def _settings(config: Mapping[str, Any]) -> Dict[str, Any]:
+    """The config's :data:`FUNCTION_KEYS` that it gives a value (None: not given)."""
+    out = {k: config[k] for k in FUNCTION_KEYS if config.get(k) is not None}
+    rope = rope_settings(dict(config))
+    if rope:
+        out["rope"] = rope
+    return out
 
 
 def check_config(path: Any, file_config: Optional[Mapping[str, Any]], model: nn.Module) -> None:
-    """CheckpointError naming the first setting of :data:`FUNCTION_KEYS` that both configs hold with
+    """CheckpointError naming the first setting of :data:`FUNCTION_KEYS` that both configs give with
     different values (the file's and the model's); nothing where either has no config."""
-    own = model_config(model)
-    if not file_config or not own:
+    own_config = model_config(model)
+    if not file_config or not own_config:
         return
+    theirs, own = _settings(file_config), _settings(own_config)
     for key in FUNCTION_KEYS:
-        if key in file_config and key in own and file_config[key] != own[key]:
-            raise CheckpointError(f"groupquant.load: {path} was written from a model with {key}={file_config[key]!r}; "
+        if key in theirs and key in own and theirs[key] != own[key]:
+            raise CheckpointError(f"groupquant.load: {path} was written from a model with {key}={theirs[key]!r}; "
                                   f"the model loaded into has {key}={own[key]!r}: the tensors have the same shapes "
                                   "but the model would compute another function. Load it into a model built from "
                                   "the checkpoint's config")

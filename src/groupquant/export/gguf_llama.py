@@ -41,7 +41,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from .checkpoint_contents import CheckpointError
+from .checkpoint_contents import CheckpointError, rope_settings
 
 __all__ = ["LlamaGGUF", "llama_gguf", "row_permutation", "rope_parameters", "llama3_rope_factors"]
 
@@ -50,12 +50,11 @@ ROPE_FREQS = "rope_freqs.weight"
 
 
 def rope_parameters(config: Dict[str, Any]) -> Dict[str, Any]:
-    """The RoPE settings of a Hugging Face config dict: ``rope_parameters`` (transformers 5) or
-    ``rope_scaling`` (4.x) with ``rope_theta``; ``rope_type`` from ``type`` where only that is given."""
-    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
-    params.setdefault("rope_theta", config.get("rope_theta") or 10000.0)
-    if "rope_type" not in params and "type" in params:
-        params["rope_type"] = params["type"]
+    """The config's RoPE settings (:func:`.checkpoint_contents.rope_settings`), ``rope_theta``
+    10000 where the config gives none (transformers' Llama default)."""
+    params = rope_settings(config)
+    params.setdefault("rope_theta", 10000.0)
+    params.setdefault("rope_type", "default")
     return params
 
 
