@@ -58,7 +58,8 @@ class LoadedCheckpoint:
 
     Fields:
         layers: ``layer name -> PackedLinear`` for every packed 2-D weight (a weight stored once
-            under several names is one layer under each name); the layer's bias is its ``bias``.
+            under several names is one layer under each name); the layer's bias is its ``bias``,
+            and the online input rotation the file records for it (``rotate_model``) its ``input_rotation``.
         tensors: every other entry (embeddings, norms, float weights, biases of float layers), by state-dict key.
         config: the model's Hugging Face config as a dict, or None.
         format: which of :data:`CHECKPOINT_FORMATS` the file is.

@@ -21,7 +21,8 @@
   llama.cpp does not run.
 - ``tokenizer_from``: a GGUF file whose ``tokenizer.*`` keys are copied (llama.cpp needs them).
 - The string key ``groupquant.checkpoint`` holds a JSON header (GGUF name -> state key, dtypes,
-  shapes of the float / integer tensors, tied / shared aliases, permuted rows, the model's config)
+  shapes of the float / integer tensors, tied / shared aliases, permuted rows, the tensors written
+  for llama.cpp only such as ``rope_freqs.weight``, the model's config)
   so that groupquant reads its files back bit for bit; a GGUF file without it is read with its
   tensor names as keys.
 """
