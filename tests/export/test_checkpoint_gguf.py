@@ -163,6 +163,8 @@ def test_file_type_and_the_keys_llama_cpp_converter_writes(tmp_path, tiny_llama,
     assert fields["general.file_type"].contents() == int(getattr(gguf.LlamaFileType, kind))
     assert fields["general.quantization_version"].contents() == gguf.GGML_QUANT_VERSION
     assert fields["general.type"].contents() == "model"
+    params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())  # tied head once
+    assert fields["general.size_label"].contents() == gguf.size_label(params, 0, 0, 0)
     c = model.config
     expected = {"context_length": c.max_position_embeddings, "embedding_length": c.hidden_size,
                 "block_count": c.num_hidden_layers, "feed_forward_length": c.intermediate_size,

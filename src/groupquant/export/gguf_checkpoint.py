@@ -192,6 +192,8 @@ def write_gguf(contents: CheckpointContents, path: Path) -> None:
             if contents.tokenizer_from is not None:
                 _copy_tokenizer(writer, contents.tokenizer_from)
             kinds = _write_tensors(writer, contents, llama, header)
+            if llama is not None:  # the converter's size label (e.g. "135M"), from the tensors written
+                writer.add_size_label(gguf.size_label(*writer.get_total_parameter_count()))
             float16 = any(t.dtype == torch.float16 for t in state["tensors"].values())
             writer.add_file_type(file_type(kinds, float16))
             writer.add_quantization_version(gguf.GGML_QUANT_VERSION)

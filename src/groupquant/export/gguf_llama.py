@@ -9,7 +9,9 @@ Facts from the ``gguf`` package (``gguf.constants``, ``gguf.tensor_mapping.Tenso
   ``output.weight``, ...); a tied head is not written (llama.cpp uses ``token_embd`` for the output).
 - keys, as ``convert_hf_to_gguf.py`` writes them for a Llama (``TextModel.set_gguf_parameters``,
   ``LlamaModel.set_gguf_parameters``): ``general.architecture = llama``, ``general.type = model``,
-  ``general.name`` (the config's ``_name_or_path`` folder name, where it has one) and
+  ``general.name`` (the config's ``_name_or_path`` folder name, where it has one),
+  ``general.size_label`` (``gguf.size_label`` of the tensors' parameter count, written by
+  :mod:`.gguf_checkpoint`) and
   ``llama.context_length``, ``embedding_length``, ``block_count``, ``feed_forward_length``,
   ``attention.head_count``, ``attention.head_count_kv``, ``rope.freq_base``,
   ``attention.layer_norm_rms_epsilon``, ``attention.key_length`` / ``value_length`` (where the
