@@ -78,11 +78,21 @@ def _third_party_imports_of_the_tests() -> set:
     return {m for m in modules - local if m not in sys.stdlib_module_names and m != "__future__"}
 
 
+#: packages a test uses only where they are installed (it skips otherwise) and that `make test`
+#: deliberately leaves out: module -> why
+OPTIONAL_TEST_PACKAGES = {
+    "llama_cpp": "llama-cpp-python compiles llama.cpp on install (about 20 minutes on 2 cores); "
+                 "tests/export/test_checkpoint_readers.py runs llama.cpp on the GGUF files where it is installed",
+}
+
+
 def test_make_test_installs_every_package_the_tests_import():
     closure = _installed_closure(_requirements(_make_extras("TEST")))
     dists = _module_to_distributions()
     imports = _third_party_imports_of_the_tests()
     assert {"torch", "onnxruntime", "nbclient", "hypothesis", "sklearn"} <= imports  # the scan sees them
+    assert set(OPTIONAL_TEST_PACKAGES) <= imports  # each optional package is still used by a test
+    imports -= set(OPTIONAL_TEST_PACKAGES)
     missing = {m: sorted(dists.get(m, {"(not installed here)"})) for m in imports if not dists.get(m, set()) & closure}
     assert not missing, f"the tests import packages that `make test` does not install: {missing}"
 

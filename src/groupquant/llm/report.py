@@ -17,7 +17,8 @@ class ReportRow:
     """One model's measurements. ``bits_per_weight``: storage bits per weight of the quantized
     linear layers (their float width for the float model); ``perplexity`` on the evaluation text;
     ``weight_bytes``: the whole model's parameters and buffers in memory; ``file_bytes``: the
-    saved checkpoint (None when not saved); ``tokens_per_second``: greedy decoding at batch 1."""
+    checkpoint files written (weights and config; None when not saved); ``tokens_per_second``:
+    greedy decoding at batch 1."""
 
     label: str
     bits_per_weight: float
@@ -43,5 +44,6 @@ def format_report(rows: Sequence[ReportRow]) -> str:
              for row in cells]
     lines.append("bits/weight: storage of the quantized linear weights (codes + block scales + tensor scales);\n"
                  "weights MiB: the whole model in memory (float embeddings and head included);\n"
+                 "file MiB: the checkpoint written with --save (weights and config; not the tokenizer files);\n"
                  "tokens/s: greedy model.generate at batch 1, prompt included.")
     return "\n".join(lines)

@@ -22,8 +22,10 @@ from torch import nn
 
 from ..eval import perplexity, python_docstrings, token_sets
 from ..eval.perplexity import context_length
+from .errors import LlmInputError
 from .measures import Generation, generate, model_bytes, path_bytes, quantized_weight_bits
 from .models import LoadedModel, ModelSource, load_causal_lm, output_head_names, smollm2_gguf_path
+from .option_checks import check_save_options
 from .report import ReportRow
 
 __all__ = ["LlmOptions", "LlmResult", "LlmInputError", "run_llm", "read_documents", "save_checkpoint",
@@ -33,10 +35,6 @@ __all__ = ["LlmOptions", "LlmResult", "LlmInputError", "run_llm", "read_document
 SAVE_FORMATS = ("safetensors", "compressed-tensors", "gguf")
 #: the prompt timed for tokens per second when none is given
 DEFAULT_PROMPT = "The quick brown fox"
-
-
-class LlmInputError(ValueError):
-    """A setting or input of the workflow that cannot work (the message names the option)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,8 @@ def save_checkpoint(model: nn.Module, directory: str, fmt: str, *, tokenizer=Non
     """``groupquant.save(model, path, format=fmt)`` with ``path`` from :data:`CHECKPOINT_FILES`
     under ``directory`` (GGUF: the tokenizer keys copied from ``gguf_source``, the file the model
     was loaded from, when there is one); the tokenizer's files are written beside the weights
-    (``save_pretrained``), as serving engines expect. Returns the bytes written under ``directory``."""
+    (``save_pretrained``), as serving engines expect. Returns the bytes of the checkpoint written
+    (its weights and config files; not the tokenizer's, nor other files already in ``directory``)."""
     import groupquant
 
     save = getattr(groupquant, "save", None)
@@ -118,7 +117,10 @@ def save_checkpoint(model: nn.Module, directory: str, fmt: str, *, tokenizer=Non
     save(model, path, format=fmt, **extra)
     if tokenizer is not None and fmt != "gguf" and hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(directory)
-    return path_bytes(directory)
+    if name is not None:
+        return path_bytes(path)
+    from ..export.compressed_tensors_checkpoint import WEIGHTS_FILE
+    return sum(path_bytes(os.path.join(directory, f)) for f in (WEIGHTS_FILE, "config.json"))
 
 
 def _bar(desc: str, enabled: bool):
@@ -180,16 +182,27 @@ def _quantize(model: nn.Module, options: LlmOptions, calibration: Sequence[torch
 def _measure(label: str, model: nn.Module, tokenizer, evaluation: torch.Tensor, seq_len: int,
              options: LlmOptions, bits: float) -> Tuple[ReportRow, Generation]:
     ppl = perplexity(model, evaluation, seq_len=seq_len, progress=options.progress)
-    gen = generate(model, tokenizer, options.prompt or DEFAULT_PROMPT, max_new_tokens=options.max_new_tokens)
+    prompt = DEFAULT_PROMPT if options.prompt is None else options.prompt
+    gen = generate(model, tokenizer, prompt, max_new_tokens=options.max_new_tokens)
     return ReportRow(label, bits, ppl, model_bytes(model), None, gen.tokens_per_second), gen
 
 
 def run_llm(options: LlmOptions, say: Callable[[str], None] = print) -> LlmResult:
     """Run the workflow (module doc); ``say`` prints the lines between the progress bars."""
-    from ..export import pack_model
+    from ..export import CheckpointError, pack_model
 
+    if options.prompt is not None and not options.prompt.strip():
+        raise LlmInputError("--generate: the prompt is empty; give text to continue (or leave --generate out to "
+                            f"time {DEFAULT_PROMPT!r})")
+    if options.seq_len is not None and options.seq_len < 2:
+        raise LlmInputError(f"--seq-len {options.seq_len}: a window needs at least 2 tokens (each token is predicted "
+                            "from the ones before it)")
+    check_save_options(options)
     with _bar(f"loading {options.source.label}", options.progress) as bar:
-        loaded = load_causal_lm(options.source)
+        try:
+            loaded = load_causal_lm(options.source)
+        except (OSError, ValueError, KeyError) as err:  # transformers' errors on a model it cannot load
+            raise LlmInputError(f"model {options.source.label!r}: transformers cannot load it: {err}") from None
         bar.update()
     model, tokenizer = loaded.model, loaded.tokenizer
     seq_len = _seq_len(options, model)
@@ -211,8 +224,11 @@ def run_llm(options: LlmOptions, say: Callable[[str], None] = print) -> LlmResul
             gguf_source = options.source.path if options.source.kind == "gguf" else None
             if options.source.kind == "smollm2":
                 gguf_source = smollm2_gguf_path()
-            size = save_checkpoint(model, options.save_dir, options.save_format, tokenizer=tokenizer,
-                                   gguf_source=gguf_source)
+            try:
+                size = save_checkpoint(model, options.save_dir, options.save_format, tokenizer=tokenizer,
+                                       gguf_source=gguf_source)
+            except CheckpointError as err:  # what the checks before loading could not see
+                raise LlmInputError(f"--save: {err}") from None
             bar.update()
         row = ReportRow(row.label, row.bits_per_weight, row.perplexity, row.weight_bytes, size, row.tokens_per_second)
         say(f"saved {options.save_format} to {options.save_dir}")
