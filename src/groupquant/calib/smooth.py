@@ -126,20 +126,21 @@ def _source_scale(group: FoldGroup, s_in: torch.Tensor) -> torch.Tensor:
     """The scale per source feature behind the readers' input scale (GQA: one per kv feature)."""
     if group.feature_map is None:
         return s_in
-    out = torch.ones(int(group.feature_map.max()) + 1, dtype=s_in.dtype)
-    return out.index_copy(0, group.feature_map, s_in)
+    fmap = group.feature_map.to(s_in.device)
+    out = torch.ones(int(fmap.max()) + 1, dtype=s_in.dtype, device=s_in.device)
+    return out.index_copy(0, fmap, s_in)
 
 
 def _reader_stats(group: FoldGroup, act_max: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(act max, weight column max) per reader input feature; with a feature map, both pooled over the
     features that repeat one source feature, so the scale is one per source feature."""
     w_max = torch.stack([m.weight.detach().abs().amax(0).float() for _, m in group.targets]).amax(0)
-    fmap = group.feature_map
-    if fmap is None:
+    if group.feature_map is None:
         return act_max, w_max
+    fmap = group.feature_map.to(act_max.device)  # made on the CPU; the statistics sit on the model's device
     n = int(fmap.max()) + 1
-    pooled_a = torch.zeros(n).scatter_reduce(0, fmap, act_max, "amax")
-    pooled_w = torch.zeros(n).scatter_reduce(0, fmap, w_max, "amax")
+    pooled_a = torch.zeros(n, device=act_max.device).scatter_reduce(0, fmap, act_max, "amax")
+    pooled_w = torch.zeros(n, device=act_max.device).scatter_reduce(0, fmap, w_max.to(act_max.device), "amax")
     return pooled_a[fmap], pooled_w[fmap]
 
 

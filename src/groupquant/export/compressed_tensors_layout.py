@@ -94,7 +94,7 @@ def _global_scale(p: PackedTensor, tensors: Dict[str, torch.Tensor], where: str)
     groupquant's weight (rounded to bfloat16) bit for bit; the nearest one, with a warning, if none does."""
     q = p.unpack()
     want = dataclasses.replace(q, dtype=torch.float32).dequantize().to(torch.bfloat16)
-    base = (torch.ones(1) / p.tensor_scale.reshape(1)).float()
+    base = (torch.ones(1, device=p.tensor_scale.device) / p.tensor_scale.reshape(1)).float()
     candidates, up, down = [base], base, base
     for _ in range(3):
         up, down = torch.nextafter(up, torch.full_like(up, float("inf"))), torch.nextafter(down, torch.zeros_like(down))
