@@ -116,7 +116,7 @@ class LlamaGGUF:
             warnings.warn("GGUF: Llama 3 RoPE scaling is written as llama.cpp's rope_freqs.weight; transformers' GGUF "
                           "loader does not read it and would run unscaled RoPE (load the file with llama.cpp or "
                           "groupquant.load, or use format='compressed-tensors' for transformers)", UserWarning,
-                          stacklevel=4)
+                          stacklevel=5)
             return {ROPE_FREQS: llama3_rope_factors(params, self.head_dim)}
         return {}
 
