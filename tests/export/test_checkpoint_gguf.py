@@ -182,7 +182,8 @@ def test_llama3_rope_scaling_is_written_as_llama_cpp_rope_freqs(tmp_path):
     rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
     model = _quantized_llama(_llama_config(rope_parameters=rope))
-    path = gq.save(model, tmp_path / "m.gguf", format="gguf")
+    with pytest.warns(UserWarning, match="transformers' GGUF loader does not read it"):
+        path = gq.save(model, tmp_path / "m.gguf", format="gguf")
     got, _, reader = decoded_by_the_package(path)
     base = 1.0 / (10000.0 ** (torch.arange(0, 16, 2, dtype=torch.float32) / 16))
     scaled = model.model.rotary_emb.inv_freq.float()

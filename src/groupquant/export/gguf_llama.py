@@ -37,6 +37,7 @@ needs it, the ``gguf`` package's reader does not.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, Dict, Optional
@@ -108,9 +109,14 @@ class LlamaGGUF:
         return int(self.config.get("head_dim") or int(self.config["hidden_size"]) // self.n_head)
 
     def extra_tensors(self) -> Dict[str, torch.Tensor]:
-        """Tensors llama.cpp needs that the model's state does not hold (``rope_freqs.weight`` for llama3 RoPE)."""
+        """Tensors llama.cpp needs that the model's state does not hold (``rope_freqs.weight`` for
+        llama3 RoPE, with a UserWarning: transformers' GGUF loader does not read it)."""
         params = rope_parameters(self.config)
         if str(params.get("rope_type", "default")).lower() == "llama3":
+            warnings.warn("GGUF: Llama 3 RoPE scaling is written as llama.cpp's rope_freqs.weight; transformers' GGUF "
+                          "loader does not read it and would run unscaled RoPE (load the file with llama.cpp or "
+                          "groupquant.load, or use format='compressed-tensors' for transformers)", UserWarning,
+                          stacklevel=5)
             return {ROPE_FREQS: llama3_rope_factors(params, self.head_dim)}
         return {}
 
