@@ -118,3 +118,17 @@ def test_the_build_lines_say_what_is_built_how_long_it_usually_takes_and_took(mo
     (after,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("groupquant:")]
     took = after.split(" in ")[-1].split(" s (done)")[0]
     assert float(took) >= 0 and after.endswith(" s (done)")
+
+
+def test_build_progress_counts_compiled_files_while_the_build_runs(tmp_path, capsys) -> None:
+    import time as _time
+    with native.BuildProgress(str(tmp_path), total=4, every=0.05) as progress:
+        (tmp_path / "a.o").write_bytes(b"")
+        (tmp_path / "b.cuda.o").write_bytes(b"")
+        _time.sleep(0.3)
+        assert progress.line().startswith("groupquant: still building the native kernels: 2 of 4 source files")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all("of 4 source files compiled" in line for line in lines)
+    with native.BuildProgress(str(tmp_path), total=4, every=None):  # not announced: silent
+        _time.sleep(0.1)
+    assert capsys.readouterr().err == ""

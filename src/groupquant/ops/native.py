@@ -32,7 +32,7 @@ import torch
 from .compile_constant import compile_constant
 from .native_cpu_path import apply_requested, requested_cpu_path
 
-__all__ = ["BackendSettingError", "backend", "native_available", "serves", "load", "extension_name", "needs_build",
+__all__ = ["BackendSettingError", "BuildProgress", "backend", "native_available", "serves", "load", "extension_name", "needs_build",
            "build_message", "build_flags",
            "CSRC", "BACKEND_ENV", "BUILD_DIR_ENV"]
 
@@ -160,6 +160,36 @@ def build_message(cuda: bool, where: str, done: bool = False, seconds: Optional[
     return f"groupquant: building the native kernels ({kind}) into {where} (first use of this checkout, {usual})..."
 
 
+class BuildProgress:
+    """While the kernels compile, one stderr line every ``every`` seconds: the object files done so
+    far out of ``total`` and the time taken (a busy 2-core machine took 291 s; silence read as a hang).
+    ``every=None``: no lines (a build nobody announced)."""
+
+    def __init__(self, build_dir: str, total: int, every: Optional[float] = 20.0) -> None:
+        self.build_dir, self.total, self.every = Path(build_dir), total, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="groupquant-build-progress", daemon=True)
+        self._started = time.perf_counter()
+
+    def line(self) -> str:
+        """``groupquant: ... k of n source files compiled, s s``."""
+        done = min(len(list(self.build_dir.glob("*.o"))), self.total)
+        return (f"groupquant: still building the native kernels: {done} of {self.total} source files compiled, "
+                f"{time.perf_counter() - self._started:.0f} s")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            print(self.line(), file=sys.stderr, flush=True)
+
+    def __enter__(self) -> "BuildProgress":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _build() -> None:
     from torch.utils import cpp_extension
 
@@ -173,9 +203,10 @@ def _build() -> None:
         print(build_message(cuda, build_dir), file=sys.stderr, flush=True)
     started = time.perf_counter()
     cuda_flags = ["-O3", "--fmad=false", "-Xcompiler", "-ffp-contract=off"] if cuda else None
-    cpp_extension.load(name=name, sources=sources, extra_cflags=build_flags(), extra_cuda_cflags=cuda_flags,
-                       extra_ldflags=["-fopenmp"], build_directory=build_dir, is_python_module=False,
-                       verbose=False)
+    with BuildProgress(build_dir, len(sources), every=20.0 if announced else None):
+        cpp_extension.load(name=name, sources=sources, extra_cflags=build_flags(), extra_cuda_cflags=cuda_flags,
+                           extra_ldflags=["-fopenmp"], build_directory=build_dir, is_python_module=False,
+                           verbose=False)
     if announced or _library_stamp(build_dir, name) != before:  # announced, or a build the check did not foresee
         print(build_message(cuda, build_dir, done=True, seconds=time.perf_counter() - started), file=sys.stderr,
               flush=True)
