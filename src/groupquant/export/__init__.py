@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .checkpoint import CHECKPOINT_FORMATS, LoadedCheckpoint, load, save
-from .checkpoint_contents import CheckpointError
-from .export_error import ExportError
-from .mxfp4_checkpoint import mxfp4_blocks, mxfp4_linear, mxfp4_packed_tensor
-from .pack_model import pack_model, packed_layers, unpack_model
-from .packed_linear import PackedLinear, PackError
-from .packed_state_dict import load_packed_state_dict, packed_state_dict, unpacked_state_dict
+from .checkpoints.save_load import CHECKPOINT_FORMATS, LoadedCheckpoint, load, save
+from .checkpoints.contents import CheckpointError
+from .errors import ExportError
+from .checkpoints.mxfp4 import mxfp4_blocks, mxfp4_linear, mxfp4_packed_tensor
+from .inference.pack_model import pack_model, packed_layers, unpack_model
+from .inference.packed_linear import PackedLinear, PackError
+from .checkpoints.packed_state_dict import load_packed_state_dict, packed_state_dict, unpacked_state_dict
 
 __all__ = ["ExportError", "export_onnx", "load_packed_state_dict", "packed_state_dict", "unpacked_state_dict",
            "pack_model", "unpack_model", "packed_layers", "PackedLinear", "PackError", "mxfp4_linear",
@@ -35,7 +35,7 @@ def __getattr__(name: str) -> Any:
     if name != "export_onnx":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        from .onnx_model import export_onnx
+        from .onnx.model import export_onnx
     except ImportError as e:
         raise ImportError(f"groupquant.export.export_onnx needs onnx and onnxruntime ({e}); "
                           "install them with: pip install 'groupquant[export]'") from e

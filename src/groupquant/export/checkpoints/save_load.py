@@ -6,10 +6,10 @@
 twice stored once) and hands it, with the model's Hugging Face config where it has one, to the
 format's writer:
 
-- ``"safetensors"``: groupquant's own packed file (:mod:`.safetensors_checkpoint`), any packed format;
+- ``"safetensors"``: groupquant's own packed file (:mod:`.safetensors`), any packed format;
 - ``"compressed-tensors"``: a directory (``model.safetensors`` + ``config.json``) that the
-  compressed-tensors package and vLLM read, MXFP4 and NVFP4 layers (:mod:`.compressed_tensors_checkpoint`);
-- ``"gguf"``: one GGUF file, MXFP4 and NVFP4 layers, llama.cpp names for a Llama model (:mod:`.gguf_checkpoint`).
+  compressed-tensors package and vLLM read, MXFP4 and NVFP4 layers (:mod:`.compressed_tensors`);
+- ``"gguf"``: one GGUF file, MXFP4 and NVFP4 layers, llama.cpp names for a Llama model (:mod:`.gguf`).
 
 Every writer refuses what its readers cannot compute (a weight format the target lacks, an online
 rotation in compressed-tensors / GGUF) before it writes, and writes beside the path, then renames
@@ -22,8 +22,8 @@ read (empty, truncated, not a checkpoint) raises :class:`CheckpointError` naming
 :func:`~.packed_state_dict.load_packed_state_dict` does and returns the model; a weight of another
 format or shape is refused by name (the layer, what the file has, what the model has), and so is a
 model whose config differs in a setting that changes the function but no shape, or that would not
-apply an online rotation the file holds (:mod:`.checkpoint_fit`). Without a model it returns a
-:class:`LoadedCheckpoint`: a :class:`~.packed_linear.PackedLinear` per packed weight (with its
+apply an online rotation the file holds (:mod:`.fit`). Without a model it returns a
+:class:`LoadedCheckpoint`: a :class:`~..inference.packed_linear.PackedLinear` per packed weight (with its
 bias and its online input rotation, if any) and the other tensors.
 """
 from __future__ import annotations
@@ -36,12 +36,12 @@ from typing import Any, Dict, Optional, Union
 import torch
 from torch import nn
 
-from ..packing import PackedTensor
-from ..proxy import QuantProxy
-from .checkpoint_contents import CheckpointContents, CheckpointError, model_config
-from .checkpoint_fit import attach_input_rotations, check_config, check_rotations
-from .pack_error import PackError
-from .packed_linear import PackedLinear
+from ...packing import PackedTensor
+from ...proxy import QuantProxy
+from .contents import CheckpointContents, CheckpointError, model_config
+from .fit import attach_input_rotations, check_config, check_rotations
+from ..inference.pack_error import PackError
+from ..inference.packed_linear import PackedLinear
 from .packed_state_dict import _check, load_packed_state_dict, packed_state_dict
 
 __all__ = ["save", "load", "check_weight_format", "LoadedCheckpoint", "CHECKPOINT_FORMATS"]
@@ -74,13 +74,13 @@ class LoadedCheckpoint:
 def _writer(fmt: str):
     """The writer function of ``fmt``; ValueError names the setting."""
     if fmt == "safetensors":
-        from .safetensors_checkpoint import write_safetensors
+        from .safetensors import write_safetensors
         return write_safetensors
     if fmt == "compressed-tensors":
-        from .compressed_tensors_checkpoint import write_compressed_tensors
+        from .compressed_tensors import write_compressed_tensors
         return write_compressed_tensors
     if fmt == "gguf":
-        from .gguf_checkpoint import write_gguf
+        from .gguf import write_gguf
         return write_gguf
     raise ValueError(f"groupquant.save: format={fmt!r} is not one of {list(CHECKPOINT_FORMATS)}")
 
@@ -94,7 +94,7 @@ def check_weight_format(fmt: str, packed: PackedTensor, where: str) -> None:
         from .compressed_tensors_layout import ct_scheme_of
         ct_scheme_of(packed, where)
     elif fmt == "gguf":
-        from .gguf_checkpoint import check_gguf_weight
+        from .gguf import check_gguf_weight
         check_gguf_weight(packed, where)
 
 
@@ -161,12 +161,12 @@ def _format_of(path: Path) -> str:
 def _reader(fmt: str):
     """The reader function of ``fmt``."""
     if fmt == "compressed-tensors":
-        from .compressed_tensors_checkpoint import read_compressed_tensors
+        from .compressed_tensors import read_compressed_tensors
         return read_compressed_tensors
     if fmt == "gguf":
-        from .gguf_checkpoint import read_gguf
+        from .gguf import read_gguf
         return read_gguf
-    from .safetensors_checkpoint import read_safetensors
+    from .safetensors import read_safetensors
     return read_safetensors
 
 
@@ -225,7 +225,7 @@ def load(path: PathLike, model: Optional[nn.Module] = None, *, strict: bool = Tr
 
     ``strict``: as ``nn.Module.load_state_dict`` (quantizer entries the model lacks are skipped).
     A packed weight of another format, block or shape than the model's layer raises
-    :class:`~.packed_linear.PackError` naming the layer, what the file has and what the model has."""
+    :class:`~..inference.packed_linear.PackError` naming the layer, what the file has and what the model has."""
     path = Path(path)
     if model is not None and not isinstance(model, nn.Module):
         raise TypeError(f"groupquant.load: model must be a torch.nn.Module or None, got {type(model).__name__}")

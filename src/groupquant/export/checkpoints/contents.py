@@ -1,12 +1,12 @@
 """What a checkpoint file holds, whatever its format: a packed state dict and the model's config.
 
-Every checkpoint writer (:mod:`.safetensors_checkpoint`, :mod:`.compressed_tensors_checkpoint`,
-:mod:`.gguf_checkpoint`) takes a :class:`CheckpointContents` and every reader gives one back, so
+Every checkpoint writer (:mod:`.safetensors`, :mod:`.compressed_tensors`,
+:mod:`.gguf`) takes a :class:`CheckpointContents` and every reader gives one back, so
 the three formats share one route in and out of a model: ``groupquant.save`` builds it with
 :func:`~.packed_state_dict.packed_state_dict` (which reads each quantized layer through its
 ``group_quantized_weight()`` accessor; tied weights and layers registered twice are stored once),
 and ``groupquant.load`` hands its state to :func:`~.packed_state_dict.load_packed_state_dict` or
-builds :class:`~.packed_linear.PackedLinear` layers from it.
+builds :class:`~..inference.packed_linear.PackedLinear` layers from it.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from ..nn.input_rotation import ROTATION_ATTR
-from ..packing import PackedTensor
+from ...nn.input_rotation import ROTATION_ATTR
+from ...packing import PackedTensor
 
 __all__ = ["CheckpointContents", "CheckpointError", "packed_tensors", "model_config", "rope_settings",
            "rotation_keys", "refuse_online_rotations"]

@@ -24,15 +24,15 @@ from typing import Any, Dict, Mapping, Optional
 import torch
 from torch import nn
 
-from ..nn import QuantLayerMixin
-from ..nn.input_rotation import ROTATION_ATTR, InputRotation
-from .checkpoint_contents import CheckpointError, model_config, rope_settings, rotation_keys
-from .packed_linear import PackedLinear
+from ...nn import QuantLayerMixin
+from ...nn.input_rotation import ROTATION_ATTR, InputRotation
+from .contents import CheckpointError, model_config, rope_settings, rotation_keys
+from ..inference.packed_linear import PackedLinear
 
 __all__ = ["FUNCTION_KEYS", "check_config", "check_rotations", "attach_input_rotations"]
 
 #: Hugging Face config settings that change a model's function without changing a tensor's shape
-#: (RoPE: ``rope`` stands for the settings :func:`.checkpoint_contents.rope_settings` gathers).
+#: (RoPE: ``rope`` stands for the settings :func:`.contents.rope_settings` gathers).
 FUNCTION_KEYS = ("model_type", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
                  "hidden_activation", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rope",
                  "partial_rotary_factor", "tie_word_embeddings", "sliding_window", "n_head",

@@ -24,8 +24,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from torch import nn
 
-from ..nn import QuantLayerMixin, QuantLinear
-from ..proxy import QuantProxy
+from ...nn import QuantLayerMixin, QuantLinear
+from ...proxy import QuantProxy
 from .packed_linear import PackedLinear, PackError
 
 __all__ = ["pack_model", "unpack_model", "packed_layers", "PROGRESS_MIN_LAYERS"]

@@ -1,8 +1,8 @@
 """PackError and the checks of what a packed inference layer takes (shape, grouping, scale bytes, widths)."""
 from __future__ import annotations
 
-from ..ops.packed_tables import MAX_CODE_BITS
-from ..packing import PackedTensor
+from ...ops.packed_tables import MAX_CODE_BITS
+from ...packing import PackedTensor
 
 __all__ = ["PackError", "check_packable"]
 
