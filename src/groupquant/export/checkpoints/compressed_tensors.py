@@ -33,7 +33,8 @@ import torch
 
 from ...packing import PackedTensor
 from .atomic_write import directory_written_beside
-from .contents import CheckpointContents, CheckpointError, packed_tensors, refuse_online_rotations
+from .contents import CheckpointContents, packed_tensors, refuse_online_rotations
+from ..errors import CheckpointError
 from .compressed_tensors_layout import CTScheme, ct_layer_tensors, ct_scheme_of, packed_from_ct
 from .packed_state_dict import FORMAT_NAME, FORMAT_VERSION
 

@@ -18,8 +18,9 @@ import torch
 
 from ...nn.input_rotation import ROTATION_ATTR
 from ...packing import PackedTensor
+from ..errors import CheckpointError
 
-__all__ = ["CheckpointContents", "CheckpointError", "packed_tensors", "model_config", "rope_settings",
+__all__ = ["CheckpointContents", "packed_tensors", "model_config", "rope_settings",
            "rotation_keys", "refuse_online_rotations"]
 
 #: The last two parts of the state-dict keys of online rotations (``groupquant.calib.rotate_model``):
@@ -28,10 +29,6 @@ __all__ = ["CheckpointContents", "CheckpointError", "packed_tensors", "model_con
 #: ``<norm>.unrotate.signs``: ``groupquant.calib.rotated_norm.RotatedNorm``).
 _ROTATION_ENDINGS = ((ROTATION_ATTR, "block_size_"), ("rotate", "signs"), ("unrotate", "signs"))
 
-
-class CheckpointError(ValueError):
-    """A layer a checkpoint format cannot hold, or a file that is not a checkpoint this reader knows
-    (the message names the layer or the file, and the format)."""
 
 
 @dataclass(frozen=True)

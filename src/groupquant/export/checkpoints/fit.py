@@ -26,7 +26,8 @@ from torch import nn
 
 from ...nn import QuantLayerMixin
 from ...nn.input_rotation import ROTATION_ATTR, InputRotation
-from .contents import CheckpointError, model_config, rope_settings, rotation_keys
+from .contents import model_config, rope_settings, rotation_keys
+from ..errors import CheckpointError
 from ..inference.packed_linear import PackedLinear
 
 __all__ = ["FUNCTION_KEYS", "check_config", "check_rotations", "attach_input_rotations"]

@@ -40,7 +40,8 @@ from ...ops import GroupLayout
 from ...ops.bitstream import pack_bits
 from ...packing import PackedTensor
 from .atomic_write import written_beside
-from .contents import CheckpointContents, CheckpointError, packed_tensors, refuse_online_rotations
+from .contents import CheckpointContents, packed_tensors, refuse_online_rotations
+from ..errors import CheckpointError
 from .gguf_blocks import GGUFBlocks, codes_of_mxfp4_rows, codes_of_nvfp4_rows, mxfp4_rows, nvfp4_rows
 from .gguf_llama import LlamaGGUF, llama_gguf, row_permutation
 from .packed_state_dict import FORMAT_NAME, FORMAT_VERSION

@@ -44,7 +44,8 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from .contents import CheckpointError, rope_settings
+from .contents import rope_settings
+from ..errors import CheckpointError
 
 __all__ = ["LlamaGGUF", "llama_gguf", "row_permutation", "rope_parameters", "llama3_rope_factors"]
 

@@ -28,7 +28,8 @@ from ...formats import get_format
 from ...ops import GroupLayout
 from ...nn.group_quantized_weight import WeightNotGroupQuantized
 from ...packing import E8M0_DTYPE, PackedTensor, pack
-from ..inference.packed_linear import PackedLinear, PackError
+from ..errors import PackError
+from ..inference.packed_linear import PackedLinear
 
 __all__ = ["mxfp4_packed_tensor", "mxfp4_blocks", "mxfp4_linear", "MXFP4_BLOCK"]
 

@@ -29,7 +29,7 @@ values (equal to the quantized model's fake-quant weights), and quantizer entrie
 model does not have are skipped. Into a packed model (``groupquant.pack_model``) each packed
 weight goes straight into its :class:`~..inference.packed_linear.PackedLinear`, codes and scale bytes as they
 are (never decoded); a weight of another format, shape or block size raises
-:class:`~..inference.packed_linear.PackError` naming the layer, and so does a packed weight whose format
+:class:`~..errors.PackError` naming the layer, and so does a packed weight whose format
 differs from a quant layer's weight quantizer (an NVFP4 weight into an MXFP4 ``QuantLinear``). ``packed_state_dict`` of a packed model gives
 the same dict as of the QuantLinear model it came from.
 """
@@ -45,7 +45,7 @@ from ...nn.group_quantized_weight import WeightNotGroupQuantized
 from ...ops import GroupLayout
 from ...packing import PackedTensor, pack
 from ...proxy import QuantProxy
-from ..inference.pack_error import PackError
+from ..errors import PackError
 from ..inference.packed_linear import PackedLinear
 
 #: A PackedLinear's buffers that its packed weight record carries (codes, scale bytes, tensor scale).

@@ -28,7 +28,8 @@ import torch
 from ...packing import PackedTensor
 from ...packing.storage_dtypes import element_storage_dtype, scale_storage_dtype
 from .atomic_write import written_beside
-from .contents import CheckpointContents, CheckpointError
+from .contents import CheckpointContents
+from ..errors import CheckpointError
 from .packed_state_dict import FORMAT_NAME, FORMAT_VERSION as STATE_VERSION
 
 __all__ = ["write_safetensors", "read_safetensors", "FORMAT_TAG", "FORMAT_VERSION"]

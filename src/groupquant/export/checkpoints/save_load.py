@@ -38,9 +38,10 @@ from torch import nn
 
 from ...packing import PackedTensor
 from ...proxy import QuantProxy
-from .contents import CheckpointContents, CheckpointError, model_config
+from .contents import CheckpointContents, model_config
+from ..errors import CheckpointError
 from .fit import attach_input_rotations, check_config, check_rotations
-from ..inference.pack_error import PackError
+from ..errors import PackError
 from ..inference.packed_linear import PackedLinear
 from .packed_state_dict import _check, load_packed_state_dict, packed_state_dict
 
@@ -225,7 +226,7 @@ def load(path: PathLike, model: Optional[nn.Module] = None, *, strict: bool = Tr
 
     ``strict``: as ``nn.Module.load_state_dict`` (quantizer entries the model lacks are skipped).
     A packed weight of another format, block or shape than the model's layer raises
-    :class:`~..inference.packed_linear.PackError` naming the layer, what the file has and what the model has."""
+    :class:`~..errors.PackError` naming the layer, what the file has and what the model has."""
     path = Path(path)
     if model is not None and not isinstance(model, nn.Module):
         raise TypeError(f"groupquant.load: model must be a torch.nn.Module or None, got {type(model).__name__}")

@@ -4,7 +4,7 @@
   online input rotation);
 - :mod:`.pack_model`: :func:`pack_model` / :func:`unpack_model` / :func:`packed_layers`, a quantized model's
   ``QuantLinear`` layers to ``PackedLinear`` and back;
-- :mod:`.pack_error`: the checks of what a packed layer takes (:class:`~..errors.PackError` names the layer).
+- :mod:`.packable`: the checks of what a packed layer takes (:class:`~..errors.PackError` names the layer).
 """
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ from torch import nn
 
 from ...nn import QuantLayerMixin, QuantLinear
 from ...proxy import QuantProxy
-from .packed_linear import PackedLinear, PackError
+from ..errors import PackError
+from .packed_linear import PackedLinear
 
 __all__ = ["pack_model", "unpack_model", "packed_layers", "PROGRESS_MIN_LAYERS"]
 

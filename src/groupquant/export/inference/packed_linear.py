@@ -49,7 +49,8 @@ from ...ops.packed_tables import element_value_table, scale_table
 from ...packing import PackedTensor, element_storage_dtype, is_byte_format, pack, scale_storage_dtype
 from ...proxy import ActQuantProxy, BiasQuantProxy, QuantProxy, WeightQuantProxy
 from ...quant_tensor import QuantTensor, quant_tensor_from_output
-from .pack_error import PackError, check_packable
+from ..errors import PackError
+from .packable import check_packable
 
 __all__ = ["PackedLinear", "PackError"]
 
