@@ -23,7 +23,8 @@ from .inference.pack_model import pack_model, packed_layers, unpack_model
 from .inference.packed_linear import PackedLinear
 from .checkpoints.packed_state_dict import load_packed_state_dict, packed_state_dict, unpacked_state_dict
 
-__all__ = ["ExportBaseError", "ExportError", "export_onnx", "load_packed_state_dict", "packed_state_dict", "unpacked_state_dict",
+__all__ = ["ExportBaseError", "ExportError", "export_onnx", "load_packed_state_dict", "packed_state_dict",
+           "unpacked_state_dict",
            "pack_model", "unpack_model", "packed_layers", "PackedLinear", "PackError", "mxfp4_linear",
            "mxfp4_packed_tensor", "mxfp4_blocks", "save", "load", "LoadedCheckpoint", "CheckpointError",
            "CHECKPOINT_FORMATS"]

@@ -88,8 +88,8 @@ def format_named(name: str) -> CheckpointFormat:
         if fmt.name == name and fmt.write is not None:
             return fmt
     read_only = [f.name for f in FORMAT_TABLE if f.write is None]
-    raise ValueError(f"groupquant.save: format={name!r} is not one of {list(CHECKPOINT_FORMATS)}"
-                     + (f" ({', '.join(read_only)} is read only: groupquant.load reads it)" if name in read_only else ""))
+    note = f" ({name} is read only: groupquant.load reads it)" if name in read_only else ""
+    raise ValueError(f"groupquant.save: format={name!r} is not one of {list(CHECKPOINT_FORMATS)}{note}")
 
 
 def format_of(path: Path) -> CheckpointFormat:

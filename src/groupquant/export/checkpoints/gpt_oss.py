@@ -6,7 +6,8 @@ returns a ``LoadedCheckpoint`` whose layers are packed MXFP4 linears, decoded by
 
 Per pair (``<name>_scales`` beside ``<name>_blocks``, uint8):
 
-- blocks ``[rows, G, 16]``: one packed weight, layer ``<name>``, its bias ``<name>_bias`` ``[rows]`` where the file has one;
+- blocks ``[rows, G, 16]``: one packed weight, layer ``<name>``, with its bias ``<name>_bias`` ``[rows]``
+  where the file has one;
 - blocks ``[E, rows, G, 16]`` (a stack of experts): one packed weight per expert, layers ``<name>.0`` ...
   ``<name>.{E-1}``, with row ``e`` of a ``<name>_bias`` ``[E, rows]``.
 

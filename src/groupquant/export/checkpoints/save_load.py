@@ -139,8 +139,8 @@ def _read(path: Path, fmt: CheckpointFormat) -> CheckpointContents:
     except (CheckpointError, ImportError):
         raise
     except Exception as e:  # the format packages' own errors (numpy, struct, safetensors, json, ...)
-        raise CheckpointError(f"groupquant.load: {path} is not a readable {fmt.name} checkpoint (truncated or corrupt?): "
-                              f"{type(e).__name__}: {e}") from e
+        raise CheckpointError(f"groupquant.load: {path} is not a readable {fmt.name} checkpoint (truncated or "
+                              f"corrupt?): {type(e).__name__}: {e}") from e
 
 
 def _packed_layers(state: Dict[str, Any], fmt: str) -> LoadedCheckpoint:
