@@ -1,16 +1,17 @@
-"""Export: packed state dicts (weights in their storage bits) and ONNX graphs that onnxruntime runs.
+"""Export, one sub-package per job: packed inference, checkpoints, ONNX.
 
-- :func:`packed_state_dict` / :func:`load_packed_state_dict` / :func:`unpacked_state_dict`
-  (torch only).
-- :func:`pack_model` / :func:`unpack_model`: packed inference layers (:class:`PackedLinear`, the
-  weight decoded inside the GEMM kernel) and the way back; :func:`mxfp4_linear` reads gpt-oss
-  MXFP4 ``*_blocks`` / ``*_scales`` tensors.
-- :func:`save` / :func:`load` (``groupquant.save`` / ``groupquant.load``): checkpoints in
-  safetensors (groupquant's packed layout), compressed-tensors (vLLM) and GGUF (llama.cpp); the
+- :mod:`.inference`: :func:`pack_model` / :func:`unpack_model`: packed inference layers
+  (:class:`PackedLinear`, the weight decoded inside the GEMM kernel) and the way back.
+- :mod:`.checkpoints`: :func:`packed_state_dict` / :func:`load_packed_state_dict` /
+  :func:`unpacked_state_dict` (torch only); :func:`save` / :func:`load` (``groupquant.save`` /
+  ``groupquant.load``) over one table of formats (:mod:`.checkpoints.format_table`): safetensors
+  (groupquant's packed layout), compressed-tensors (vLLM), GGUF (llama.cpp) and, read only, gpt-oss
+  MXFP4 files; :func:`mxfp4_linear` reads gpt-oss MXFP4 ``*_blocks`` / ``*_scales`` tensors. The
   packages each format needs are imported on use.
-- :func:`export_onnx` and :class:`ExportError` need the ``export`` extra (``pip install
-  'groupquant[export]'``: onnx, onnxruntime); they are loaded on first use, so this package
-  imports without onnx.
+- :mod:`.onnx`: :func:`export_onnx` needs the ``export`` extra (``pip install 'groupquant[export]'``:
+  onnx, onnxruntime); it is loaded on first use, so this package imports without onnx.
+- :mod:`.errors`: :class:`ExportBaseError`, the base of :class:`ExportError` (ONNX), :class:`PackError`
+  and :class:`CheckpointError`.
 """
 from __future__ import annotations
 
