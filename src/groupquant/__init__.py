@@ -38,8 +38,8 @@ _LAZY: Dict[str, Tuple[str, Any]] = {
     "calib": (".calib", None),
     "ptq": (".calib", "ptq"),
     "eval": (".eval", None),
-    "save": (".export.checkpoint", "save"),
-    "load": (".export.checkpoint", "load"),
+    "save": (".export.checkpoints.save_load", "save"),
+    "load": (".export.checkpoints.save_load", "load"),
 }
 
 __all__ = [

@@ -164,7 +164,7 @@ def test_weight_only_formats_say_that_input_quantizers_are_dropped(tmp_path, fmt
 def test_rope_settings_compare_across_transformers_versions(tiny_llama):
     """A config written by transformers 4.x (``rope_theta`` at the top, ``rope_scaling``) and one of
     5.x (``rope_parameters``) with the same RoPE fit each other; another base does not."""
-    from groupquant.export.checkpoint_fit import check_config
+    from groupquant.export.checkpoints.fit import check_config
     model = tiny_llama()
     v4 = {**model.config.to_dict(), "rope_parameters": None, "rope_scaling": None, "rope_theta": 10000.0}
     check_config("m.safetensors", v4, model)

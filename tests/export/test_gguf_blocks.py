@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from groupquant.export.gguf_blocks import GGUFBlocks, codes_of_mxfp4_rows, codes_of_nvfp4_rows, mxfp4_rows, nvfp4_rows
+from groupquant.export.checkpoints.gguf_blocks import GGUFBlocks, codes_of_mxfp4_rows, codes_of_nvfp4_rows, mxfp4_rows, nvfp4_rows
 
 gguf = pytest.importorskip("gguf", reason="the GGUF block tests need the gguf package")
 

@@ -12,7 +12,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from groupquant.core import QuantSpec  # noqa: E402
-from groupquant.export.onnx_act_quant import dynamic_fake_quant_of  # noqa: E402
+from groupquant.export.onnx.act_quant import dynamic_fake_quant_of  # noqa: E402
 
 
 def DynamicGroupQuant(fmt, block_size=32, dim=-1, scale_mode="floor"):  # noqa: N802
@@ -20,7 +20,7 @@ def DynamicGroupQuant(fmt, block_size=32, dim=-1, scale_mode="floor"):  # noqa: 
     restrict = "fp" if scale_mode == "float" else "power_of_two"
     return QuantSpec("test", fmt, "group", block_size, dim, restrict=restrict,
                      scale_rounding="floor" if scale_mode == "float" else scale_mode)
-from groupquant.export.onnx_builder import GraphBuilder  # noqa: E402
+from groupquant.export.onnx.builder import GraphBuilder  # noqa: E402
 
 MODES = ["floor", "ceil", "even", "rceil", "float"]
 GENERIC = [IntFormat(4), IntFormat(6, signed=False), FloatFormat(3, 4), FloatFormat(4, 3, SpecialValues.FNUZ),

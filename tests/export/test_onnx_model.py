@@ -7,8 +7,8 @@ from torch import nn
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from groupquant.export.export_error import ExportError  # noqa: E402
-from groupquant.export.onnx_model import export_onnx  # noqa: E402
+from groupquant.export.errors import ExportError  # noqa: E402
+from groupquant.export.onnx.model import export_onnx  # noqa: E402
 
 
 def run(model_proto, *xs):

@@ -12,8 +12,8 @@ from groupquant.quant_tensor import plain
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from groupquant.export.export_error import ExportError  # noqa: E402
-from groupquant.export.onnx_model import export_onnx  # noqa: E402
+from groupquant.export.errors import ExportError  # noqa: E402
+from groupquant.export.onnx.model import export_onnx  # noqa: E402
 
 TP = onnx.TensorProto
 NVFP4_WEIGHTS = {"nvfp4": Q.NVFP4Weight, "nvfp4_single_level": Q.NVFP4Weight.let(tensor_scale=False)}

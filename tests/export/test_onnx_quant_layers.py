@@ -10,8 +10,8 @@ from groupquant.quant_tensor import plain
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from groupquant.export.export_error import ExportError  # noqa: E402
-from groupquant.export.onnx_model import export_onnx  # noqa: E402
+from groupquant.export.errors import ExportError  # noqa: E402
+from groupquant.export.onnx.model import export_onnx  # noqa: E402
 
 MX_WEIGHTS = [Q.MXInt8Weight, Q.MXFloat8e4m3Weight, Q.MXFloat8e5m2Weight, Q.MXFloat6e3m2Weight,
               Q.MXFloat6e2m3Weight, Q.MXFloat4e2m1Weight]

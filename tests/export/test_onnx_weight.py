@@ -11,8 +11,8 @@ from groupquant.formats import FloatFormat, IntFormat, SpecialValues
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from groupquant.export.onnx_builder import GraphBuilder  # noqa: E402
-from groupquant.export.onnx_weight import onnx_elements, weight_dequant_of  # noqa: E402
+from groupquant.export.onnx.builder import GraphBuilder  # noqa: E402
+from groupquant.export.onnx.weight import onnx_elements, weight_dequant_of  # noqa: E402
 
 TP = onnx.TensorProto
 FORMATS = gq.MX_FORMATS + [IntFormat(4), IntFormat(4, signed=False), IntFormat(3), IntFormat(12),

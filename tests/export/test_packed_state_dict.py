@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import groupquant.quantizers as Q
-from groupquant.export.packed_state_dict import load_packed_state_dict, packed_state_dict, unpacked_state_dict
+from groupquant.export.checkpoints.packed_state_dict import load_packed_state_dict, packed_state_dict, unpacked_state_dict
 from groupquant.nn import QuantConv2d, QuantIdentity, QuantLinear
 from groupquant.quant_tensor import plain
 from groupquant.quantizers.settings import RestrictScaling

@@ -84,7 +84,7 @@ def test_pack_model_keeps_the_rotation(wq, aq):
 def test_onnx_export_applies_the_rotation_bit_for_bit():
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
-    from groupquant.export.onnx_model import export_onnx
+    from groupquant.export.onnx.model import export_onnx
 
     model = nn.Sequential(rotated_layer(block=32, aq=Q.MXFloat8e4m3Act), nn.ReLU()).eval()
     x = torch.randn(5, 64) * 3
@@ -102,7 +102,7 @@ def test_onnx_export_applies_the_rotation_bit_for_bit():
 
 
 def test_packed_state_dict_carries_the_rotation_into_fresh_models():
-    from groupquant.export.packed_state_dict import load_packed_state_dict, packed_state_dict
+    from groupquant.export.checkpoints.packed_state_dict import load_packed_state_dict, packed_state_dict
 
     def fresh():
         return nn.Sequential(QuantLinear(64, 24, weight_quant=Q.MXFloat4e2m1Weight, input_quant=Q.MXFloat4e2m1Act)).eval()

@@ -3,7 +3,7 @@ stops in a second with one line instead of after the whole workflow:
 
 - ``--save DIR``: DIR is a folder or does not exist yet (not a file);
 - ``--format``: the checkpoint format holds the recipe's weight format (the writers' own per-layer
-  rule, :func:`groupquant.export.checkpoint.check_weight_format`, on one probe layer of the recipe:
+  rule, :func:`groupquant.export.checkpoints.save_load.check_weight_format`, on one probe layer of the recipe:
   GGUF and compressed-tensors hold MXFP4 and NVFP4 only);
 - ``--methods`` with ``--format gguf`` / ``compressed-tensors``: no ``rotate`` among the methods
   that will run (its online rotation is refused by those writers: llama.cpp, transformers and
@@ -31,7 +31,7 @@ def _check_save_dir(save_dir: str) -> None:
 def _check_weight_format(recipe_name: str, fmt: str) -> None:
     """LlmInputError when checkpoint format ``fmt`` cannot hold the weights of recipe ``recipe_name``."""
     from ..export import CheckpointError
-    from ..export.checkpoint import check_weight_format
+    from ..export.checkpoints.save_load import check_weight_format
     from ..nn import QuantLinear, recipe
     from ..packing import pack
 

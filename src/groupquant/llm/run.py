@@ -119,7 +119,7 @@ def save_checkpoint(model: nn.Module, directory: str, fmt: str, *, tokenizer=Non
         tokenizer.save_pretrained(directory)
     if name is not None:
         return path_bytes(path)
-    from ..export.compressed_tensors_checkpoint import WEIGHTS_FILE
+    from ..export.checkpoints.compressed_tensors import WEIGHTS_FILE
     return sum(path_bytes(os.path.join(directory, f)) for f in (WEIGHTS_FILE, "config.json"))
 
 

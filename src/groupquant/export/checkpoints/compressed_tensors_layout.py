@@ -29,10 +29,10 @@ from typing import Dict, Optional
 
 import torch
 
-from ..formats import E8M0, get_format, get_scale_format
-from ..ops import GroupLayout
-from ..packing import PackedTensor
-from .checkpoint_contents import CheckpointError
+from ...formats import E8M0, get_format, get_scale_format
+from ...ops import GroupLayout
+from ...packing import PackedTensor
+from ..errors import CheckpointError
 
 __all__ = ["CTScheme", "ct_scheme_of", "ct_layer_tensors", "packed_from_ct", "NVFP4_CT", "MXFP4_CT"]
 

@@ -13,7 +13,7 @@ Float-valued scale formats compute ``(amax / max_normal) / g`` (``g`` the per-te
 any), clamp it to the format's range and round it onto the format: UE4M3 by ``Cast`` to
 FLOAT8E4M3FN (``saturate=1``; onnxruntime rounds to nearest even there, as ml_dtypes and torch do)
 and back, bfloat16 by ``Cast`` to BFLOAT16 (nearest even) and back, other unsigned minifloats by
-the exact arithmetic of :mod:`.onnx_element_round`.
+the exact arithmetic of :mod:`.element_round`.
 """
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from onnx import TensorProto
 
 from typing import Optional
 
-from ..formats import E8M0, FLOAT32_SCALE, POWER_OF_TWO_RULES, ElementFormat, ScaleFormat
-from ..ops.shared_scale import exponent_cap
-from .onnx_builder import GraphBuilder
-from .onnx_element_round import round_elements_of
+from ...formats import E8M0, FLOAT32_SCALE, POWER_OF_TWO_RULES, ElementFormat, ScaleFormat
+from ...ops.shared_scale import exponent_cap
+from .builder import GraphBuilder
+from .element_round import round_elements_of
 
 __all__ = ["pow2_table", "exp2_of", "floor_log2_of", "shared_scale_of"]
 

@@ -20,7 +20,7 @@ A directory with:
 
 Writing needs the ``compressed-tensors`` package (it writes the config); reading needs safetensors only.
 Activation quantizers are not recorded (the schemes are weight-only, A16). A model with an online
-rotation (``rotate_model``) is refused (:func:`.checkpoint_contents.refuse_online_rotations`). The
+rotation (``rotate_model``) is refused (:func:`.contents.refuse_online_rotations`). The
 files are written into a directory beside the target and moved in once whole (:mod:`.atomic_write`).
 """
 from __future__ import annotations
@@ -31,9 +31,10 @@ from typing import Any, Dict, List
 
 import torch
 
-from ..packing import PackedTensor
+from ...packing import PackedTensor
 from .atomic_write import directory_written_beside
-from .checkpoint_contents import CheckpointContents, CheckpointError, packed_tensors, refuse_online_rotations
+from .contents import CheckpointContents, packed_tensors, refuse_online_rotations
+from ..errors import CheckpointError
 from .compressed_tensors_layout import CTScheme, ct_layer_tensors, ct_scheme_of, packed_from_ct
 from .packed_state_dict import FORMAT_NAME, FORMAT_VERSION
 

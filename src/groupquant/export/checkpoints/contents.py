@@ -1,12 +1,12 @@
 """What a checkpoint file holds, whatever its format: a packed state dict and the model's config.
 
-Every checkpoint writer (:mod:`.safetensors_checkpoint`, :mod:`.compressed_tensors_checkpoint`,
-:mod:`.gguf_checkpoint`) takes a :class:`CheckpointContents` and every reader gives one back, so
+Every checkpoint writer (:mod:`.safetensors`, :mod:`.compressed_tensors`,
+:mod:`.gguf`) takes a :class:`CheckpointContents` and every reader gives one back, so
 the three formats share one route in and out of a model: ``groupquant.save`` builds it with
 :func:`~.packed_state_dict.packed_state_dict` (which reads each quantized layer through its
 ``group_quantized_weight()`` accessor; tied weights and layers registered twice are stored once),
 and ``groupquant.load`` hands its state to :func:`~.packed_state_dict.load_packed_state_dict` or
-builds :class:`~.packed_linear.PackedLinear` layers from it.
+builds :class:`~..inference.packed_linear.PackedLinear` layers from it.
 """
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from ..nn.input_rotation import ROTATION_ATTR
-from ..packing import PackedTensor
+from ...nn.input_rotation import ROTATION_ATTR
+from ...packing import PackedTensor
+from ..errors import CheckpointError
 
-__all__ = ["CheckpointContents", "CheckpointError", "packed_tensors", "model_config", "rope_settings",
+__all__ = ["CheckpointContents", "packed_tensors", "model_config", "rope_settings",
            "rotation_keys", "refuse_online_rotations"]
 
 #: The last two parts of the state-dict keys of online rotations (``groupquant.calib.rotate_model``):
@@ -28,10 +29,6 @@ __all__ = ["CheckpointContents", "CheckpointError", "packed_tensors", "model_con
 #: ``<norm>.unrotate.signs``: ``groupquant.calib.rotated_norm.RotatedNorm``).
 _ROTATION_ENDINGS = ((ROTATION_ATTR, "block_size_"), ("rotate", "signs"), ("unrotate", "signs"))
 
-
-class CheckpointError(ValueError):
-    """A layer a checkpoint format cannot hold, or a file that is not a checkpoint this reader knows
-    (the message names the layer or the file, and the format)."""
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ Graph, for ``x`` of known rank with a known size ``C`` of the grouped dim:
    (``Reshape``; dims before it are copied, dims after it are flattened);
 2. ``amax = ReduceMax(Abs(xg))`` over the block, and a finiteness probe
    ``ReduceSum(xg * 0)`` (0 for a finite block, NaN where it holds NaN or Inf);
-3. the shared scale from :mod:`.onnx_shared_scale` (NaN for a non-finite block, via the probe);
-4. ``xg / scale`` rounded onto the element grid (:mod:`.onnx_element_round`), times ``scale``;
+3. the shared scale from :mod:`.shared_scale` (NaN for a non-finite block, via the probe);
+4. ``xg / scale`` rounded onto the element grid (:mod:`.element_round`), times ``scale``;
 5. back to the padded shape and ``Slice`` the padding off.
 
 With a per-tensor scale (``spec.tensor_scale``, NVFP4), computed first from the whole tensor:
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import torch
 
-from ..core import QuantSpec
-from ..ops.group_layout import normalize_block_size
-from ..ops.shared_scale import MIN_TENSOR_SCALE, tensor_scale_divisor
-from .onnx_builder import GraphBuilder
-from .onnx_element_round import round_elements_of
-from .onnx_shared_scale import shared_scale_of
+from ...core import QuantSpec
+from ...ops.group_layout import normalize_block_size
+from ...ops.shared_scale import MIN_TENSOR_SCALE, tensor_scale_divisor
+from .builder import GraphBuilder
+from .element_round import round_elements_of
+from .shared_scale import shared_scale_of
 
 __all__ = ["dynamic_fake_quant_of", "tensor_scale_of"]
 

@@ -1,14 +1,14 @@
-"""PackError and the checks of what a packed inference layer takes (shape, grouping, scale bytes, widths)."""
+"""The checks of what a packed inference layer takes (shape, grouping, scale bytes, widths).
+
+:class:`~..errors.PackError` names the layer and what does not fit."""
 from __future__ import annotations
 
-from ..ops.packed_tables import MAX_CODE_BITS
-from ..packing import PackedTensor
+from ...ops.packed_tables import MAX_CODE_BITS
+from ...packing import PackedTensor
+from ..errors import PackError
 
-__all__ = ["PackError", "check_packable"]
+__all__ = ["check_packable"]
 
-
-class PackError(ValueError):
-    """A layer or packed weight that a packed inference layer cannot take (the message names both)."""
 
 
 def check_packable(packed: PackedTensor, where: str) -> None:

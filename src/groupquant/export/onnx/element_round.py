@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 from onnx import TensorProto
 
-from ..formats import ElementFormat, FloatFormat, IntFormat, SpecialValues
-from ..packing.storage_dtypes import element_storage_dtype
-from .onnx_builder import GraphBuilder
+from ...formats import ElementFormat, FloatFormat, IntFormat, SpecialValues
+from ...packing.storage_dtypes import element_storage_dtype
+from .builder import GraphBuilder
 
 __all__ = ["round_elements_of", "onnx_float8_type"]
 

@@ -12,9 +12,9 @@ from typing import Callable, Dict, List, Sequence
 import torch
 import torch.nn.functional as F
 
-from .export_error import ExportError
-from .onnx_builder import GraphBuilder
-from .onnx_torch_modules import NodeInfo, flatten_of
+from ..errors import ExportError
+from .builder import GraphBuilder
+from .torch_modules import NodeInfo, flatten_of
 
 __all__ = ["Value", "FUNCTION_CONVERTERS", "METHOD_CONVERTERS"]
 

@@ -36,20 +36,21 @@ from typing import Callable, Dict, Optional, Union
 import torch
 from torch import nn
 
-from ..core import QuantSpec
-from ..formats import ElementFormat
-from ..nn import QuantLayerMixin, QuantLinear
-from ..nn.input_rotation import InputRotation
-from ..nn.group_quantized_weight import WeightNotGroupQuantized
-from ..nn.packed_gemm_op import PackedGemmOp
-from ..ops import FakeQuantResult, GroupLayout, GroupQuantized
-from ..ops.packed_gemm import PACKED_INPUT_DTYPES, PackedWeight
-from ..ops.packed_gemm_params import PackedGemmParams, packed_gemm_params
-from ..ops.packed_tables import element_value_table, scale_table
-from ..packing import PackedTensor, element_storage_dtype, is_byte_format, pack, scale_storage_dtype
-from ..proxy import ActQuantProxy, BiasQuantProxy, QuantProxy, WeightQuantProxy
-from ..quant_tensor import QuantTensor, quant_tensor_from_output
-from .pack_error import PackError, check_packable
+from ...core import QuantSpec
+from ...formats import ElementFormat
+from ...nn import QuantLayerMixin, QuantLinear
+from ...nn.input_rotation import InputRotation
+from ...nn.group_quantized_weight import WeightNotGroupQuantized
+from ...nn.packed_gemm_op import PackedGemmOp
+from ...ops import FakeQuantResult, GroupLayout, GroupQuantized
+from ...ops.packed_gemm import PACKED_INPUT_DTYPES, PackedWeight
+from ...ops.packed_gemm_params import PackedGemmParams, packed_gemm_params
+from ...ops.packed_tables import element_value_table, scale_table
+from ...packing import PackedTensor, element_storage_dtype, is_byte_format, pack, scale_storage_dtype
+from ...proxy import ActQuantProxy, BiasQuantProxy, QuantProxy, WeightQuantProxy
+from ...quant_tensor import QuantTensor, quant_tensor_from_output
+from ..errors import PackError
+from .packable import check_packable
 
 __all__ = ["PackedLinear", "PackError"]
 

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .export_error import ExportError
-from .onnx_builder import GraphBuilder
+from ..errors import ExportError
+from .builder import GraphBuilder
 
 __all__ = ["NodeInfo", "MODULE_CONVERTERS", "float_array", "linear_of", "conv_of", "flatten_of"]
 

@@ -11,12 +11,12 @@ Facts from the ``gguf`` package (``gguf.constants``, ``gguf.tensor_mapping.Tenso
   ``LlamaModel.set_gguf_parameters``): ``general.architecture = llama``, ``general.type = model``,
   ``general.name`` (the config's ``_name_or_path`` folder name, where it has one),
   ``general.size_label`` (``gguf.size_label`` of the tensors' parameter count, written by
-  :mod:`.gguf_checkpoint`) and
+  :mod:`.gguf`) and
   ``llama.context_length``, ``embedding_length``, ``block_count``, ``feed_forward_length``,
   ``attention.head_count``, ``attention.head_count_kv``, ``rope.freq_base``,
   ``attention.layer_norm_rms_epsilon``, ``attention.key_length`` / ``value_length`` (where the
   config has ``head_dim``), ``rope.dimension_count``, ``vocab_size``; ``general.file_type`` and
-  ``general.quantization_version`` are written for every GGUF file (:mod:`.gguf_checkpoint`).
+  ``general.quantization_version`` are written for every GGUF file (:mod:`.gguf`).
 - RoPE scaling (the config's ``rope_parameters``, or ``rope_scaling`` of older transformers):
   ``linear`` -> ``rope.scaling.type = linear`` and ``rope.scaling.factor``; ``yarn`` -> type
   ``yarn``, factor, ``rope.scaling.original_context_length`` and the YaRN factors the config gives;
@@ -44,7 +44,8 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from .checkpoint_contents import CheckpointError, rope_settings
+from .contents import rope_settings
+from ..errors import CheckpointError
 
 __all__ = ["LlamaGGUF", "llama_gguf", "row_permutation", "rope_parameters", "llama3_rope_factors"]
 
@@ -53,7 +54,7 @@ ROPE_FREQS = "rope_freqs.weight"
 
 
 def rope_parameters(config: Dict[str, Any]) -> Dict[str, Any]:
-    """The config's RoPE settings (:func:`.checkpoint_contents.rope_settings`), ``rope_theta``
+    """The config's RoPE settings (:func:`.contents.rope_settings`), ``rope_theta``
     10000 where the config gives none (transformers' Llama default)."""
     params = rope_settings(config)
     params.setdefault("rope_theta", 10000.0)

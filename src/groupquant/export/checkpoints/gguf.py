@@ -13,7 +13,7 @@
   (38) or ``MOSTLY_NVFP4`` (39) by the larger share of the packed weights, ``ALL_F32`` / ``MOSTLY_F16``
   for a file without any; ``general.quantization_version`` is ``gguf.GGML_QUANT_VERSION``.
 - A model with an online rotation (``rotate_model``) is refused: llama.cpp would compute another
-  function (:func:`.checkpoint_contents.refuse_online_rotations`).
+  function (:func:`.contents.refuse_online_rotations`).
 - The file is written beside the path and renamed onto it (:mod:`.atomic_write`).
 - A model with a Hugging Face Llama config gets llama.cpp's tensor names, architecture keys and
   query / key row order (:mod:`.gguf_llama`; no tokenizer); any other model gets its state-dict
@@ -35,12 +35,13 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
-from ..formats import E8M0, get_format, get_scale_format
-from ..ops import GroupLayout
-from ..ops.bitstream import pack_bits
-from ..packing import PackedTensor
+from ...formats import E8M0, get_format, get_scale_format
+from ...ops import GroupLayout
+from ...ops.bitstream import pack_bits
+from ...packing import PackedTensor
 from .atomic_write import written_beside
-from .checkpoint_contents import CheckpointContents, CheckpointError, packed_tensors, refuse_online_rotations
+from .contents import CheckpointContents, packed_tensors, refuse_online_rotations
+from ..errors import CheckpointError
 from .gguf_blocks import GGUFBlocks, codes_of_mxfp4_rows, codes_of_nvfp4_rows, mxfp4_rows, nvfp4_rows
 from .gguf_llama import LlamaGGUF, llama_gguf, row_permutation
 from .packed_state_dict import FORMAT_NAME, FORMAT_VERSION
@@ -177,7 +178,7 @@ def _write_tensors(writer: Any, contents: CheckpointContents, llama: Optional[Ll
 
 def write_gguf(contents: CheckpointContents, path: Path) -> None:
     """Write ``contents`` to the GGUF file ``path`` (see the module docstring)."""
-    from .. import __version__
+    from ... import __version__
     gguf = _gguf()
     refuse_online_rotations(contents.state, "GGUF", "llama.cpp and transformers' GGUF loader")
     state, llama = contents.state, llama_gguf(contents.config)

@@ -40,12 +40,12 @@ from dataclasses import dataclass
 import torch
 from onnx import TensorProto
 
-from ..formats import ElementFormat, FloatFormat, IntFormat, get_format
-from ..ops import GroupQuantized, decode, encode, round_to_format
-from ..ops.bitstream import pack_bits
-from ..packing.storage_dtypes import scale_storage_dtype
-from .onnx_builder import GraphBuilder
-from .onnx_element_round import onnx_float8_type
+from ...formats import ElementFormat, FloatFormat, IntFormat, get_format
+from ...ops import GroupQuantized, decode, encode, round_to_format
+from ...ops.bitstream import pack_bits
+from ...packing.storage_dtypes import scale_storage_dtype
+from .builder import GraphBuilder
+from .element_round import onnx_float8_type
 
 __all__ = ["OnnxElements", "onnx_elements", "weight_dequant_of", "SCALE_FORMATS", "E8M0_MIN_OPSET"]
 

@@ -24,9 +24,10 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from torch import nn
 
-from ..nn import QuantLayerMixin, QuantLinear
-from ..proxy import QuantProxy
-from .packed_linear import PackedLinear, PackError
+from ...nn import QuantLayerMixin, QuantLinear
+from ...proxy import QuantProxy
+from ..errors import PackError
+from .packed_linear import PackedLinear
 
 __all__ = ["pack_model", "unpack_model", "packed_layers", "PROGRESS_MIN_LAYERS"]
 

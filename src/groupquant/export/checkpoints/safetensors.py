@@ -25,10 +25,11 @@ from typing import Any, Dict
 
 import torch
 
-from ..packing import PackedTensor
-from ..packing.storage_dtypes import element_storage_dtype, scale_storage_dtype
+from ...packing import PackedTensor
+from ...packing.storage_dtypes import element_storage_dtype, scale_storage_dtype
 from .atomic_write import written_beside
-from .checkpoint_contents import CheckpointContents, CheckpointError
+from .contents import CheckpointContents
+from ..errors import CheckpointError
 from .packed_state_dict import FORMAT_NAME, FORMAT_VERSION as STATE_VERSION
 
 __all__ = ["write_safetensors", "read_safetensors", "FORMAT_TAG", "FORMAT_VERSION"]
@@ -60,7 +61,7 @@ def _layer_header(p: PackedTensor) -> Dict[str, Any]:
 
 def write_safetensors(contents: CheckpointContents, path: Path) -> None:
     """Write ``contents`` to the safetensors file ``path`` (see the module docstring)."""
-    from .. import __version__
+    from ... import __version__
     st = _safetensors()
     state = contents.state
     tensors: Dict[str, torch.Tensor] = {}
@@ -102,7 +103,7 @@ def _metadata(path: Path) -> Dict[str, str]:
 
 def _packed_record(key: str, header: Dict[str, Any], tensors: Dict[str, torch.Tensor]) -> Dict[str, Any]:
     """The PackedTensor record of packed weight ``key`` from its header entry and tensors."""
-    from ..packing.format_record import format_from_record, scale_format_from_record
+    from ...packing.format_record import format_from_record, scale_format_from_record
     fmt = format_from_record(header["element_format"])
     sf = scale_format_from_record(header["scale_format"])
     record = {"data": tensors.pop(f"{key}.codes").view(element_storage_dtype(fmt)),

@@ -1,13 +1,13 @@
 """ONNX subgraphs for groupquant's quantized layers.
 
 - Weights with a group-wise quantizer (MX and int/float per group): element codes and scales as
-  initializers and a blocked ``DequantizeLinear`` (:mod:`.onnx_weight`), then ``MatMul`` /
+  initializers and a blocked ``DequantizeLinear`` (:mod:`.weight`), then ``MatMul`` /
   ``Conv``. A layer without ``weight_quant`` keeps its float weight.
 - Input and output quantizers that compute scales per group on the fly (the MX activation
-  quantizers, NVFP4Act with its per-tensor scale): the dynamic subgraph of :mod:`.onnx_act_quant`.
+  quantizers, NVFP4Act with its per-tensor scale): the dynamic subgraph of :mod:`.act_quant`.
 - Every scale format exports exactly (E{k}M0, UE4M3, other unsigned minifloats, bfloat16, float32),
   NVFP4 weights as FP4 values re-encoded to FLOAT8E4M3FN, UE4M3 scale bytes and a ``Mul`` by the
-  tensor scale (see :mod:`.onnx_weight`).
+  tensor scale (see :mod:`.weight`).
 - A quantized bias is static: its fake-quant values are a float32 initializer.
 
 Per-tensor / per-channel weight quantizers, static or learned activation scales and rounding
@@ -23,16 +23,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..nn import QuantConv1d, QuantConv2d, QuantIdentity, QuantLinear, QuantReLU
-from ..nn.group_quantized_weight import WeightNotGroupQuantized
-from ..proxy import QuantProxy
-from ..quant_tensor import plain
-from .export_error import ExportError
-from .onnx_act_quant import dynamic_fake_quant_of
-from .onnx_builder import GraphBuilder
-from .onnx_torch_modules import NodeInfo, conv_of, float_array, linear_of
-from .onnx_weight import SCALE_FORMATS, weight_dequant_of
-from .packed_linear import PackedLinear
+from ...nn import QuantConv1d, QuantConv2d, QuantIdentity, QuantLinear, QuantReLU
+from ...nn.group_quantized_weight import WeightNotGroupQuantized
+from ...proxy import QuantProxy
+from ...quant_tensor import plain
+from ..errors import ExportError
+from .act_quant import dynamic_fake_quant_of
+from .builder import GraphBuilder
+from .torch_modules import NodeInfo, conv_of, float_array, linear_of
+from .weight import SCALE_FORMATS, weight_dequant_of
+from ..inference.packed_linear import PackedLinear
 
 __all__ = ["QuantLayerOptions", "find_quant_converter"]
 

@@ -27,9 +27,9 @@ its record: an NVFP4 weight (``NVFP4Weight``) is two FP4 codes per byte, one UE4
 its float twin (``nn.Linear`` in place of ``QuantLinear``): weights are set to their dequantized
 values (equal to the quantized model's fake-quant weights), and quantizer entries that the
 model does not have are skipped. Into a packed model (``groupquant.pack_model``) each packed
-weight goes straight into its :class:`~.packed_linear.PackedLinear`, codes and scale bytes as they
+weight goes straight into its :class:`~..inference.packed_linear.PackedLinear`, codes and scale bytes as they
 are (never decoded); a weight of another format, shape or block size raises
-:class:`~.packed_linear.PackError` naming the layer, and so does a packed weight whose format
+:class:`~..errors.PackError` naming the layer, and so does a packed weight whose format
 differs from a quant layer's weight quantizer (an NVFP4 weight into an MXFP4 ``QuantLinear``). ``packed_state_dict`` of a packed model gives
 the same dict as of the QuantLinear model it came from.
 """
@@ -40,13 +40,13 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from ..nn import QuantLayerMixin
-from ..nn.group_quantized_weight import WeightNotGroupQuantized
-from ..ops import GroupLayout
-from ..packing import PackedTensor, pack
-from ..proxy import QuantProxy
-from .pack_error import PackError
-from .packed_linear import PackedLinear
+from ...nn import QuantLayerMixin
+from ...nn.group_quantized_weight import WeightNotGroupQuantized
+from ...ops import GroupLayout
+from ...packing import PackedTensor, pack
+from ...proxy import QuantProxy
+from ..errors import PackError
+from ..inference.packed_linear import PackedLinear
 
 #: A PackedLinear's buffers that its packed weight record carries (codes, scale bytes, tensor scale).
 _PACKED_BUFFERS = ("weight_codes", "weight_scale", "weight_tensor_scale")

@@ -3,8 +3,8 @@
 The model is traced symbolically (``torch.fx``), with groupquant's quantized layers and the
 supported ``torch.nn`` modules kept as leaves; shapes come from running the example inputs
 through the traced graph. Every node is then mapped by a converter (quantized layers:
-:mod:`.onnx_quant_layers`; float modules: :mod:`.onnx_torch_modules`; functions and methods:
-:mod:`.onnx_torch_functions`). Anything else raises :class:`ExportError` naming the layer or op.
+:mod:`.quant_layers`; float modules: :mod:`.torch_modules`; functions and methods:
+:mod:`.torch_functions`). Anything else raises :class:`ExportError` naming the layer or op.
 """
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from onnx import TensorProto, helper
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from .export_error import ExportError
-from .onnx_builder import GraphBuilder, check_opset
-from .onnx_quant_layers import QuantLayerOptions, find_quant_converter
-from .onnx_torch_functions import FUNCTION_CONVERTERS, METHOD_CONVERTERS, Value
-from .onnx_torch_modules import MODULE_CONVERTERS, NodeInfo, float_array
-from .onnx_weight import E8M0_MIN_OPSET
+from ..errors import ExportError
+from .builder import GraphBuilder, check_opset
+from .quant_layers import QuantLayerOptions, find_quant_converter
+from .torch_functions import FUNCTION_CONVERTERS, METHOD_CONVERTERS, Value
+from .torch_modules import MODULE_CONVERTERS, NodeInfo, float_array
+from .weight import E8M0_MIN_OPSET
 
 __all__ = ["export_onnx"]
 

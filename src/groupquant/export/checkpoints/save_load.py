@@ -6,24 +6,28 @@
 twice stored once) and hands it, with the model's Hugging Face config where it has one, to the
 format's writer:
 
-- ``"safetensors"``: groupquant's own packed file (:mod:`.safetensors_checkpoint`), any packed format;
+- ``"safetensors"``: groupquant's own packed file (:mod:`.safetensors`), any packed format;
 - ``"compressed-tensors"``: a directory (``model.safetensors`` + ``config.json``) that the
-  compressed-tensors package and vLLM read, MXFP4 and NVFP4 layers (:mod:`.compressed_tensors_checkpoint`);
-- ``"gguf"``: one GGUF file, MXFP4 and NVFP4 layers, llama.cpp names for a Llama model (:mod:`.gguf_checkpoint`).
+  compressed-tensors package and vLLM read, MXFP4 and NVFP4 layers (:mod:`.compressed_tensors`);
+- ``"gguf"``: one GGUF file, MXFP4 and NVFP4 layers, llama.cpp names for a Llama model (:mod:`.gguf`).
+
+The formats are the rows of one table (:mod:`.format_table`: name, detect, write, read); ``save`` and
+``load`` read only that table.
 
 Every writer refuses what its readers cannot compute (a weight format the target lacks, an online
 rotation in compressed-tensors / GGUF) before it writes, and writes beside the path, then renames
 (:mod:`.atomic_write`): a failed save leaves the old checkpoint as it was.
 
-``load(path, model=None)`` reads any of the three (told apart by the file: a directory is
-compressed-tensors, a file starting with ``GGUF`` is GGUF, else safetensors); a file it cannot
+``load(path, model=None)`` reads any of the three, and gpt-oss MXFP4 files (:mod:`.gpt_oss`, read only),
+told apart by the table's ``detect`` (a directory is compressed-tensors, a file starting with ``GGUF``
+is GGUF, a safetensors file of ``*_blocks`` / ``*_scales`` pairs is gpt-oss, else safetensors); a file it cannot
 read (empty, truncated, not a checkpoint) raises :class:`CheckpointError` naming the file. Into a
 ``model`` (the quantized model, its float twin, or a packed model) it loads as
 :func:`~.packed_state_dict.load_packed_state_dict` does and returns the model; a weight of another
 format or shape is refused by name (the layer, what the file has, what the model has), and so is a
 model whose config differs in a setting that changes the function but no shape, or that would not
-apply an online rotation the file holds (:mod:`.checkpoint_fit`). Without a model it returns a
-:class:`LoadedCheckpoint`: a :class:`~.packed_linear.PackedLinear` per packed weight (with its
+apply an online rotation the file holds (:mod:`.fit`). Without a model it returns a
+:class:`LoadedCheckpoint`: a :class:`~..inference.packed_linear.PackedLinear` per packed weight (with its
 bias and its online input rotation, if any) and the other tensors.
 """
 from __future__ import annotations
@@ -36,18 +40,17 @@ from typing import Any, Dict, Optional, Union
 import torch
 from torch import nn
 
-from ..packing import PackedTensor
-from ..proxy import QuantProxy
-from .checkpoint_contents import CheckpointContents, CheckpointError, model_config
-from .checkpoint_fit import attach_input_rotations, check_config, check_rotations
-from .pack_error import PackError
-from .packed_linear import PackedLinear
+from ...packing import PackedTensor
+from ...proxy import QuantProxy
+from .contents import CheckpointContents, model_config
+from ..errors import CheckpointError
+from .fit import attach_input_rotations, check_config, check_rotations
+from .format_table import CHECKPOINT_FORMATS, CheckpointFormat, format_named, format_of
+from ..errors import PackError
+from ..inference.packed_linear import PackedLinear
 from .packed_state_dict import _check, load_packed_state_dict, packed_state_dict
 
 __all__ = ["save", "load", "check_weight_format", "LoadedCheckpoint", "CHECKPOINT_FORMATS"]
-
-#: The ``format=`` values of :func:`save`.
-CHECKPOINT_FORMATS = ("safetensors", "compressed-tensors", "gguf")
 
 PathLike = Union[str, Path]
 
@@ -62,7 +65,8 @@ class LoadedCheckpoint:
             and the online input rotation the file records for it (``rotate_model``) its ``input_rotation``.
         tensors: every other entry (embeddings, norms, float weights, biases of float layers), by state-dict key.
         config: the model's Hugging Face config as a dict, or None.
-        format: which of :data:`CHECKPOINT_FORMATS` the file is.
+        format: which row of the format table the file is (one of :data:`CHECKPOINT_FORMATS`, or
+            ``"gpt-oss-mxfp4"``).
     """
 
     layers: Dict[str, PackedLinear]
@@ -71,40 +75,22 @@ class LoadedCheckpoint:
     format: str
 
 
-def _writer(fmt: str):
-    """The writer function of ``fmt``; ValueError names the setting."""
-    if fmt == "safetensors":
-        from .safetensors_checkpoint import write_safetensors
-        return write_safetensors
-    if fmt == "compressed-tensors":
-        from .compressed_tensors_checkpoint import write_compressed_tensors
-        return write_compressed_tensors
-    if fmt == "gguf":
-        from .gguf_checkpoint import write_gguf
-        return write_gguf
-    raise ValueError(f"groupquant.save: format={fmt!r} is not one of {list(CHECKPOINT_FORMATS)}")
-
-
 def check_weight_format(fmt: str, packed: PackedTensor, where: str) -> None:
     """CheckpointError (naming ``where`` and the weight's format) when checkpoint format ``fmt``
     cannot hold the packed weight ``packed``: the writers' own per-layer rule, usable before any
     model is quantized (e.g. on one probe layer of a recipe)."""
-    _writer(fmt)
-    if fmt == "compressed-tensors":
-        from .compressed_tensors_layout import ct_scheme_of
-        ct_scheme_of(packed, where)
-    elif fmt == "gguf":
-        from .gguf_checkpoint import check_gguf_weight
-        check_gguf_weight(packed, where)
+    row = format_named(fmt)
+    if row.weight_check is not None:
+        row.function(row.weight_check)(packed, where)
 
 
-def _check_target(path: Path, fmt: str) -> None:
-    """CheckpointError when ``path`` is a directory for a one-file format, or a file for compressed-tensors."""
-    if fmt == "compressed-tensors" and path.exists() and not path.is_dir():
-        raise CheckpointError(f"groupquant.save: format='compressed-tensors' writes a directory; {path} is a file")
-    if fmt != "compressed-tensors" and path.is_dir():
-        raise CheckpointError(f"groupquant.save: format={fmt!r} writes one file; {path} is a directory (give a file "
-                              "path inside it)")
+def _check_target(path: Path, fmt: CheckpointFormat) -> None:
+    """CheckpointError when ``path`` is a directory for a one-file format, or a file for a directory format."""
+    if fmt.directory and path.exists() and not path.is_dir():
+        raise CheckpointError(f"groupquant.save: format={fmt.name!r} writes a directory; {path} is a file")
+    if not fmt.directory and path.is_dir():
+        raise CheckpointError(f"groupquant.save: format={fmt.name!r} writes one file; {path} is a directory (give a "
+                              "file path inside it)")
 
 
 def _warn_weights_only(model: nn.Module, fmt: str) -> None:
@@ -132,55 +118,29 @@ def save(model: nn.Module, path: PathLike, format: str = "safetensors", *,
     that quantizes layer inputs gets a UserWarning (the readers run the weight-only model)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"groupquant.save: model must be a torch.nn.Module, got {type(model).__name__}")
-    write = _writer(format)
+    row = format_named(format)
     if tokenizer_from is not None and format != "gguf":
         raise ValueError(f"groupquant.save: tokenizer_from is for format='gguf' (GGUF tokenizer keys), got "
                          f"format={format!r}")
     path = Path(path)
-    _check_target(path, format)
+    _check_target(path, row)
     _warn_weights_only(model, format)
     contents = CheckpointContents(packed_state_dict(model), model_config(model),
                                   None if tokenizer_from is None else Path(tokenizer_from))
-    write(contents, path)
+    row.function(row.write)(contents, path)
     return path
 
 
-def _format_of(path: Path) -> str:
-    """Which checkpoint format ``path`` is (a directory: compressed-tensors; magic ``GGUF``: GGUF; else safetensors)."""
-    if path.is_dir():
-        return "compressed-tensors"
-    if not path.is_file():
-        raise FileNotFoundError(f"groupquant.load: no checkpoint at {path}")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if not magic:
-        raise CheckpointError(f"groupquant.load: {path} is empty (0 bytes), not a checkpoint")
-    return "gguf" if magic == b"GGUF" else "safetensors"
-
-
-def _reader(fmt: str):
-    """The reader function of ``fmt``."""
-    if fmt == "compressed-tensors":
-        from .compressed_tensors_checkpoint import read_compressed_tensors
-        return read_compressed_tensors
-    if fmt == "gguf":
-        from .gguf_checkpoint import read_gguf
-        return read_gguf
-    from .safetensors_checkpoint import read_safetensors
-    return read_safetensors
-
-
-def _read(path: Path, fmt: str) -> CheckpointContents:
+def _read(path: Path, fmt: CheckpointFormat) -> CheckpointContents:
     """The contents of checkpoint ``path`` of format ``fmt``; CheckpointError naming the file when the
     reader fails on it (truncated, corrupt, not a checkpoint of that format)."""
-    read = _reader(fmt)
     try:
-        return read(path)
+        return fmt.function(fmt.read)(path)
     except (CheckpointError, ImportError):
         raise
     except Exception as e:  # the format packages' own errors (numpy, struct, safetensors, json, ...)
-        raise CheckpointError(f"groupquant.load: {path} is not a readable {fmt} checkpoint (truncated or corrupt?): "
-                              f"{type(e).__name__}: {e}") from e
+        raise CheckpointError(f"groupquant.load: {path} is not a readable {fmt.name} checkpoint (truncated or "
+                              f"corrupt?): {type(e).__name__}: {e}") from e
 
 
 def _packed_layers(state: Dict[str, Any], fmt: str) -> LoadedCheckpoint:
@@ -225,15 +185,15 @@ def load(path: PathLike, model: Optional[nn.Module] = None, *, strict: bool = Tr
 
     ``strict``: as ``nn.Module.load_state_dict`` (quantizer entries the model lacks are skipped).
     A packed weight of another format, block or shape than the model's layer raises
-    :class:`~.packed_linear.PackError` naming the layer, what the file has and what the model has."""
+    :class:`~..errors.PackError` naming the layer, what the file has and what the model has."""
     path = Path(path)
     if model is not None and not isinstance(model, nn.Module):
         raise TypeError(f"groupquant.load: model must be a torch.nn.Module or None, got {type(model).__name__}")
-    fmt = _format_of(path)
+    fmt = format_of(path)
     contents = _read(path, fmt)
     if model is None:
-        loaded = _packed_layers(_check(contents.state), fmt)
-        return LoadedCheckpoint(loaded.layers, loaded.tensors, contents.config, fmt)
+        loaded = _packed_layers(_check(contents.state), fmt.name)
+        return LoadedCheckpoint(loaded.layers, loaded.tensors, contents.config, fmt.name)
     check_config(path, contents.config, model)
     check_rotations(path, _check(contents.state)["tensors"], model)
     load_packed_state_dict(model, _tied_in_model(model, contents.state), strict=strict)
