@@ -18,8 +18,9 @@ from .linear import QuantLinear
 from .matmul import QuantMatMul, quant_matmul
 from .mx_all_gather import enable_mx_all_gather
 from .quant_layer import QuantLayerMixin
+from .quant_layers import is_quant_layer, iter_quant_layers
 from .recipes import RECIPES, Recipe, recipe
 
-__all__ = ["DISABLED", "SAME", "GemmRounding", "QuantConv1d", "QuantConv2d", "QuantConv3d", "QuantIdentity",
+__all__ = ["is_quant_layer", "iter_quant_layers", "DISABLED", "SAME", "GemmRounding", "QuantConv1d", "QuantConv2d", "QuantConv3d", "QuantIdentity",
            "QuantLayerMixin", "QuantLinear", "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "enable_mx_all_gather",
            "quant_matmul", "quantize_model", "recipe", "remove_functional"]

@@ -31,12 +31,13 @@ class GroupwiseIntQuantTensor(FormatAttributes, GroupwiseFields, QuantTensor):
         return self.scale_ * float(2.0 ** -self.fmt.frac_bits)
 
     def int_(self) -> torch.Tensor:
-        """Integer codes, contracted (int8 for <= 8 bits)."""
-        return self._elements_from_values(int_codes)
+        """Integer codes, contracted (int8 for <= 8 bits): the op's own where it returned them,
+        else read off the values (:meth:`codes_`)."""
+        return self.codes_()
 
     def int(self) -> torch.Tensor:
         """Integer codes in the original shape."""
         return self.layout.expand(self.int_())
 
-    def codes_(self) -> torch.Tensor:
-        return self.int_()
+    def _codes_from_values(self) -> torch.Tensor:
+        return self._elements_from_values(int_codes)
