@@ -72,5 +72,5 @@ class GroupQuantized:
         """A copy on another device."""
         sc = None if self.scale_codes is None else self.scale_codes.to(device)
         ts = None if self.tensor_scale is None else self.tensor_scale.to(device)
-        return GroupQuantized(self.codes.to(device), self.scale.to(device), sc, self.fmt, self.layout, self.dtype,
-                              self.scale_format, ts)
+        return GroupQuantized(codes=self.codes.to(device), scale=self.scale.to(device), scale_codes=sc, fmt=self.fmt,
+                              layout=self.layout, dtype=self.dtype, scale_format=self.scale_format, tensor_scale=ts)
