@@ -91,3 +91,12 @@ def test_the_spec_route_keeps_stochastic_seeds_per_call():
     assert torch.equal(fake_quant_spec_with_scale(x, a).value, gq.fake_quant(x, "fp4_e2m1", rounding="stochastic",
                                                                                seed=7))
     assert settings.group_spec(x).seed is not None
+
+
+def test_remembered_keywords_keep_their_types():
+    """Keywords seen before give the remembered record; 1 is not True (typed), so a non-bool is
+    still refused after True was seen."""
+    first = op_settings("fp8_e5m2", **dict(KEYWORDS, saturating=False))
+    assert op_settings("fp8_e5m2", **dict(KEYWORDS, saturating=False)) is first
+    with pytest.raises(TypeError, match="saturating"):
+        op_settings("fp8_e5m2", **dict(KEYWORDS, saturating=0))

@@ -18,6 +18,7 @@ keyword is ``scale_mode``, the quantizers' setting ``scale_rounding`` with ``res
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -157,7 +158,25 @@ def op_settings(fmt: Union[str, ElementFormat], *, block_size: Union[int, None, 
 
     ``block_size='auto'`` (:data:`FORMAT_BLOCK`) is the scheme's block (NVFP4: 16), else 32;
     ``scale_mode`` None is the scale format's default rule (``scale_mode='float'`` alone means
-    float32 scales). See :func:`groupquant.fake_quant` for every keyword."""
+    float32 scales). See :func:`groupquant.fake_quant` for every keyword. The record of keywords
+    seen before is remembered (a functional call in a loop checks them once)."""
+    args = (fmt, block_size, dim, rounding, scale_mode, saturating, scale_format, tensor_scale)
+    if torch.compiler.is_compiling() or not _hashable(args):  # (traced once; an odd argument gets its error)
+        return _checked(*args)
+    return _remembered(*args)
+
+
+def _hashable(args: tuple) -> bool:
+    try:
+        hash(args)
+    except TypeError:
+        return False
+    return True
+
+
+def _checked(fmt: object, block_size: object, dim: object, rounding: object, scale_mode: object, saturating: object,
+             scale_format: object, tensor_scale: object) -> OpSettings:
+    """:func:`op_settings`'s check and record (arguments in its order)."""
     element_format, block, sf, ts = _resolve_scheme(fmt, block_size, scale_format, tensor_scale)
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
@@ -165,3 +184,7 @@ def op_settings(fmt: Union[str, ElementFormat], *, block_size: Union[int, None, 
     check_saturating(saturating, element_format)
     return OpSettings(fmt=element_format, block_size=block, dim=dim, rounding=rounding,
                       scale_rule=rule, saturating=saturating, scale_format=sf, tensor_scale=ts)
+
+
+#: :func:`_checked` per distinct arguments (``typed``: ``True`` and ``1`` are different arguments).
+_remembered = functools.lru_cache(maxsize=256, typed=True)(_checked)
