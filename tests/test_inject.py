@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from groupquant.inject import (
     ConfigError, DependencyError, Injector, UnknownSettingError, check_overrides,
-    extend, known_settings, this, value,
+    known_settings, this, value,
 )
 
 
@@ -165,11 +165,6 @@ def test_let_variants_pickle_as_parent_and_overrides():
     back = pickle.loads(pickle.dumps(q))
     assert back.__name__ == q.__name__ and back.mantissa_bit_width == 2 and issubclass(back, MyQuant)
     assert pickle.loads(pickle.dumps(MyQuant)) is MyQuant
-
-
-def test_extend_declares_new_names_unchecked():
-    q = extend(MyQuant, module="m")
-    assert q.module == "m" and q.let(module="n").module == "n"
 
 
 @given(name=st.sampled_from(sorted(KNOWN)), setting=st.integers())

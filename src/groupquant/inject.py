@@ -50,7 +50,7 @@ from dependencies.exceptions import DependencyError
 
 __all__ = [
     "ConfigError", "DependencyError", "Injector", "UnknownSettingError",
-    "check_name", "check_overrides", "closest", "did_you_mean", "extend", "known_settings", "this", "value",
+    "check_name", "check_overrides", "closest", "did_you_mean", "known_settings", "this", "value",
     "variant_name", "SUGGEST_CUTOFF",
 ]
 
@@ -141,7 +141,6 @@ class _InjectorType(type(_BaseInjector)):
     def __new__(mcs, class_name, bases, namespace):
         namespace = {k: v for k, v in namespace.items() if k not in _DROPPED_DUNDERS}
         extra = namespace.pop("__extra_settings__", ())
-        unchecked = namespace.pop("__unchecked__", False)
         let_of = namespace.pop("__let_of__", None)
         hooks = {name: namespace.pop(name) for name in _HOOKS if name in namespace}
         if isinstance(extra, str) or not all(isinstance(n, str) for n in extra):
@@ -156,7 +155,7 @@ class _InjectorType(type(_BaseInjector)):
             type.__setattr__(cls, name, hook)
         if let_of is not None:
             type.__setattr__(cls, "__let_of__", let_of)
-        if not unchecked and _hook(cls, "__vocabulary__") is not None:
+        if _hook(cls, "__vocabulary__") is not None:
             known = frozenset().union(*(known_settings(b) for b in bases if isinstance(b, _InjectorType)))
             known = known.union(_hook(cls, "__vocabulary__"), cls.__dict__.get("__extra_settings__", ()))
             for name, given in namespace.items():
@@ -235,17 +234,6 @@ class Injector(_BaseInjector, metaclass=_InjectorType):
     ``value(...)`` solvers, nested injectors, ``this`` expressions and ``_private`` names are
     not checked.
     """
-
-
-def extend(injector: type, **declarations: Any) -> type:
-    """A subclass of ``injector`` with ``declarations`` added, unchecked.
-
-    For library code that injects new runtime names (``let`` refuses them).
-    """
-    namespace = {"__module__": injector.__module__, "__qualname__": injector.__qualname__,
-                 "__unchecked__": True}
-    namespace.update(declarations)
-    return type(injector)(injector.__name__, (injector,), namespace)
 
 
 def variant_name(injector: type, overrides: Mapping[str, Any]) -> str:

@@ -70,6 +70,18 @@ class ScaleGranularity:
         """The non-negative channel dim for a tensor of ``ndim`` dims (``kind='channel'``)."""
         return _normalize_dim(self.dim, ndim, "channel_dim")
 
+    def op_block(self, ndim: int) -> Tuple[int, int]:
+        """(block_size, dim) of the group op that gives one scale per sharing unit, for a tensor of
+        ``ndim`` dims: groups as they are; every other kind on the 2-D view that
+        ``groupquant.core.dynamic_quant`` makes (one block of the whole dim, block_size 0): the
+        tensor as ``[1, N]`` (dim 1), channels of dim 0 as ``[C, N]`` (dim 1), of another dim as
+        ``[N, C]`` (dim 0)."""
+        if self.kind == "group":
+            return self.group_size, self.group_dim_of(ndim)
+        if self.kind == "tensor" or self.channel_dim(ndim) == 0:
+            return 0, 1
+        return 0, 0
+
     def scale_shape(self, shape: Sequence[int]) -> Tuple[int, ...]:
         """Shape of the scale of a tensor of ``shape``: ``()``, keepdim, or the contracted ``[.., k, 1, ..]``."""
         shape = tuple(int(s) for s in shape)

@@ -89,7 +89,7 @@ class LearnedScale(nn.Module):
         stat = self.stats(x.detach(), self.granularity)
         if sync:
             stat = reduce_stat(stat, reduction_for(self.spec.stats_op))
-        scale = scale_from_stat(stat, self.spec.fmt, self.spec.scale_mode)
+        scale = scale_from_stat(stat, self.spec.fmt, self.spec.scale_rule)
         if not self.shape_known:
             if _data_parallel():
                 warnings.warn(f"{self.spec.name}: a learned scale of shape {tuple(scale.shape)} is created by this "

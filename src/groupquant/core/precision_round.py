@@ -46,5 +46,5 @@ class PrecisionThen(nn.Module):
     def extra_repr(self) -> str:
         return f"element_precision={self.precision.name}"
 
-    def forward(self, x: torch.Tensor, contract: bool = True):
-        return self.inner(round_to_precision_ste(x, self.precision), contract)
+    def forward(self, x: torch.Tensor, contract: bool = True, codes: bool = False):
+        return self.inner(round_to_precision_ste(x, self.precision), contract, codes)

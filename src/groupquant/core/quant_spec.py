@@ -20,7 +20,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..formats import ElementFormat, ScaleFormat, default_scale_format
+from ..formats import QUANTIZER_SETTINGS, ElementFormat, ScaleFormat, check_scale_setup
+from ..ops import ROUNDING_MODES, STE_MODES, OpSettings
 from .granularity import ScaleGranularity
 
 __all__ = ["QuantSpec", "STANDALONE_GROUP_DIM", "STANDALONE_CHANNEL_DIM"]
@@ -73,26 +74,23 @@ class QuantSpec:
     tensor_scale: bool = False
 
     def __post_init__(self) -> None:
-        """Refuse a mode no module implements (quantizers check settings with named errors first)."""
-        if self.scale_format is None:
-            object.__setattr__(self, "scale_format", default_scale_format(self.scale_mode))
-        if self.tensor_scale and (not self.scale_format.takes_tensor_scale or not self.is_dynamic
-                                  or self.granularity != "group"):
-            raise ValueError("QuantSpec tensor_scale needs a minifloat scale format, group granularity and abs-max "
-                             "scales from each tensor")
-        if not self.is_dynamic and not self.uses_default_scale_format:
-            raise ValueError(f"QuantSpec scale_format {self.scale_format.name!r} needs abs-max scales from each tensor "
-                             f"(scale_source='stats', stats_op='abs_max'), got {self.scale_source}/{self.stats_op}")
+        """Refuse a mode no module implements. The scale set-up goes through
+        :func:`groupquant.formats.check_scale_setup`, the one rule of it (a quantizer's settings
+        were checked by it when resolved, naming the setting; here it guards records built by
+        hand), which also fills in the scale format the rule implies. Nothing below re-checks it:
+        :meth:`op_settings` hands the checked values to the ops."""
         allowed = {"granularity": ("tensor", "channel", "group"), "restrict": ("fp", "power_of_two"),
                    "scale_rounding": ("floor", "ceil", "even", "rceil", "float_log2"),
                    "scale_source": ("stats", "running_stats", "learned"), "stats_op": ("abs_max", "percentile", "mse"),
-                   "rounding": ("even", "nearest", "floor", "stochastic"), "ste": ("identity", "clipped")}
+                   "rounding": ROUNDING_MODES, "ste": STE_MODES}
         for name, choices in allowed.items():
             if getattr(self, name) not in choices:
                 raise ValueError(f"QuantSpec {name} must be one of {choices}, got {getattr(self, name)!r}")
-        if self.scale_mode not in self.scale_format.rules:
-            raise ValueError(f"QuantSpec restrict={self.restrict!r} does not go with scale_format "
-                             f"{self.scale_format.name!r}")
+        sf, _rule, _ts = check_scale_setup(self.scale_format, self.scale_rule, restrict=self.restrict,
+                                           tensor_scale=self.tensor_scale, source=self.scale_source,
+                                           statistic=self.stats_op, granularity=self.granularity,
+                                           names=QUANTIZER_SETTINGS)
+        object.__setattr__(self, "scale_format", sf)
         size = self.group_size
         if self.granularity == "group" and size is not None and (isinstance(size, bool) or not isinstance(size, int)
                                                                  or size < 1):
@@ -105,9 +103,25 @@ class QuantSpec:
             object.__setattr__(self, "_scale_granularity", None)
 
     @property
-    def scale_mode(self) -> str:
-        """The :func:`groupquant.ops.group_scale` mode: ``float`` for fp scales, else the rule."""
+    def scale_rule(self) -> str:
+        """The scale rule the ops apply (:attr:`groupquant.ops.OpSettings.scale_rule`): ``float``
+        for fp scales, else the power-of-two rule ``scale_rounding``."""
         return "float" if self.restrict == "fp" else self.scale_rounding
+
+    @property
+    def scale_mode(self) -> str:
+        """:attr:`scale_rule` under the functional ops' keyword name (kept for callers of that name)."""
+        return self.scale_rule
+
+    def op_settings(self, ndim: int) -> OpSettings:
+        """The op settings of this quantizer for a tensor of ``ndim`` dims: the one translation of a
+        resolved spec into what :func:`groupquant.fake_quant` / :func:`groupquant.quantize` take
+        (block and dim from :meth:`ScaleGranularity.op_block`: a group granularity as is, per tensor
+        and per channel on dynamic quantization's 2-D view). No second check: the spec was checked
+        when it was built."""
+        block, dim = self.scale_granularity.op_block(ndim)
+        return OpSettings(fmt=self.fmt, block_size=block, dim=dim, rounding=self.rounding, scale_rule=self.scale_rule,
+                          saturating=self.saturating, scale_format=self.scale_format, tensor_scale=self.tensor_scale)
 
     @property
     def is_group(self) -> bool:

@@ -22,10 +22,10 @@ __all__ = ["RESTRICTIONS", "scale_from_stat", "to_learned", "from_learned"]
 RESTRICTIONS = ("fp", "power_of_two")
 
 
-def scale_from_stat(stat: torch.Tensor, fmt: ElementFormat, mode: str = "floor") -> torch.Tensor:
+def scale_from_stat(stat: torch.Tensor, fmt: ElementFormat, rule: str = "floor") -> torch.Tensor:
     """The float32 shared scale for statistic ``stat`` (the largest magnitude to represent), by
-    the :func:`groupquant.ops.group_scale` mode (``float`` or a power-of-two rule)."""
-    scale, _ = group_scale(stat.detach().float(), fmt, mode)
+    the scale rule ``rule`` (``float`` or a power-of-two rule, :func:`groupquant.ops.group_scale`)."""
+    scale, _ = group_scale(stat.detach().float(), fmt, rule)
     return scale
 
 

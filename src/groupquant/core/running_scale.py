@@ -71,4 +71,4 @@ class RunningStatsScale(nn.Module):
                 self._update(stat)
         else:
             stat = self.running_stat
-        return scale_from_stat(stat, self.spec.fmt, self.spec.scale_mode)
+        return scale_from_stat(stat, self.spec.fmt, self.spec.scale_rule)

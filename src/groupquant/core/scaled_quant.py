@@ -34,8 +34,10 @@ class ScaledQuant(nn.Module):
         s = self.spec
         return f"fmt={s.fmt.name}, granularity={s.granularity}, rounding={s.rounding}, ste={s.ste}"
 
-    def forward(self, x: torch.Tensor, contract: bool = True) -> FakeQuantResult:
-        """Quantize-dequantize ``x``; group values contracted (``contract`` False: x's shape)."""
+    def forward(self, x: torch.Tensor, contract: bool = True, codes: bool = False) -> FakeQuantResult:
+        """Quantize-dequantize ``x``; group values contracted (``contract`` False: x's shape).
+        ``codes`` asks for the op's codes: this module's op gives values only (the quant tensor
+        reads codes off them)."""
         g = self.spec.scale_granularity
         scale = self.scale_impl(x)
         xv = g.view(x)

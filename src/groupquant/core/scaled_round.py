@@ -16,8 +16,8 @@ from typing import Optional, Tuple
 import torch
 
 from ..formats import ElementFormat
-from ..ops import round_to_format
-from .ste import STE_MODES, format_lowest
+from ..ops import check_ste, round_to_format
+from .ste import format_lowest
 
 __all__ = ["scaled_round"]
 
@@ -61,6 +61,5 @@ def scaled_round(x: torch.Tensor, scale: torch.Tensor, fmt: ElementFormat, round
     uniform [0, 1) of ``x``'s shape for ``rounding='stochastic'``. ``saturating=False``: values
     past max normal become Inf / NaN by the format's rule (see :func:`groupquant.ops.round_to_format`).
     """
-    if ste not in STE_MODES:
-        raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
+    check_ste(ste)
     return _ScaledRound.apply(x, scale, fmt, rounding, noise, ste == "clipped", saturating)

@@ -25,4 +25,4 @@ class StatsScale(nn.Module):
         return f"stats={self.stats.op}, restrict={self.spec.restrict}, mode={self.spec.scale_rounding}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return scale_from_stat(self.stats(x, self.granularity), self.spec.fmt, self.spec.scale_mode)
+        return scale_from_stat(self.stats(x, self.granularity), self.spec.fmt, self.spec.scale_rule)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import torch
 
 from ..formats import ElementFormat, IntFormat
+from ..ops import STE_MODES
 
 __all__ = ["STE_MODES", "round_ste", "format_lowest"]
-
-STE_MODES = ("identity", "clipped")
 
 
 def format_lowest(fmt: ElementFormat) -> float:

@@ -86,6 +86,7 @@ class IntFormat:
             object.__setattr__(self, "name", f"int{self.bit_width}" if self.signed else f"uint{self.bit_width}")
 
     is_float = False
+    has_negative_zero = False  # (two's complement: one zero)
 
     @property
     def qmin(self) -> int:
@@ -263,6 +264,12 @@ class FloatFormat:
     def has_inf(self) -> bool:
         """True where the format encodes +-Inf (IEEE special values)."""
         return self.special_values is SpecialValues.IEEE
+
+    @property
+    def has_negative_zero(self) -> bool:
+        """True where the format encodes -0: signed, and not FNUZ (whose -0 code is its NaN). The
+        one statement of the rule: encoding, element rounding and the kernel record read it."""
+        return self.signed and self.special_values is not SpecialValues.FNUZ
 
     @property
     def has_nan(self) -> bool:

@@ -7,7 +7,8 @@ means float), the backward slots (``grad_output_quant`` and the per-GEMM overrid
 output and gradients), ``grad_weight_groups`` and prefixed settings (``weight_bit_width=4``). ``QuantMatMul`` /
 ``quant_matmul`` multiply two activations. ``QuantIdentity`` / ``QuantReLU`` take
 ``input_quant`` / ``output_quant`` (or Brevitas's ``act_quant``). ``quantize_model`` converts an
-existing model, with quantizers or a training recipe (``RECIPES``).
+existing model, with quantizers or a training recipe (``RECIPES``). ``is_quant_layer`` /
+``iter_quant_layers`` find a model's quant layers (the quant-layer protocol, :mod:`.quant_layers`).
 """
 from .activation import QuantIdentity, QuantReLU
 from .conv import QuantConv1d, QuantConv2d, QuantConv3d
@@ -18,8 +19,9 @@ from .linear import QuantLinear
 from .matmul import QuantMatMul, quant_matmul
 from .mx_all_gather import enable_mx_all_gather
 from .quant_layer import QuantLayerMixin
+from .quant_layers import is_quant_layer, iter_quant_layers
 from .recipes import RECIPES, Recipe, recipe
 
 __all__ = ["DISABLED", "SAME", "GemmRounding", "QuantConv1d", "QuantConv2d", "QuantConv3d", "QuantIdentity",
-           "QuantLayerMixin", "QuantLinear", "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "enable_mx_all_gather",
+           "is_quant_layer", "iter_quant_layers", "QuantLayerMixin", "QuantLinear", "QuantMatMul", "QuantReLU", "RECIPES", "Recipe", "enable_mx_all_gather",
            "quant_matmul", "quantize_model", "recipe", "remove_functional"]

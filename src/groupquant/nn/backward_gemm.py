@@ -38,7 +38,7 @@ from .gemm_op import GemmOp
 from .gemm_rounding import GemmRounding, round_result
 
 __all__ = ["BackwardOperands", "GemmBackward", "TOKEN_GROUPS", "gemm_forward", "matmul_forward", "quant_gemm",
-           "quantized_backward_gemm", "quantized_backward_matmul"]
+           "quantized_backward_matmul"]
 
 #: How a linear layer's grad-weight GEMM groups its operands (``dY`` and ``x``) along the tokens:
 #: ``"tokens"`` all tokens of the flattened ``[tokens, features]`` view; ``"sequence"`` along dim -2
@@ -213,13 +213,6 @@ def quant_gemm(xq: torch.Tensor, w_in: torch.Tensor, bias: Optional[torch.Tensor
     input (with its own gradient); ``w_in``: the float weight (lean) or the forward-quantized one;
     ``x`` / ``w``: the high-precision input and weight (the quantized backward requantizes them)."""
     return _QuantGemm.apply(xq, w_in, bias, x.detach(), w.detach(), plan)
-
-
-def quantized_backward_gemm(xq: torch.Tensor, wq: torch.Tensor, bias: Optional[torch.Tensor], x: torch.Tensor,
-                            w: torch.Tensor, ops: BackwardOperands, op: GemmOp) -> torch.Tensor:
-    """``op(xq, wq, bias)`` (xq, wq: the forward-quantized operands, with their own gradients)
-    whose backward quantizes each backward GEMM's operands from ``x`` and ``w`` (high precision)."""
-    return quant_gemm(xq, wq, bias, x, w, GemmBackward(op, ops))
 
 
 def matmul_forward(aq: torch.Tensor, bq: torch.Tensor, bias: Optional[torch.Tensor],

@@ -29,7 +29,7 @@ class _QuantConvMixin(QuantLayerMixin):
     unbatched input is a ValueError (the quant tensor would carry the batch dim).
     """
 
-    def _gemm_op(self) -> GemmOp:
+    def gemm_op(self) -> GemmOp:
         """The convolution as the shared weight-layer route runs it: zero padding given as ints
         goes through :class:`GemmOp` (lean backward where it applies); other padding modes or
         ``padding='same'`` through the layer's own ``_conv_forward``."""
@@ -50,7 +50,7 @@ class _QuantConvMixin(QuantLayerMixin):
 
     def _batched_forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
         """The forward for input with a batch dim (channels at dim 1)."""
-        return self._quant_gemm(x, self._gemm_op())
+        return self._quant_gemm(x, self.gemm_op())
 
 
 class QuantConv1d(_QuantConvMixin, nn.Conv1d):

@@ -43,6 +43,8 @@ class FunctionalLinear(QuantLayerMixin, nn.Module):
     quant layers' one route (``_quant_gemm``). Not a QuantLinear: it owns no weight, so packing
     and export leave it alone."""
 
+    borrows_weight = True
+
     def __init__(self, out_features: int, in_features: int, bias: bool, r: Recipe,
                  device: Optional[torch.device] = None) -> None:
         nn.Module.__init__(self)
@@ -71,6 +73,8 @@ class FunctionalConv(QuantLayerMixin, nn.Module):
     ``blocks_across_groups``: the grad-input GEMM's operands (``dY`` along dim 1, ``W`` along dim 0)
     are quantized whole, their blocks free to span groups (microxcaling's convolution); otherwise a
     grouped convolution quantizes its backward only when every block lies inside one group."""
+
+    borrows_weight = True
 
     def __init__(self, shape: Tuple[int, ...], bias: bool, r: Recipe, groups: int = 1,
                  device: Optional[torch.device] = None, blocks_across_groups: bool = False) -> None:

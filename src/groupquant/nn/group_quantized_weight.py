@@ -6,13 +6,13 @@ export, packed state dicts, ``pack_model``, checkpoint writers): a
 A weight that is float or not group-wise raises :class:`WeightNotGroupQuantized` naming the layer
 and the setting (the one named error of this accessor).
 
-Where the weight quantizer is the one-pass abs-max route (:class:`groupquant.core.DynamicQuant`:
-MX, NVFP4 and other group quantizers whose scales come from each tensor) and its rounding is
-deterministic, the codes come straight from the native quantize op
-(:func:`groupquant.ops.quantize` with the quantizer's own op settings: the same kernel and
-numerics as its fake-quant pass, which the op contract keeps bit-identical); otherwise (learned,
-running or searched scales, an element precision first, stochastic rounding) they are read off the
-quant tensor the quantizer returns.
+One route: the weight proxy's :meth:`~groupquant.proxy.QuantProxy.quantized` quant tensor, read by
+its ``to_group_quantized()``. Where the weight quantizer is the one-pass abs-max route
+(:class:`groupquant.core.DynamicQuant`: MX, NVFP4 and other group quantizers whose scales come
+from each tensor) that tensor holds the codes and scale codes the quantize op returned (the same
+op settings as its fake-quant pass, :meth:`groupquant.core.QuantSpec.op_settings`); other
+quantizers (learned or searched scales) give values and scales, off which the quant tensor reads
+its codes.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..core import DynamicQuant, QuantSpec
-from ..ops import GroupQuantized, quantize
+from ..ops import GroupQuantized
 from ..proxy import QuantProxy
 
 __all__ = ["group_quantized_weight", "WeightNotGroupQuantized", "codes_from_the_op"]
@@ -33,21 +33,12 @@ class WeightNotGroupQuantized(ValueError):
 
 
 def codes_from_the_op(proxy: QuantProxy) -> bool:
-    """Whether ``proxy``'s quantized weight is exactly one call of the quantize op: a dynamic
-    (abs-max) group-wise quantizer without an element precision and with deterministic rounding."""
+    """Whether ``proxy``'s quantized weight is exactly one call of the quantize op with fixed bits
+    (what the MX all-gather stands in for): a dynamic (abs-max) group-wise quantizer without an
+    element precision and with deterministic rounding."""
     spec: Optional[QuantSpec] = proxy.spec
     return (spec is not None and spec.is_group and type(proxy.tensor_quant) is DynamicQuant
             and spec.rounding != "stochastic")
-
-
-def _quantized_by_the_op(weight: torch.Tensor, spec: QuantSpec) -> GroupQuantized:
-    """``quantize(weight)`` with the op settings :func:`groupquant.core.dynamic_fake_quant` passes
-    for a group granularity (element format, block and dim, rounding, scale rule, saturation,
-    scale format, tensor scale)."""
-    g = spec.scale_granularity
-    return quantize(weight.detach(), spec.fmt, block_size=g.group_size, dim=g.group_dim_of(weight.dim()),
-                    rounding=spec.rounding, scale_mode=spec.scale_mode, saturating=spec.saturating,
-                    scale_format=spec.scale_format, tensor_scale=spec.tensor_scale)
 
 
 def group_quantized_weight(layer: nn.Module, name: Optional[str] = None) -> GroupQuantized:
@@ -61,10 +52,7 @@ def group_quantized_weight(layer: nn.Module, name: Optional[str] = None) -> Grou
         raise WeightNotGroupQuantized(f"{where}: weight_quant is None (a float weight); a group-quantized weight "
                                       "needs a group-wise weight quantizer (MX formats, NVFP4, integer groups)")
     spec = proxy.spec
-    with torch.no_grad():
-        if codes_from_the_op(proxy):
-            return _quantized_by_the_op(layer.weight, spec)  # type: ignore[arg-type]
-        qt = layer.quant_weight()  # type: ignore[operator]
+    qt = proxy.quantized(layer.weight)  # type: ignore[arg-type]
     if not spec.is_group:
         raise WeightNotGroupQuantized(
             f"{where}: weight_quant={proxy.quantizer.__name__} is not group-wise (per-{spec.granularity} scales; "

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..quant_tensor import QuantTensor
-from .gemm_op import LINEAR
+from .gemm_op import LINEAR, GemmOp
 from .quant_layer import QuantLayerMixin
 
 __all__ = ["QuantLinear"]
@@ -38,5 +38,9 @@ class QuantLinear(QuantLayerMixin, nn.Linear):
                          output_quant=output_quant, feature_dim=-1, return_quant_tensor=return_quant_tensor,
                          quant_kwargs=quant_kwargs)
 
+    def gemm_op(self) -> GemmOp:
+        """``F.linear``."""
+        return LINEAR
+
     def forward(self, x: Union[torch.Tensor, QuantTensor]) -> Union[torch.Tensor, QuantTensor]:
-        return self._quant_gemm(x, LINEAR)
+        return self._quant_gemm(x, self.gemm_op())

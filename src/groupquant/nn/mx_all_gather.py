@@ -39,6 +39,7 @@ from ..proxy import QuantProxy
 from .group_quantized_weight import codes_from_the_op
 from .mx_shard_weight import GatherPlan, MXShardWeight
 from .linear import QuantLinear
+from .quant_layers import iter_quant_layers
 
 __all__ = ["enable_mx_all_gather", "mx_all_gather_plan"]
 
@@ -62,7 +63,7 @@ def mx_all_gather_plan(layer: nn.Module, where: str) -> GatherPlan:
     _check_proxy(proxy, "weight_quant", where)
     ndim = layer.weight.dim()
     forward = ShardCodec.of(proxy.spec, ndim, where)
-    if forward.group_dim == 0:
+    if forward.settings.dim == 0:
         raise ConfigError("weight_group_dim", f"{where}: the forward weight's blocks run along dim 0, the dim FSDP2 "
                                               "splits; the MX all-gather needs them along another dim (the MX "
                                               "default, the input features)")
@@ -106,10 +107,9 @@ def enable_mx_all_gather(model: nn.Module) -> List[str]:
     holders: Dict[int, List[str]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
         holders.setdefault(id(param), []).append(name)
-    for name, layer in model.named_modules():
-        if not isinstance(layer, QuantLinear) or not isinstance(getattr(layer, "weight_quant", None), QuantProxy):
-            continue  # (convolutions keep the float all-gather: their backward reads the weight as float)
-        if not layer.weight_quant.is_quant_enabled:
+    # (convolutions keep the float all-gather: their backward reads the weight as float)
+    for name, layer in iter_quant_layers(model, kinds=QuantLinear):
+        if layer.weight_spec is None:
             continue
         where = name or type(layer).__name__
         weight = layer._parameters.get("weight")

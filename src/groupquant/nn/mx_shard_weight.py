@@ -122,7 +122,7 @@ class MXShardWeight(torch.Tensor):
                              f"{tuple(outer_size)} over {world} ranks (make out_features a multiple of the world size)")
         dtype = getattr(mp_policy, "param_dtype", None) or self._data.dtype
         shard = self._data.detach().to(dtype)
-        amax = _global_amax(shard, mesh.get_group()) if any(c.tensor_scale for c in plan.codecs) else None
+        amax = _global_amax(shard, mesh.get_group()) if any(c.settings.tensor_scale for c in plan.codecs) else None
         payloads = [encode_shard(shard, codec, amax, plan.where) for codec in plan.codecs]
         inputs = tuple(t for p in payloads for t in (p.codes, p.scales))
         return inputs, _GatherMeta(tuple(outer_size), dtype, tuple(p.tensor_scale for p in payloads))

@@ -1,4 +1,6 @@
-"""What every quant layer shares: its proxies, keyword routing, and quant_weight()/quant_bias()."""
+"""What every quant layer shares: its proxies, keyword routing, quant_weight()/quant_bias(), and the
+quant-layer protocol's methods (``weight_spec``, ``set_weight``, ``gemm_op``, ``quant_gemm``; finding
+the layers of a model is :mod:`groupquant.nn.quant_layers`)."""
 from __future__ import annotations
 
 import warnings
@@ -7,6 +9,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
+from ..core import QuantSpec
 from ..inject import ConfigError
 from ..ops import GroupQuantized
 from ..proxy import ActQuantProxy, BiasQuantProxy, WeightQuantProxy
@@ -57,6 +60,42 @@ class QuantLayerMixin:
     quantize_backprop: bool = False
     gemm_rounding: Optional[GemmRounding] = None
     grad_weight_groups: str = "tokens"
+    #: True for a layer that is handed its weight at each call (the functional mode's
+    #: ``FunctionalLinear`` / ``FunctionalConv``): it holds quantizers, not a weight of the model.
+    borrows_weight: bool = False
+
+    # --- the quant-layer protocol (read by calibration, export, the LLM tools, the all-gather) ----
+    @property
+    def weight_spec(self) -> Optional[QuantSpec]:
+        """The weight quantizer's resolved spec (None: a float weight, or a layer without one)."""
+        proxy = self._modules.get("weight_quant")  # type: ignore[attr-defined]
+        return None if proxy is None else proxy.spec
+
+    @torch.no_grad()
+    def set_weight(self, weight: torch.Tensor) -> None:
+        """Copy ``weight`` into the layer's weight (cast to its dtype, on its device) and drop what
+        was cached from the old one (the eval weight cache). ValueError naming the layer when the
+        shapes differ."""
+        own: torch.Tensor = self.weight  # type: ignore[attr-defined]
+        if tuple(weight.shape) != tuple(own.shape):
+            raise ValueError(f"{type(self).__name__}.set_weight: weight of shape {tuple(weight.shape)} for a layer "
+                             f"whose weight is {tuple(own.shape)}")
+        own.copy_(weight.detach().to(device=own.device, dtype=own.dtype))
+        proxy = self._modules.get("weight_quant")  # type: ignore[attr-defined]
+        if isinstance(proxy, WeightQuantProxy):
+            proxy.clear_cache()
+
+    def gemm_op(self) -> GemmOp:
+        """The GEMM this layer's forward computes (:class:`~.gemm_op.GemmOp`); each weight layer names its own."""
+        raise NotImplementedError(f"{type(self).__name__} does not name its GEMM (gemm_op)")
+
+    def quant_gemm(self, x: Union[torch.Tensor, QuantTensor],
+                   weight: Optional[torch.Tensor] = None) -> Union[torch.Tensor, QuantTensor]:
+        """The layer's quantized GEMM on ``x`` (batched), with ``weight`` in place of its own when
+        given: the forward's one route (:meth:`_quant_gemm`: input, weight, bias and output
+        quantizers, the online rotation, the backward slots). ``layer.quant_gemm(x)`` equals
+        ``layer(x)`` for batched input."""
+        return self._quant_gemm(x, self.gemm_op(), weight)
 
     def _init_quant(self, *, weight_quant: Optional[type] = None, bias_quant: Optional[type] = None,
                     input_quant: Optional[type] = None, output_quant: Optional[type] = None,

@@ -10,26 +10,19 @@ from typing import Optional, Union
 
 import torch
 
-from ..formats import (REFERENCE_RULES, ElementFormat, ScaleFormat, check_scale_setup, get_format, get_scale_format,
-                       get_scheme)
+from ..formats import REFERENCE_RULES, ElementFormat, ScaleFormat
 from . import native
-from .element_round import ROUNDING_MODES, check_saturating
-from .group_layout import GroupLayout
 from .fake_quant_result import FakeQuantResult
 from .native_ops import native_fake_quant, native_fake_quant_with_scale, native_quantize
+from .op_settings import FORMAT_BLOCK, MX_BLOCK, SUPPORTED_DTYPES, GroupSpec, check_tensor, draw_seed, op_settings
 from .quantized import GroupQuantized
-from .reference import GroupSpec, reference_fake_quant, reference_fake_quant_parts, reference_quantize
+from .reference import reference_fake_quant, reference_fake_quant_parts, reference_quantize
 
-__all__ = ["FORMAT_BLOCK", "MX_BLOCK", "fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale", "quantize", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES"]
+__all__ = ["FORMAT_BLOCK", "MX_BLOCK", "fake_quant", "fake_quant_with_scale", "fake_quant_spec_with_scale",
+           "quantize", "quantize_spec", "make_spec", "backend", "SUPPORTED_DTYPES", "STE_MODES", "check_ste"]
 
-SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-#: Default ``block_size`` of the functional ops: the named format's own block (NVFP4: 16), else 32
-#: (MX). A plain string, so torch.compile traces the default like any constant.
-FORMAT_BLOCK = "auto"
-#: The block of a format that names none (the OCP MX block).
-MX_BLOCK = 32
+#: The gradient rules of the fake-quant ops and the quantizers (``ste``): straight through, or
+#: zero where the element saturated.
 STE_MODES = ("identity", "clipped")
 
 
@@ -59,7 +52,7 @@ class _ReferenceFakeQuant(torch.autograd.Function):
 def _use_native(x: torch.Tensor, spec: GroupSpec) -> bool:
     """Whether the native op runs for ``x``'s device (:func:`groupquant.ops.native.serves`) and
     ``spec``'s scale rule (the kernels refuse the :data:`~groupquant.formats.REFERENCE_RULES`)."""
-    if spec.scale_mode in REFERENCE_RULES:
+    if spec.scale_rule in REFERENCE_RULES:
         return False
     return native.serves("cpu" if x.is_cpu else x.device.type)  # (is_cpu: cheaper than building x.device)
 
@@ -69,83 +62,24 @@ def backend() -> str:
     return native.backend()
 
 
-def _check_tensor(x: object) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(
-            f"x has dtype {x.dtype}; groupquant quantizes float32, bfloat16 and float16 tensors "
-            "(convert with x.float() first)")
-    return x
-
-
-def _check_ste(ste: str) -> None:
+def check_ste(ste: str) -> None:
     """ValueError naming ``ste`` unless it is a known gradient rule."""
     if ste not in STE_MODES:
         raise ValueError(f"ste must be one of {STE_MODES}, got {ste!r}")
-
-
-def _draw_seed(generator: Optional[torch.Generator], seed: Optional[int]) -> int:
-    """The seed of the stochastic-rounding hash: given, or drawn from ``generator`` (or torch's global RNG).
-
-    ValueError when both are given (one would be silently ignored)."""
-    if seed is not None and generator is not None:
-        raise ValueError("give either seed or generator for rounding='stochastic', not both "
-                         f"(seed={seed!r}, generator={generator!r})")
-    if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {seed!r}")
-        return seed & 0xFFFFFFFF
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-    device = generator.device if generator is not None else "cpu"
-    return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=generator, device=device).item())
-
-
-def _resolve_scheme(fmt: object, block_size: Union[int, None, str], scale_format: Union[None, str, ScaleFormat],
-                    tensor_scale: Optional[bool], scale_mode: Optional[str]) -> tuple:
-    """(element format, block size, scale format, tensor scale) for ``fmt`` and the scale arguments.
-
-    A scheme name (``'nvfp4'``) fixes its element and scale formats and its block; a conflicting
-    argument is a ValueError naming it. Otherwise the scale format stays None (the one ``scale_mode``
-    implies, see :func:`groupquant.formats.check_scale_setup`) and ``tensor_scale`` defaults to False."""
-    scheme = get_scheme(fmt)
-    if scheme is None:
-        sf = None if scale_format is None else get_scale_format(scale_format)
-        if isinstance(block_size, str) and block_size == FORMAT_BLOCK:
-            block_size = MX_BLOCK
-        return get_format(fmt), block_size, sf, False if tensor_scale is None else tensor_scale
-    if isinstance(block_size, str) and block_size == FORMAT_BLOCK:
-        block_size = scheme.block_size
-    elif block_size != scheme.block_size:
-        raise ValueError(
-            f"{scheme.name.upper()} uses blocks of {scheme.block_size}, got block_size={block_size!r}; for "
-            f"{scheme.element.name} elements with {scheme.scale_format.name} scales in other blocks use "
-            f"fmt={scheme.element.name!r}, scale_format={scheme.scale_format.name!r}")
-    if scale_format is not None and get_scale_format(scale_format) != scheme.scale_format:
-        raise ValueError(f"{scheme.name.upper()} stores its block scales as {scheme.scale_format.name}, got "
-                         f"scale_format={scale_format!r}; leave it unset")
-    ts = scheme.tensor_scale if tensor_scale is None else tensor_scale
-    return scheme.element, block_size, scheme.scale_format, ts
 
 
 def make_spec(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Union[int, None, str] = FORMAT_BLOCK,
               dim: int = -1, rounding: str = "even", scale_mode: Optional[str] = None,
               generator: Optional[torch.Generator] = None, seed: Optional[int] = None, saturating: bool = True,
               scale_format: Union[None, str, ScaleFormat] = None, tensor_scale: Optional[bool] = None) -> GroupSpec:
-    """Check every argument and bundle them; errors name the argument at fault.
+    """Check every argument and bundle them for ``x``; errors name the argument at fault.
 
-    ``scale_mode='float'`` without a ``scale_format`` means float32 scales (as before scale formats)."""
-    _check_tensor(x)
-    element_format, block_size, sf, ts = _resolve_scheme(fmt, block_size, scale_format, tensor_scale, scale_mode)
-    if rounding not in ROUNDING_MODES:
-        raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
-    sf, mode, ts = check_scale_setup(sf, scale_mode, tensor_scale=ts)  # errors name scale_mode / scale_format
-    check_saturating(saturating, element_format)
-    layout = GroupLayout.build(x.shape, dim, block_size)
-    drawn = _draw_seed(generator, seed) if rounding == "stochastic" else None
-    return GroupSpec(fmt=element_format, layout=layout, rounding=rounding, scale_mode=mode, seed=drawn,
-                     saturating=saturating, scale_format=sf, tensor_scale=ts)
+    The settings are :func:`~groupquant.ops.op_settings.op_settings` of the keywords (the one check);
+    the record adds ``x``'s layout and the seed (:meth:`OpSettings.group_spec`)."""
+    check_tensor(x)
+    settings = op_settings(fmt, block_size=block_size, dim=dim, rounding=rounding, scale_mode=scale_mode,
+                           saturating=saturating, scale_format=scale_format, tensor_scale=tensor_scale)
+    return settings.group_spec(x, draw_seed(generator, seed) if rounding == "stochastic" else None)
 
 
 def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Union[int, None, str] = FORMAT_BLOCK,
@@ -215,9 +149,10 @@ def fake_quant(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Unio
     the native C++/CUDA kernel when it is built (see ``groupquant.ops.backend()``), else in the
     PyTorch reference; both give the same bits.
     """
-    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating, scale_format,
-                     tensor_scale)
-    _check_ste(ste)
+    spec = make_spec(x, fmt, block_size=block_size, dim=dim, rounding=rounding, scale_mode=scale_mode,
+                     generator=generator, seed=seed, saturating=saturating, scale_format=scale_format,
+                     tensor_scale=tensor_scale)
+    check_ste(ste)
     if _use_native(x, spec):
         return native_fake_quant(x, spec, ste)
     if torch.is_grad_enabled() and x.requires_grad:
@@ -238,9 +173,10 @@ def fake_quant_with_scale(x: torch.Tensor, fmt: Union[str, ElementFormat], block
     no gradient) equals ``quantize(x, ...).scale``; ``result.tensor_scale`` is the per-tensor scale ``g``
     of two-level scaling (NVFP4; else None): ``value == (element * scale) * g``.
     """
-    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating, scale_format,
-                     tensor_scale)
-    _check_ste(ste)
+    spec = make_spec(x, fmt, block_size=block_size, dim=dim, rounding=rounding, scale_mode=scale_mode,
+                     generator=generator, seed=seed, saturating=saturating, scale_format=scale_format,
+                     tensor_scale=tensor_scale)
+    check_ste(ste)
     return fake_quant_spec_with_scale(x, spec, ste)
 
 
@@ -268,8 +204,15 @@ def quantize(x: torch.Tensor, fmt: Union[str, ElementFormat], block_size: Union[
     the per-tensor scale of two-level scaling (else None); with
     ``saturating=False`` an overflowing element is the format's Inf code (with its sign) or NaN code.
     """
-    spec = make_spec(x, fmt, block_size, dim, rounding, scale_mode, generator, seed, saturating, scale_format,
-                     tensor_scale)
+    spec = make_spec(x, fmt, block_size=block_size, dim=dim, rounding=rounding, scale_mode=scale_mode,
+                     generator=generator, seed=seed, saturating=saturating, scale_format=scale_format,
+                     tensor_scale=tensor_scale)
+    return quantize_spec(x, spec)
+
+
+def quantize_spec(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
+    """:func:`quantize` for a spec made for a tensor of ``x``'s shape (by :func:`make_spec` or
+    :meth:`OpSettings.group_spec`): codes, scales and scale codes as the op returns them."""
     if _use_native(x, spec):
         return native_quantize(x, spec)
     return reference_quantize(x, spec)

@@ -46,7 +46,7 @@ def encode(v: torch.Tensor, fmt: ElementFormat) -> torch.Tensor:
         code = torch.where(torch.isinf(a), torch.full_like(code, ((1 << ebits) - 1) << m), code)
     if fmt.signed:
         neg = torch.signbit(v) & ~nan
-        if fmt.special_values is SpecialValues.FNUZ:
+        if not fmt.has_negative_zero:  # (FNUZ: -0 is the NaN code; a zero encodes as +0)
             neg = neg & (a > 0)
         code = code | (neg.to(torch.int32) << (ebits + m))
     if fmt.nan_code is not None:

@@ -98,7 +98,7 @@ def round_to_format(x: torch.Tensor, fmt: ElementFormat, rounding: str = "even",
     y = x * exp2i(-quantum_exp)
     v = _round_magnitude(y, rounding, noise) * exp2i(quantum_exp)
     v = _saturate(v, fmt) if saturating else _overflow(v, fmt)
-    return v if _has_negative_zero(fmt) else _positive_zero(v)
+    return v if fmt.has_negative_zero else _positive_zero(v)
 
 
 def _saturate(v: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
@@ -113,11 +113,6 @@ def _overflow(v: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
         v = v.clamp(min=0.0)
     over = torch.full_like(v, float("inf") if fmt.has_inf else float("nan"))
     return torch.where(v.abs() > fmt.max_normal, torch.copysign(over, v), v)
-
-
-def _has_negative_zero(fmt: FloatFormat) -> bool:
-    """Whether the format encodes -0 (signed, not FNUZ, whose -0 code is the NaN)."""
-    return fmt.signed and fmt.special_values is not SpecialValues.FNUZ
 
 
 def _positive_zero(v: torch.Tensor) -> torch.Tensor:

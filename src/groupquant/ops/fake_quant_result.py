@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 
 from .group_layout import GroupLayout
+from .quantized import GroupQuantized
 
 __all__ = ["FakeQuantResult"]
 
@@ -26,12 +27,24 @@ class FakeQuantResult:
             scales are 0-d, per-channel ones keepdim).
         tensor_scale: the per-tensor float32 second scale ``g`` (0-d) of two-level scaling
             (NVFP4), or None: ``value == (element * scale) * tensor_scale``.
+        codes / scale_codes: the element codes (contracted) and scale codes as the quantize op
+            returned them (:meth:`from_quantized`), or None where the op gave values only.
     """
 
     value: torch.Tensor
     scale: torch.Tensor
     layout: Optional[GroupLayout] = None
     tensor_scale: Optional[torch.Tensor] = None
+    codes: Optional[torch.Tensor] = None
+    scale_codes: Optional[torch.Tensor] = None
+
+    @classmethod
+    def from_quantized(cls, q: "GroupQuantized") -> "FakeQuantResult":
+        """What the quantize op returned, as a contracted result: the dequantized values
+        (``q.dequantize()`` contracted, as the fake-quant pass gives them), the scales, the layout,
+        the tensor scale, and the codes and scale codes themselves."""
+        value = q.layout.contract(q.dequantize())
+        return cls(value, q.scale, q.layout, q.tensor_scale, codes=q.codes, scale_codes=q.scale_codes)
 
     @property
     def expanded_value(self) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 
 from ..formats import REFERENCE_RULES, SCALE_RULES, ElementFormat, FloatFormat, IntFormat, SpecialValues
 from .element_round import ROUNDING_MODES
-from .reference import GroupSpec
+from .op_settings import GroupSpec
 
 __all__ = ["KernelParams", "kernel_params", "op_params", "field_names", "field_index", "check_field_names", "pack_field",
            "SPECIAL_CODES"]
@@ -130,14 +130,14 @@ def _format_fields(fmt: ElementFormat, saturating: bool) -> Dict[str, object]:
     if isinstance(fmt, IntFormat):
         return dict(common, is_float=False, is_signed=fmt.signed, exponent_bits=0, mantissa_bits=0, bias=0, emin=0,
                     qmin=fmt.qmin, qmax=fmt.qmax, frac_bits=int(fmt.frac_bits), special=0, nan_code=-1,
-                    negative_zero=False)
+                    negative_zero=fmt.has_negative_zero)
     if isinstance(fmt, FloatFormat):
         sv = SpecialValues(fmt.special_values)
         nan_code = fmt.nan_code
         return dict(common, is_float=True, is_signed=fmt.signed, exponent_bits=fmt.exponent_bit_width,
                     mantissa_bits=fmt.mantissa_bit_width, bias=int(fmt.bias), emin=fmt.emin, qmin=0, qmax=0,
                     frac_bits=0, special=SPECIAL_CODES[sv], nan_code=-1 if nan_code is None else nan_code,
-                    negative_zero=fmt.signed and sv is not SpecialValues.FNUZ)
+                    negative_zero=fmt.has_negative_zero)
     raise TypeError(f"fmt must be an IntFormat or FloatFormat, got {type(fmt).__name__}")
 
 
@@ -145,10 +145,10 @@ def kernel_params(spec: GroupSpec, dtype: torch.dtype) -> KernelParams:
     """The record of ``spec`` for input of ``dtype``; the scale fields (and the exponent cap
     ``exp_max``) are the scale format's own (:meth:`~groupquant.formats.ExponentScale.kernel_fields`)."""
     layout = spec.layout
-    if spec.scale_mode in REFERENCE_RULES:
-        raise ValueError(f"scale_mode={spec.scale_mode!r} has no native kernel: it runs on the PyTorch reference")
+    if spec.scale_rule in REFERENCE_RULES:
+        raise ValueError(f"scale_mode={spec.scale_rule!r} has no native kernel: it runs on the PyTorch reference")
     seed = 0 if spec.seed is None else int(spec.seed) & 0xFFFFFFFF
-    return KernelParams(dim=layout.dim, block_size=layout.block_size, scale_mode=SCALE_RULES.index(spec.scale_mode),
+    return KernelParams(dim=layout.dim, block_size=layout.block_size, scale_mode=SCALE_RULES.index(spec.scale_rule),
                         rounding=ROUNDING_MODES.index(spec.rounding), seed=seed,
                         **_format_fields(spec.fmt, spec.saturating),
                         **spec.scale_format.kernel_fields(dtype, spec.fmt, spec.tensor_scale))  # type: ignore[arg-type]
@@ -168,7 +168,7 @@ def op_params(spec: GroupSpec, dtype: torch.dtype) -> List[int]:
     if mine is not None and mine[0] == dtype:
         return mine[1]
     layout = spec.layout
-    key = (spec.fmt, dtype, spec.saturating, layout.dim, layout.block_size, spec.scale_mode, spec.rounding, spec.seed,
+    key = (spec.fmt, dtype, spec.saturating, layout.dim, layout.block_size, spec.scale_rule, spec.rounding, spec.seed,
            spec.scale_format, spec.tensor_scale)
     packed = _PACKED.get(key)
     if packed is None:

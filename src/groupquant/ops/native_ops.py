@@ -26,7 +26,8 @@ from .fake_quant_result import FakeQuantResult
 from .kernel_params import check_field_names, field_index, op_params
 from .packed_gemm_params import check_packed_field_names, packed_field_names
 from .quantized import GroupQuantized
-from .reference import GroupSpec, tensor_scale_for
+from .op_settings import GroupSpec
+from .reference import tensor_scale_for
 
 __all__ = ["register", "op_params", "native_fake_quant", "native_fake_quant_with_scale", "native_quantize", "OP_NAMES"]
 
@@ -114,4 +115,5 @@ def native_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     ts = tensor_scale_for(x, spec)
     codes, scale, scale_codes = torch.ops.groupquant.group_quantize(x.detach(), op_params(spec, x.dtype),
                                                                    code_dtype(spec.fmt), ts)
-    return GroupQuantized(codes, scale, spec.scale_format.kept_codes(scale_codes), spec.fmt, spec.layout, x.dtype, spec.scale_format, ts)
+    return GroupQuantized(codes=codes, scale=scale, scale_codes=spec.scale_format.kept_codes(scale_codes), fmt=spec.fmt,
+                          layout=spec.layout, dtype=x.dtype, scale_format=spec.scale_format, tensor_scale=ts)

@@ -39,20 +39,11 @@ class GroupQuantized:
     scale_format: ScaleFormat = E8M0
     tensor_scale: Optional[torch.Tensor] = None
 
-    @property
-    def shape(self) -> torch.Size:
-        """Shape of the original tensor."""
-        return torch.Size(self.layout.shape)
-
-    @property
-    def block_size(self) -> int:
-        """Elements per group (the whole dim's size when grouped over all of it)."""
-        return self.layout.block_size
-
-    @property
-    def dim(self) -> int:
-        """The grouped dim of the original tensor (non-negative)."""
-        return self.layout.dim
+    #: Read off the layout: the original tensor's shape, elements per group (the whole dim's size
+    #: when grouped over all of it), the grouped dim (non-negative).
+    shape = property(lambda self: torch.Size(self.layout.shape))
+    block_size = property(lambda self: self.layout.block_size)
+    dim = property(lambda self: self.layout.dim)
 
     def element_values(self) -> torch.Tensor:
         """Element values (codes decoded, before scaling), float32, contracted."""
@@ -72,5 +63,5 @@ class GroupQuantized:
         """A copy on another device."""
         sc = None if self.scale_codes is None else self.scale_codes.to(device)
         ts = None if self.tensor_scale is None else self.tensor_scale.to(device)
-        return GroupQuantized(self.codes.to(device), self.scale.to(device), sc, self.fmt, self.layout, self.dtype,
-                              self.scale_format, ts)
+        return GroupQuantized(codes=self.codes.to(device), scale=self.scale.to(device), scale_codes=sc, fmt=self.fmt,
+                              layout=self.layout, dtype=self.dtype, scale_format=self.scale_format, tensor_scale=ts)

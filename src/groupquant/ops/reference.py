@@ -11,11 +11,10 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..formats import ElementFormat, ScaleFormat
 from .codes import encode
 from .denormals import keeping_denormals
 from .element_round import round_to_format, uniform_from_hash
-from .group_layout import GroupLayout
+from .op_settings import GroupSpec
 from .quantized import GroupQuantized
 from .shared_scale import group_scale, tensor_scale_of
 
@@ -23,28 +22,6 @@ _F32_MAX = torch.finfo(torch.float32).max
 
 __all__ = ["GroupSpec", "reference_fake_quant", "reference_quantize",
            "stochastic_noise", "ReferenceFakeQuantParts", "tensor_scale_for"]
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    """Validated arguments of one group-wise quantization call.
-
-    ``saturating=False`` (formats with Inf or NaN codes only): an element whose rounded magnitude
-    exceeds max normal becomes +-Inf / NaN instead of +-max normal (see :mod:`.element_round`).
-    ``scale_format`` stores the block scales (``scale_mode`` is one of its rules); ``tensor_scale``
-    adds the per-tensor float32 second scale (minifloat scale formats, see :mod:`.shared_scale`).
-    Every field is given (by :func:`groupquant.ops.make_spec`, the one place that builds it): no
-    defaults, as torch.compile (2.11) cannot trace a call whose defaults hold objects.
-    """
-
-    fmt: ElementFormat
-    layout: GroupLayout
-    rounding: str
-    scale_mode: str
-    seed: Optional[int]  # for rounding='stochastic'
-    saturating: bool
-    scale_format: ScaleFormat
-    tensor_scale: bool
 
 
 def stochastic_noise(spec: GroupSpec, device: torch.device) -> Optional[torch.Tensor]:
@@ -83,10 +60,10 @@ def _quantize_values(x: torch.Tensor, spec: GroupSpec) -> _Quantized:
     xg = spec.layout.contract(x.detach().float())
     amax = xg.abs().amax(dim=spec.layout.reduce_dim, keepdim=True)
     g = tensor_scale_for(x, spec)
-    scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_mode, x.dtype, spec.scale_format, g)
+    scale, scale_codes = group_scale(amax, spec.fmt, spec.scale_rule, x.dtype, spec.scale_format, g)
     noise = stochastic_noise(spec, x.device)
     if getattr(spec.scale_format, "flush_subnormal_blocks", False):  # all-zero blocks (signed zeros)
-        xg = xg * (spec.scale_format.keeps(amax, spec.scale_mode, x.dtype) | (amax == 0)
+        xg = xg * (spec.scale_format.keeps(amax, spec.scale_rule, x.dtype) | (amax == 0)
                    | ~torch.isfinite(amax)).float()
     if g is None:
         scaled = xg / scale
@@ -142,6 +119,6 @@ def reference_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
 def _quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     """:func:`reference_quantize` under the thread's current flush-denormal mode."""
     q = _quantize_values(x, spec)
-    codes = encode(q.elements, spec.fmt)
-    return GroupQuantized(codes, q.scale, spec.scale_format.kept_codes(q.scale_codes), spec.fmt, spec.layout, x.dtype, spec.scale_format,
-                          q.tensor_scale)
+    return GroupQuantized(codes=encode(q.elements, spec.fmt), scale=q.scale,
+                          scale_codes=spec.scale_format.kept_codes(q.scale_codes), fmt=spec.fmt, layout=spec.layout,
+                          dtype=x.dtype, scale_format=spec.scale_format, tensor_scale=q.tensor_scale)

@@ -54,14 +54,14 @@ from typing import Optional, Tuple
 import torch
 
 from ..formats.bits import divide
-from ..formats import (E8M0, POWER_OF_TWO_RULES, SCALE_RULES, ElementFormat, ExponentScale, FloatScale, ScaleFormat,
+from ..formats import (E8M0, SCALE_RULES, ElementFormat, ExponentScale, FloatScale, ScaleFormat,
                        default_scale_format)
 
-__all__ = ["SCALE_MODES", "POWER_OF_TWO_MODES", "shared_exponent", "group_scale", "exponent_cap", "default_scale_format",
+__all__ = ["SCALE_MODES", "shared_exponent", "group_scale", "exponent_cap", "default_scale_format",
            "e8m0_encode", "e8m0_decode", "tensor_scale_divisor", "tensor_scale_of", "MIN_TENSOR_SCALE", "encode_scale",
            "decode_scale"]
 
-POWER_OF_TWO_MODES = POWER_OF_TWO_RULES
+#: The scale rules (:data:`groupquant.formats.SCALE_RULES`) under the functional ops' keyword name.
 SCALE_MODES = SCALE_RULES
 
 #: Smallest per-tensor scale, float32's smallest normal (keeps 1 / g finite).
@@ -73,12 +73,12 @@ def exponent_cap(dtype: torch.dtype, fmt: ElementFormat, scale_format: ExponentS
     return scale_format.exponent_cap(dtype, fmt)
 
 
-def shared_exponent(amax: torch.Tensor, fmt: ElementFormat, mode: str, dtype: torch.dtype = torch.float32,
+def shared_exponent(amax: torch.Tensor, fmt: ElementFormat, rule: str, dtype: torch.dtype = torch.float32,
                     scale_format: ExponentScale = E8M0) -> torch.Tensor:
     """The shared exponent (int32) for finite, non-negative ``amax`` of input dtype ``dtype``
     (:meth:`groupquant.formats.ExponentScale.shared_exponent`): clamped to [-bias, :func:`exponent_cap`]
     of ``scale_format``; zero amax gives -bias."""
-    return scale_format.shared_exponent(amax, fmt, mode, dtype)
+    return scale_format.shared_exponent(amax, fmt, rule, dtype)
 
 
 def tensor_scale_divisor(fmt: ElementFormat, scale_format: FloatScale) -> float:
@@ -101,20 +101,20 @@ def tensor_scale_of(x: torch.Tensor, fmt: ElementFormat, scale_format: FloatScal
     return torch.where(torch.isfinite(amax), g, torch.full_like(g, float("nan")))
 
 
-def group_scale(amax: torch.Tensor, fmt: ElementFormat, mode: str, dtype: torch.dtype = torch.float32,
+def group_scale(amax: torch.Tensor, fmt: ElementFormat, rule: str, dtype: torch.dtype = torch.float32,
                 scale_format: Optional[ScaleFormat] = None,
                 tensor_scale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Scale (float32) and its code (uint8) from per-group amax, by rule ``mode`` in ``scale_format``.
+    """Scale (float32) and its code (uint8) from per-group amax, by the scale rule ``rule`` in ``scale_format``.
 
     ``dtype`` is the dtype of the data being quantized (it caps power-of-two exponents, see the
     module doc); ``tensor_scale`` is the per-tensor ``g`` (two-level scaling) or None. Codes are the
     scale format's (E{k}M0 exponent codes, minifloat codes; all 0 for float32 / bfloat16). A group
     with NaN or Inf (or any group under a NaN ``g``) gets a NaN scale and the NaN code; the finite
     groups get the scale format's :meth:`block_scale`.
-    ``scale_format`` None: float32 for ``mode='float'``, else E8M0.
+    ``scale_format`` None: float32 for ``rule='float'``, else E8M0.
     """
     if scale_format is None:
-        scale_format = default_scale_format(mode)
+        scale_format = default_scale_format(rule)
     amax = amax.float()
     finite = torch.isfinite(amax)
     g = None
@@ -123,7 +123,7 @@ def group_scale(amax: torch.Tensor, fmt: ElementFormat, mode: str, dtype: torch.
         finite = finite & g_finite
         g = torch.where(g_finite, tensor_scale, torch.ones_like(tensor_scale))
     safe = torch.where(finite, amax, torch.zeros_like(amax))
-    scale, codes = scale_format.block_scale(safe, fmt, mode, dtype, g)
+    scale, codes = scale_format.block_scale(safe, fmt, rule, dtype, g)
     nan_code = scale_format.nan_code
     if nan_code is not None:
         codes = torch.where(finite, codes, torch.full_like(codes, nan_code))

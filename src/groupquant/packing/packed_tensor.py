@@ -151,7 +151,8 @@ class PackedTensor:
             scale = decode_scale(scale_codes, sf)
         else:
             scale_codes, scale = None, self.scale.float().unsqueeze(layout.reduce_dim)
-        return GroupQuantized(codes, scale, scale_codes, fmt, layout, self.dtype, sf, self.tensor_scale)
+        return GroupQuantized(codes=codes, scale=scale, scale_codes=scale_codes, fmt=fmt, layout=layout, dtype=self.dtype,
+                              scale_format=sf, tensor_scale=self.tensor_scale)
 
     def dequantize(self) -> torch.Tensor:
         """``element * scale`` in the original shape and dtype (equal to ``fake_quant`` of the input)."""

@@ -30,7 +30,7 @@ import torch
 
 from ..formats import ElementFormat, IntFormat, ScaleFormat
 from ..inject import ConfigError
-from ..ops import GroupLayout, GroupQuantized, code_dtype, quantize
+from ..ops import GroupQuantized, OpSettings, code_dtype, quantize_spec
 from ..ops.bitstream import pack_bits, packed_nbytes, unpack_bits
 from ..ops.denormals import keeping_denormals
 from ..ops.packed_tables import element_value_table
@@ -40,20 +40,12 @@ __all__ = ["ShardCodec", "ShardPayload", "encode_shard", "decode_gathered", "deq
 
 @dataclass(frozen=True)
 class ShardCodec:
-    """The quantize-op settings of one weight quantization (as ``groupquant.quantize`` takes them).
+    """The quantize-op settings of one weight quantization (:class:`groupquant.ops.OpSettings`,
+    from the quantizer's own :meth:`~groupquant.core.QuantSpec.op_settings`), checked for the
+    all-gather: group-wise blocks (``settings.dim`` 1: along the input features, 0: along the
+    output features; ``settings.block_size`` elements) and scale codes."""
 
-    group_dim: the grouped dim of the 2-D weight (1: blocks along the input features, 0: along
-    the output features); block_size: elements per block; the rest as :func:`groupquant.quantize`.
-    """
-
-    fmt: ElementFormat
-    block_size: int
-    group_dim: int
-    rounding: str
-    scale_mode: str
-    saturating: bool
-    scale_format: ScaleFormat
-    tensor_scale: bool
+    settings: OpSettings
 
     @classmethod
     def of(cls, spec: Any, ndim: int, where: str) -> "ShardCodec":
@@ -67,14 +59,17 @@ class ShardCodec:
             raise ConfigError("scale_format", f"{where}: {spec.name} keeps {getattr(scale_format, 'name', 'float32')} "
                                               "scales, not codes; the quantized all-gather moves scale bytes "
                                               "(E8M0, UE4M3)")
-        g = spec.scale_granularity
-        return cls(spec.fmt, int(g.group_size), g.group_dim_of(ndim), spec.rounding, spec.scale_mode,
-                   spec.saturating, scale_format, bool(spec.tensor_scale))
+        settings = spec.op_settings(ndim)
+        if settings.block_size is None:
+            raise ConfigError("group_size", f"{where}: {spec.name} has group_size=None (the whole dim); the quantized "
+                                            "all-gather needs blocks of a fixed size")
+        return cls(settings)
 
     def payload_nbytes(self, shape: Tuple[int, ...]) -> int:
         """Bytes of a shard of ``shape`` (element codes + scale codes)."""
-        layout = GroupLayout.build(torch.Size(shape), self.group_dim, self.block_size)
-        return packed_nbytes(math.prod(layout.contracted_shape), self.fmt.bit_width) + math.prod(layout.scale_shape)
+        layout = self.settings.layout_of(shape)
+        nbytes = packed_nbytes(math.prod(layout.contracted_shape), self.settings.fmt.bit_width)
+        return nbytes + math.prod(layout.scale_shape)
 
 
 @dataclass(frozen=True)
@@ -98,25 +93,24 @@ def shard_amax(shard: torch.Tensor) -> torch.Tensor:
 def _check_rows(shard: torch.Tensor, codec: ShardCodec, where: str) -> None:
     """A block must lie inside the shard's rows and its code stream end on a byte."""
     rows = shard.shape[0]
-    if codec.group_dim == 0 and rows % codec.block_size:
-        raise ConfigError("group_size", f"{where}: a shard of {rows} rows splits blocks of {codec.block_size} "
+    if codec.settings.dim == 0 and rows % codec.settings.block_size:
+        raise ConfigError("group_size", f"{where}: a shard of {rows} rows splits blocks of {codec.settings.block_size} "
                                         "along dim 0 (the all-gather's dim); shard rows must be a multiple of the "
                                         "block (choose the world size or the layer's out_features so that they are)")
-    if (shard.numel() * codec.fmt.bit_width) % 8:
+    if (shard.numel() * codec.settings.fmt.bit_width) % 8:
         raise ConfigError("bit_width", f"{where}: a shard of shape {tuple(shard.shape)} at "
-                                       f"{codec.fmt.bit_width} bits does not end on a byte")
+                                       f"{codec.settings.fmt.bit_width} bits does not end on a byte")
 
 
 def _quantize(x: torch.Tensor, codec: ShardCodec) -> GroupQuantized:
-    return quantize(x, codec.fmt, block_size=codec.block_size, dim=codec.group_dim, rounding=codec.rounding,
-                    scale_mode=codec.scale_mode, saturating=codec.saturating, scale_format=codec.scale_format,
-                    tensor_scale=codec.tensor_scale)
+    """``x`` quantized by the codec's op settings (the quantizer's own, checked when it was resolved)."""
+    return quantize_spec(x, codec.settings.group_spec(x))
 
 
 def _with_amax_rows(shard: torch.Tensor, amax: torch.Tensor, codec: ShardCodec) -> torch.Tensor:
     """``shard`` and one block of extra rows (one row when blocks run along dim 1) whose first
     element is ``amax``: the tensor's amax becomes ``amax`` and no block of the shard changes."""
-    extra = codec.block_size if codec.group_dim == 0 else 1
+    extra = codec.settings.block_size if codec.settings.dim == 0 else 1
     pad = shard.new_zeros((extra,) + tuple(shard.shape[1:]))
     pad.view(-1)[0] = amax.to(shard.dtype)
     return torch.cat([shard, pad])
@@ -126,22 +120,22 @@ def encode_shard(shard: torch.Tensor, codec: ShardCodec, global_amax: Optional[t
                  where: str = "all-gather") -> ShardPayload:
     """The all-gather inputs of one row shard (``[R, I]``, the dtype the weight is quantized in).
 
-    ``global_amax``: the whole weight's amax (0-d), needed when ``codec.tensor_scale``."""
+    ``global_amax``: the whole weight's amax (0-d), needed when ``codec.settings.tensor_scale``."""
     _check_rows(shard, codec, where)
     with torch.no_grad():
-        if codec.tensor_scale:
+        if codec.settings.tensor_scale:
             if global_amax is None:
                 raise ValueError(f"{where}: a two-level scale needs the whole weight's amax (global_amax)")
             q = _quantize(_with_amax_rows(shard, global_amax, codec), codec)
-            keep = shard.shape[0] if codec.group_dim != 0 else shard.shape[0] // codec.block_size
+            keep = shard.shape[0] if codec.settings.dim != 0 else shard.shape[0] // codec.settings.block_size
             codes, scale_codes = q.codes[:keep], q.scale_codes[:keep]
         else:
             q = _quantize(shard, codec)
             codes, scale_codes = q.codes, q.scale_codes
-        if codec.fmt.bit_width == 8:
+        if codec.settings.fmt.bit_width == 8:
             stream = codes.reshape(-1).view(torch.uint8)
         else:
-            stream = pack_bits(codes, codec.fmt.bit_width)
+            stream = pack_bits(codes, codec.settings.fmt.bit_width)
         return ShardPayload(stream.contiguous(), scale_codes.reshape(-1).contiguous(), q.tensor_scale)
 
 
@@ -149,18 +143,19 @@ def decode_gathered(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: Opt
                     codec: ShardCodec, shape: Tuple[int, ...], dtype: torch.dtype) -> GroupQuantized:
     """The group-quantized weight of ``shape`` from the gathered streams (every rank's
     :class:`ShardPayload` laid end to end); ``dtype``: the dtype it dequantizes to."""
-    layout = GroupLayout.build(torch.Size(shape), codec.group_dim, codec.block_size)
+    layout = codec.settings.layout_of(shape)
     count = math.prod(layout.contracted_shape)
-    fmt = codec.fmt
+    fmt = codec.settings.fmt
     if fmt.bit_width == 8:
         element_codes = codes.view(code_dtype(fmt))
     else:
         signed = isinstance(fmt, IntFormat) and fmt.signed
         element_codes = unpack_bits(codes, fmt.bit_width, count, signed=signed).to(code_dtype(fmt))
     scale_codes = scales.view(layout.scale_shape)
-    scale = codec.scale_format.decode(scale_codes).float()
-    return GroupQuantized(element_codes.view(layout.contracted_shape), scale, scale_codes, fmt, layout, dtype,
-                          codec.scale_format, tensor_scale if codec.tensor_scale else None)
+    scale = codec.settings.scale_format.decode(scale_codes).float()
+    return GroupQuantized(codes=element_codes.view(layout.contracted_shape), scale=scale, scale_codes=scale_codes,
+                          fmt=fmt, layout=layout, dtype=dtype, scale_format=codec.settings.scale_format,
+                          tensor_scale=tensor_scale if codec.settings.tensor_scale else None)
 
 
 def _element_values(codes: torch.Tensor, fmt: ElementFormat, count: int) -> torch.Tensor:
@@ -180,12 +175,13 @@ def dequantize_gathered(codes: torch.Tensor, scales: torch.Tensor, tensor_scale:
     """``decode_gathered(...).dequantize()``: ``(element * scale) * tensor_scale`` in ``shape`` and
     ``dtype`` (:meth:`groupquant.ops.GroupQuantized.dequantize`'s rule, subnormals kept), with the
     element values from the format's value table."""
-    layout = GroupLayout.build(torch.Size(shape), codec.group_dim, codec.block_size)
-    elements = _element_values(codes, codec.fmt, math.prod(layout.contracted_shape)).view(layout.contracted_shape)
-    scale = codec.scale_format.decode(scales.view(layout.scale_shape)).float()
+    layout = codec.settings.layout_of(shape)
+    count = math.prod(layout.contracted_shape)
+    elements = _element_values(codes, codec.settings.fmt, count).view(layout.contracted_shape)
+    scale = codec.settings.scale_format.decode(scales.view(layout.scale_shape)).float()
 
     def values() -> torch.Tensor:
         out = elements * scale
-        out = out if not codec.tensor_scale else out * tensor_scale
+        out = out if not codec.settings.tensor_scale else out * tensor_scale
         return layout.expand(out).to(dtype)
     return keeping_denormals(values)

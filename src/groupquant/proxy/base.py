@@ -108,3 +108,15 @@ class QuantProxy(nn.Module):
         if self.tensor_quant is None:
             return x
         return quant_tensor_from_output(self._run(plain(x)), self.spec, self.training)
+
+    @torch.no_grad()
+    def quantized(self, x: Union[torch.Tensor, QuantTensor]) -> QuantTensor:
+        """The quant tensor of ``x`` holding what the quantize op returned where the quantizer runs
+        it (abs-max group scales: the codes and scale codes themselves, the values equal to
+        :meth:`forward`'s bit for bit); other quantizers' tensors as :meth:`forward` gives them.
+        No gradient; no cache. ``x`` must be quantized (``is_quant_enabled``)."""
+        try:
+            out = self.tensor_quant(plain(x), True, True)
+        except ConfigError as err:
+            raise _in_context(err, self.context, self.prefix) from None
+        return quant_tensor_from_output(out, self.spec, self.training)

@@ -19,7 +19,7 @@ import torch
 from ..formats import ElementFormat, FloatFormat, IntFormat, SpecialValues
 from ..ops import code_dtype, encode, round_to_format
 
-__all__ = ["int_codes", "float_elements", "float_codes", "FormatAttributes"]
+__all__ = ["int_codes", "int_factor", "float_elements", "float_codes", "FormatAttributes"]
 
 
 def _ones(n: int) -> str:
@@ -104,6 +104,12 @@ def _ratio(value: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor) -
     y = value.detach().float() / scale.detach().float()
     zp = zero_point.detach().float()
     return torch.where(zp == 0, y, y + zp)
+
+
+def int_factor(scale: torch.Tensor, fmt: IntFormat) -> torch.Tensor:
+    """The factor of integer codes under shared scale ``scale``: ``scale * 2**-frac_bits``
+    (Brevitas's ``value = int * scale``; MXINT8's elements are ``int / 64``)."""
+    return scale * float(2.0 ** -fmt.frac_bits)
 
 
 def int_codes(value: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, fmt: IntFormat) -> torch.Tensor:

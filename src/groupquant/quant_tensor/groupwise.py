@@ -4,11 +4,17 @@ Fields ending in ``_`` are contracted (see :class:`groupquant.ops.GroupLayout`):
 ``[O, I]`` grouped along dim 1 in ``k`` groups, ``value_`` is ``[O, k, I/k]`` and ``scale_``,
 ``zero_point_`` are ``[O, k, 1]``. ``value``, ``scale``, ``zero_point`` are the expanded
 ``[O, I]`` tensors (padding removed), computed on access.
+
+A quant tensor keeps what the op returned: the layout object the op built, and, where the op
+produced them (the quantize op: ``QuantProxy.quantized``), the element codes and scale codes, which
+:meth:`GroupwiseFields.codes_` and :meth:`GroupwiseFields.to_group_quantized` hand on as they are.
+Only a tensor whose op gave values alone (the fake-quant pass, scales from a scale module) has its
+codes read back off its values (:mod:`.elements`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional
 
 import torch
 
@@ -27,39 +33,32 @@ class GroupwiseFields:
         value_: dequantized values, contracted (the input's dtype; carries the gradient).
         scale_: float32 scales ``[.., k, 1, ..]``.
         zero_point_: like ``scale_`` (0 for groupquant's quantizers).
-        group_size: elements per group.
-        group_dim: the grouped dim of the original tensor (non-negative).
-        shape_: the original shape (before padding).
+        layout: the :class:`groupquant.ops.GroupLayout` the op used (original shape, grouped dim,
+            block size); ``group_size`` and ``group_dim`` (Brevitas's names) are read off it.
         tensor_scale_ (keyword): the per-tensor float32 second scale ``g`` (0-d) of two-level
             scaling (NVFP4), or None: ``value_ = (element * scale_) * tensor_scale_``.
         scale_format (keyword): the number format of ``scale_`` (E8M0 for MX, UE4M3 for NVFP4).
+        op_codes_ (keyword): the element codes the quantize op returned (contracted), or None
+            where the op gave values only.
+        op_scale_codes_ (keyword): the scale codes it returned with them (None for float32 /
+            bfloat16 scales, or without ``op_codes_``).
     """
 
     value_: torch.Tensor
     scale_: torch.Tensor
     zero_point_: torch.Tensor
-    group_size: int
-    group_dim: int
-    shape_: Tuple[int, ...]
+    layout: GroupLayout
     tensor_scale_: Optional[torch.Tensor] = field(default=None, kw_only=True)
     scale_format: ScaleFormat = field(default=E8M0, kw_only=True)
+    op_codes_: Optional[torch.Tensor] = field(default=None, kw_only=True)
+    op_scale_codes_: Optional[torch.Tensor] = field(default=None, kw_only=True)
 
-    @property
-    def layout(self) -> GroupLayout:
-        """The group layout (contract / expand); built once per quant tensor."""
-        memo = self.__dict__.get("_layout")
-        if memo is None:
-            memo = GroupLayout.build(torch.Size(self.shape_), self.group_dim, self.group_size)
-            object.__setattr__(self, "_layout", memo)
-        return memo
-
-    @property
-    def num_groups(self) -> int:
-        return self.layout.num_groups
-
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size(self.shape_)
+    #: Read off the layout: elements per group and the grouped dim (non-negative; Brevitas's names),
+    #: the number of groups, the original shape (before padding).
+    group_size = property(lambda self: self.layout.block_size)
+    group_dim = property(lambda self: self.layout.dim)
+    num_groups = property(lambda self: self.layout.num_groups)
+    shape = property(lambda self: torch.Size(self.layout.shape))
 
     @property
     def value(self) -> torch.Tensor:
@@ -102,7 +101,11 @@ class GroupwiseFields:
         return keeping_denormals(lambda: to_elements(self._block_value_(), self.scale_, self.zero_point_, self.fmt))
 
     def codes_(self) -> torch.Tensor:
-        """Element codes, contracted."""
+        """Element codes, contracted: the op's own where it returned them, else read off the values."""
+        return self.op_codes_ if self.op_codes_ is not None else self._codes_from_values()
+
+    def _codes_from_values(self) -> torch.Tensor:
+        """Element codes read back off ``value_`` and ``scale_`` (:mod:`.elements`), contracted."""
         raise NotImplementedError
 
     def codes(self) -> torch.Tensor:
@@ -116,6 +119,10 @@ class GroupwiseFields:
         and the tensor scale. ``result.dequantize()`` equals :attr:`value`."""
         shared = self.shared_scale_().detach().float()
         ts = None if self.tensor_scale_ is None else self.tensor_scale_.detach().float()
-        scale_codes = keeping_denormals(lambda: encode_scale(shared, self.scale_format))
-        return GroupQuantized(self.codes_(), shared, scale_codes, self.fmt, self.layout, self.value_.dtype,
-                              self.scale_format, ts)
+        if self.op_codes_ is not None:
+            scale_codes = self.op_scale_codes_
+        else:
+            scale_codes = keeping_denormals(lambda: encode_scale(shared, self.scale_format))
+        return GroupQuantized(codes=self.codes_(), scale=shared, scale_codes=scale_codes, fmt=self.fmt,
+                              layout=self.layout, dtype=self.value_.dtype, scale_format=self.scale_format,
+                              tensor_scale=ts)

@@ -33,5 +33,5 @@ class GroupwiseFloatQuantTensor(FormatAttributes, GroupwiseFields, QuantTensor):
         """Element values in the original shape."""
         return self.layout.expand(self.minifloat_())
 
-    def codes_(self) -> torch.Tensor:
+    def _codes_from_values(self) -> torch.Tensor:
         return self._elements_from_values(float_codes)

@@ -7,7 +7,7 @@ import torch
 
 from ..formats import IntFormat
 from .base import QuantTensor
-from .elements import FormatAttributes, int_codes
+from .elements import FormatAttributes, int_codes, int_factor
 from .groupwise import GroupwiseFields
 
 __all__ = ["GroupwiseIntQuantTensor"]
@@ -25,18 +25,17 @@ class GroupwiseIntQuantTensor(FormatAttributes, GroupwiseFields, QuantTensor):
     fmt: IntFormat
     training: bool = False
 
-    @property
-    def int_scale_(self) -> torch.Tensor:
-        """The factor of the integer codes, contracted: ``value_ = int_ * int_scale_``."""
-        return self.scale_ * float(2.0 ** -self.fmt.frac_bits)
+    #: The factor of the integer codes, contracted: ``value_ = int_ * int_scale_``.
+    int_scale_ = property(lambda self: int_factor(self.scale_, self.fmt))
 
     def int_(self) -> torch.Tensor:
-        """Integer codes, contracted (int8 for <= 8 bits)."""
-        return self._elements_from_values(int_codes)
+        """Integer codes, contracted (int8 for <= 8 bits): the op's own where it returned them,
+        else read off the values (:meth:`codes_`)."""
+        return self.codes_()
 
     def int(self) -> torch.Tensor:
         """Integer codes in the original shape."""
         return self.layout.expand(self.int_())
 
-    def codes_(self) -> torch.Tensor:
-        return self.int_()
+    def _codes_from_values(self) -> torch.Tensor:
+        return self._elements_from_values(int_codes)

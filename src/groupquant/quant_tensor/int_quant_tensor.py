@@ -7,7 +7,7 @@ import torch
 
 from ..formats import IntFormat
 from .base import QuantTensor
-from .elements import FormatAttributes, int_codes
+from .elements import FormatAttributes, int_codes, int_factor
 
 __all__ = ["IntQuantTensor"]
 
@@ -32,10 +32,8 @@ class IntQuantTensor(FormatAttributes, QuantTensor):
     fmt: IntFormat
     training: bool = False
 
-    @property
-    def int_scale(self) -> torch.Tensor:
-        """The factor of the integer codes: ``value = int * int_scale``."""
-        return self.scale * float(2.0 ** -self.fmt.frac_bits)
+    #: The factor of the integer codes: ``value = int * int_scale``.
+    int_scale = property(lambda self: int_factor(self.scale, self.fmt))
 
     def int(self) -> torch.Tensor:
         """The integer codes (int8 for <= 8 bits, int16 above), the value's shape."""
