@@ -206,3 +206,18 @@ def test_a_teacher_with_another_vocabulary_is_refused(tiny_lm):
         gq.qat(lm.model, lm.data, recipe="mxfp4", teacher=transformers.LlamaForCausalLM(cfg), steps=1, progress=False)
     with pytest.raises(ValueError, match="teacher is the model being trained"):
         gq.qat(lm.model, lm.data, recipe="mxfp4", teacher=lm.model, steps=1, progress=False)
+
+
+def test_dict_items_with_an_attention_mask_and_separate_calibration_data(tiny_lm):
+    lm = tiny_lm(layers=1)
+    items = [{"input_ids": x, "attention_mask": torch.ones_like(x)} for x in lm.data]
+    items[0]["attention_mask"][1, -8:] = 0  # padding at the end of one row
+    calibration = lm.data[:2]
+    reference = gq.ptq(copy.deepcopy(lm.model), calibration, recipe="mxfp4_weight_only", progress=False)
+    trained = gq.qat(lm.model, items, recipe="mxfp4_weight_only", calibration_data=calibration, steps=2, lr=1e-3,
+                     eval_data=lm.held_out, eval_seq_len=32, progress=False)
+    assert trained.qat_history[0].perplexity == _ppl(reference, lm)  # calibrated on calibration_data, not on data
+    assert all(r.loss > 0 for r in trained.qat_history[1:])
+    with pytest.raises(ValueError, match="qat\\(calibration_data=...\\) item 0: token ids must lie in"):
+        gq.qat(tiny_lm(layers=1).model, lm.data, recipe="mxfp4", calibration_data=[torch.full((1, 4), 99)], steps=1,
+               progress=False)
