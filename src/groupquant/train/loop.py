@@ -101,6 +101,8 @@ class _Stepper:
         hidden = cfg.distill.needs_hidden
         self.student_kw = _call_keywords(models.student, hidden)
         self.teacher_kw = {} if models.teacher is None else _call_keywords(models.teacher, hidden)
+        self.teacher_device = None if models.teacher is None else next(
+            (p.device for p in models.teacher.parameters()), self.device)
 
     def _one(self, item: Any) -> Any:
         """The loss terms of one micro-batch (gradient recorded for the student)."""
@@ -108,7 +110,7 @@ class _Stepper:
         with _autocast(self.device, self.cfg.autocast):
             if self.cfg.distill.needs_teacher:
                 with torch.no_grad():
-                    teacher_out = call(self.models.teacher, item, self.teacher_kw)
+                    teacher_out = call(self.models.teacher, to_device(item, self.teacher_device), self.teacher_kw)
             out = call(self.models.engine, item, self.student_kw)
             return distillation_loss(out, teacher_out, token_ids_of(item), mask_of(item), self.cfg.distill)
 
