@@ -20,8 +20,9 @@ HOMES = {
     "pack_model": "groupquant.export", "unpack_model": "groupquant.export", "describe": "groupquant.quantizers",
     "fake_quant": "groupquant.ops", "quantize": "groupquant.ops", "GroupQuantized": "groupquant.ops",
     "ptq": "groupquant.calib", "save": "groupquant.export", "load": "groupquant.export",
+    "qat": "groupquant.train",
 }
-SUBMODULES = ("nn", "proxy", "quantizers", "quant_tensor", "calib", "eval")
+SUBMODULES = ("nn", "proxy", "quantizers", "quant_tensor", "calib", "eval", "train")
 
 
 def _fresh(code: str) -> str:

@@ -37,6 +37,8 @@ _LAZY: Dict[str, Tuple[str, Any]] = {
     "describe": (".quantizers", "describe"),
     "calib": (".calib", None),
     "ptq": (".calib", "ptq"),
+    "train": (".train", None),
+    "qat": (".train", "qat"),
     "eval": (".eval", None),
     "save": (".export.checkpoints.save_load", "save"),
     "load": (".export.checkpoints.save_load", "load"),
@@ -47,7 +49,7 @@ __all__ = [
     "NVFP4", "UE4M3", "ExponentScale", "FloatScale", "get_scale_format", "known_scale_formats",
     "GroupQuantized", "fake_quant", "quantize", "PackedTensor", "pack", "__version__", "describe",
     "quantize_model", "pack_model", "unpack_model", "nn", "proxy", "quantizers", "quant_tensor",
-    "calib", "ptq", "eval", "save", "load",
+    "calib", "ptq", "train", "qat", "eval", "save", "load",
 ]
 
 

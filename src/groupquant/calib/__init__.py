@@ -6,6 +6,7 @@ from .gptq import gptq_quantize
 from .methods import DEFAULT_METHODS, ORDER
 from .ptq import calibrate, ptq
 from .report import LayerReport, format_reports
+from .upstream_correction import correct_upstream  # noqa: F401  (experimental: docs/calibration-upstream.md)
 from .scale_search import search_grid
 from .weight_grid import WeightGrid, rule_grid
 
