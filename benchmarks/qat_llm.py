@@ -12,7 +12,8 @@ the table, then ``--val-windows`` more for qat's early stopping) and training do
 ``--calibration-tokens`` of them; qat trains the ptq model on all of them, so its minutes include
 ptq's). A second evaluation text of another kind: the prose of Python's language reference
 (``pydoc_data.topics``), ``--eval-windows`` windows of 512 tokens. The output head stays float
-(tied to the embeddings). Columns: perplexity ratio to float on each text, minutes of
+(tied to the embeddings); as in ``ptq_llm.py``, attention's matmuls stay float unless
+``--functional``. Columns: perplexity ratio to float on each text, minutes of
 calibration / training, and qat's steps run and the step kept (early stopping on the validation
 windows). ``--curve`` writes qat's history (step, loss, learning rate, validation perplexity).
 """
@@ -74,6 +75,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--patience", type=int, default=3)
     p.add_argument("--grad-accumulation", type=int, default=1)
     p.add_argument("--autocast", default=None)
+    p.add_argument("--functional", action="store_true",
+                   help="also quantize the functional GEMMs (attention's matmuls), as ptq_llm.py --functional")
     p.add_argument("--progress", action="store_true", help="qat's progress bar")
     p.add_argument("--markdown")
     p.add_argument("--curve", help="write qat's history (the last recipe's) to this CSV file")
@@ -92,15 +95,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     print(f"SmolLM2-135M float perplexity: docstrings {floats['docstrings']:.3f}, prose {floats['prose']:.3f} "
           f"({args.eval_windows} x {EVAL_SEQ} tokens each); qat: {len(train_items)} x {args.seq_len} training tokens, "
           f"{args.steps} steps, lr {args.lr}; ptq: {args.calibration_tokens} calibration tokens", flush=True)
+    functional = None if args.functional else False
     rows = []
     history = None
     for recipe in args.recipes:
         t = time.perf_counter()
-        rtn = gq.quantize_model(copy.deepcopy(model), recipe=recipe, quantize_head=False)
+        rtn = gq.quantize_model(copy.deepcopy(model), recipe=recipe, quantize_head=False, functional=functional)
         rows.append(row(recipe, "rtn", ratios(rtn, texts, floats), (time.perf_counter() - t) / 60))
         del rtn
         t = time.perf_counter()
-        q = gq.ptq(copy.deepcopy(model), calibration, recipe=recipe, quantize_head=False, progress=False)
+        q = gq.ptq(copy.deepcopy(model), calibration, recipe=recipe, quantize_head=False, progress=False,
+                   functional=functional)
         ptq_minutes = (time.perf_counter() - t) / 60
         rows.append(row(recipe, "ptq", ratios(q, texts, floats), ptq_minutes))
         t = time.perf_counter()  # qat trains the ptq model on (its minutes include ptq's)
