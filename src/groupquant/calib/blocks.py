@@ -141,15 +141,22 @@ def capture_block_inputs(model: nn.Module, first: nn.Module, items: Sequence[Any
 
     handle = first.register_forward_pre_hook(hook, with_kwargs=True)
     try:
-        for index, item in enumerate(items):
-            try:
-                call_model(model, item, index)
-            except _Captured:
-                continue
-            raise NotReached(f"calibration_data item {index}: the model's forward never reached its first block")
+        _run_each_until_stopped(model, items, must_stop=True)
     finally:
         handle.remove()
     return captured
+
+
+def _run_each_until_stopped(model: nn.Module, items: Sequence[Any], must_stop: bool) -> None:
+    """``model`` on each item until a hook stops it (``_Captured``); with ``must_stop`` an item whose
+    forward never reaches the hook is a :class:`NotReached` naming it."""
+    for index, item in enumerate(items):
+        try:
+            call_model(model, item, index)
+        except _Captured:
+            continue
+        if must_stop:
+            raise NotReached(f"calibration_data item {index}: the model's forward never reached its first block")
 
 
 _CACHE_NAMES = ("cache", "past_key_value", "past_key_values", "layer_past")
@@ -213,11 +220,7 @@ def run_model_until(model: nn.Module, block: nn.Module, items: Sequence[Any]) ->
     does where a replay is not faithful)."""
     handle = block.register_forward_hook(_stop)
     try:
-        for index, item in enumerate(items):
-            try:
-                call_model(model, item, index)
-            except _Captured:
-                continue
+        _run_each_until_stopped(model, items, must_stop=False)
     finally:
         handle.remove()
 
