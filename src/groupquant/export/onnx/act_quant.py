@@ -19,6 +19,8 @@ operations and their order of ``groupquant.ops.shared_scale``, so the result is 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ...core import QuantSpec
@@ -44,12 +46,20 @@ def tensor_scale_of(b: GraphBuilder, x: str, settings: OpSettings):
     return b.node("Add", [g_finite, probe], hint="tensor_scale"), g_finite
 
 
+def _op_settings(spec: QuantSpec, rank: int, dim_size: int) -> OpSettings:
+    """``spec.op_settings(rank)``; a hand-built group spec without a ``group_size`` (one group of the
+    whole dim, as the ops read ``block_size=None``) as one group of ``dim_size``, which is the same."""
+    if spec.is_group and spec.group_size is None:
+        spec = dataclasses.replace(spec, group_size=max(int(dim_size), 1))
+    return spec.op_settings(rank)
+
+
 def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spec: QuantSpec) -> str:
     """Append the subgraph quantizing float32 ``x`` (``rank`` dims, ``dim_size`` along the spec's
     group dim) by a dynamic group ``spec`` (format, group size, group dim, scale mode); returns its output.
     The op's arguments are the spec's :meth:`~groupquant.core.QuantSpec.op_settings` (a ValueError
     naming ``group_dim`` when it is out of range for ``rank``)."""
-    settings = spec.op_settings(rank)
+    settings = _op_settings(spec, rank, dim_size)
     d = settings.dim
     g = g_finite = None
     if settings.tensor_scale:
