@@ -1,6 +1,7 @@
 """docs/architecture.md is held to the code: every top-level package of ``src/groupquant`` is placed
 in its layer map, every path it names exists (a ``module.name`` reference names a definition of that
-module), and its conversion table is ``quantize_model``'s (``nn.convert.REPLACEMENTS``)."""
+module), and its conversion table is ``quantize_model``'s (``nn.convert.REPLACEMENTS``). The packages
+above ``nn`` find quant layers through the quant-layer protocol, not by probing attributes."""
 from __future__ import annotations
 
 import re
@@ -130,3 +131,35 @@ def test_the_conversion_table_is_quantize_models():
 @pytest.mark.parametrize("name", ["OpSettings", "QuantSpec", "GroupQuantized", "Recipe"])
 def test_the_records_section_names_the_records(name):
     assert f"`{name}`" in _section(_doc(), "The records between them")
+
+
+#: The packages that read quant layers through the protocol (groupquant.nn.quant_layers and the
+#: layer's weight_spec / set_weight / quant_gemm) instead of probing their attributes.
+PROTOCOL_READERS = ("calib", "export", "llm", "train")
+#: An attribute probe for a quant layer: ``hasattr(m, "weight_quant")``, ``hasattr(m, "input_quant")``,
+#: ``getattr(m, "weight_quant", ...)``.
+ATTRIBUTE_PROBE = re.compile(r"""hasattr\([^()]*,\s*["'](weight_quant|input_quant)["']\s*\)"""
+                             r"""|getattr\([^()]*,\s*["']weight_quant["']""")
+
+
+def _attribute_probes(text: str) -> List[str]:
+    return [m.group(0) for m in ATTRIBUTE_PROBE.finditer(text)]
+
+
+def test_the_probe_reader_sees_attribute_probes():
+    """The reader below against known probes and their protocol forms."""
+    probes = ('if hasattr(child, "weight_quant") and x', "own = f(o) if hasattr(o, 'input_quant') else None",
+              'clear = getattr(getattr(m, "weight_quant", None), "clear_cache", None)')
+    assert [len(_attribute_probes(p)) for p in probes] == [1, 1, 1]
+    protocol = ("if is_quant_layer(child)", "spec = layer.weight_spec", "layer.weight_quant.is_quant_enabled",
+                'ROWS = ("weight_quant", "input_quant")')
+    assert [_attribute_probes(p) for p in protocol] == [[], [], [], []]
+
+
+def test_calib_export_llm_train_find_quant_layers_by_the_protocol():
+    files = [f for pkg in PROTOCOL_READERS for f in sorted((PACKAGE / pkg).rglob("*.py"))]
+    assert len(files) > 40  # the packages were read
+    found = [f"{f.relative_to(PACKAGE)}: {probe}" for f in files
+             for probe in _attribute_probes(f.read_text(encoding="utf-8"))]
+    assert not found, ("test for quant layers with groupquant.nn.quant_layers.is_quant_layer / iter_quant_layers "
+                       f"and read them by weight_spec / set_weight / quant_gemm, not by attribute: {found}")

@@ -76,3 +76,23 @@ def test_quant_gemm_of_a_convolution_is_its_batched_forward():
 def test_a_converted_model_lists_its_layers():
     model = quantize_model(nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4)), recipe="mxfp4")
     assert [name for name, _ in iter_quant_layers(model)] == ["0", "2"]
+
+
+def test_a_prefix_gives_full_names_as_named_modules_writes_them():
+    model = _model()
+    inner = model[2]
+    assert [name for name, _ in iter_quant_layers(inner, prefix="2")] == ["2.0", "2.1"]
+    assert [name for name, _ in iter_quant_layers(model[0], prefix="blocks.0")] == ["blocks.0"]  # the module itself
+    assert [name for name, _ in iter_quant_layers(inner, prefix="")] == ["0", "1"]
+    with pytest.raises(TypeError, match="prefix"):
+        list(iter_quant_layers(inner, prefix=2))
+
+
+def test_quant_gemm_takes_another_bias_or_none():
+    torch.manual_seed(2)
+    layer = QuantLinear(64, 8, weight_quant=Q.MXFloat4e2m1Weight, input_quant=Q.MXFloat8e4m3Act)
+    x, w, b = torch.randn(5, 64), torch.randn(8, 64), torch.randn(8)
+    qx, qw = gq.fake_quant(x, "fp8_e4m3"), gq.fake_quant(w, "fp4_e2m1", dim=1)
+    assert torch.equal(layer.quant_gemm(x, w, bias=None), F.linear(qx, qw))
+    assert torch.equal(layer.quant_gemm(x, w, bias=b), F.linear(qx, qw, b))
+    assert not torch.equal(layer.quant_gemm(x, w, bias=None), layer.quant_gemm(x, w))  # its own bias is not zero

@@ -82,6 +82,6 @@ def correct_layer(name: str, layer: nn.Module, w_float: torch.Tensor, m: PairedM
     errors = {k: target_error(v, w_float, m) for k, v in candidates.items()}
     best = min(errors, key=lambda k: (errors[k], k != "corrected"))
     if best != "kept the layer's weight":
-        layer.weight.data.copy_(candidates[best].to(layer.weight.dtype))
+        layer.set_weight(candidates[best])
     detail = unit if best == "corrected" else f"{unit}; {best} (not worse)"
     return [LayerReport(name, "float_target", errors["round to nearest"], errors[best], detail)]

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..nn.input_rotation import ROTATION_ATTR
+from ..nn.quant_layers import is_quant_layer
 
 __all__ = ["HessianAccumulator", "output_error"]
 
@@ -60,8 +61,8 @@ class HessianAccumulator:
         rotation = getattr(module, ROTATION_ATTR, None)  # the layer's online rotation (rotate_model) comes first
         if rotation is not None:
             x = rotation(x)
-        proxy = getattr(module, "input_quant", None)
-        if proxy is not None and getattr(proxy, "tensor_quant", None) is not None:
+        proxy = module.input_quant if is_quant_layer(module) else None
+        if proxy is not None and proxy.is_quant_enabled:
             with torch.no_grad():
                 x = proxy.quant_value(x)
         self.add(x)

@@ -10,10 +10,11 @@ from torch import nn
 from ..nn import QuantLinear
 from ..nn.input_rotation import ROTATION_ATTR, InputRotation
 from ..nn.name_patterns import Patterns, as_patterns, matches_any
+from ..nn.quant_layers import is_quant_layer, iter_quant_layers
 from ..ops.hadamard import fwht
 
 __all__ = ["exclude_patterns", "quant_linears", "rotate_layer", "rotation_block_size",
-           "weight_quant_mse"]
+           "weight_quant_mse", "write_weight"]
 
 def exclude_patterns(exclude: Patterns, names: List[str]) -> List[str]:
     """``exclude`` as a list of fnmatch patterns; ValueError naming a pattern that matches no layer."""
@@ -27,12 +28,18 @@ def exclude_patterns(exclude: Patterns, names: List[str]) -> List[str]:
 
 def quant_linears(model: nn.Module) -> List[Tuple[str, QuantLinear]]:
     """``(name, layer)`` of each QuantLinear in ``model``, each layer once (its first name)."""
-    seen, out = set(), []
-    for name, m in model.named_modules():
-        if isinstance(m, QuantLinear) and id(m) not in seen:
-            seen.add(id(m))
-            out.append((name, m))
-    return out
+    return list(iter_quant_layers(model, kinds=QuantLinear))
+
+
+@torch.no_grad()
+def write_weight(module: nn.Module, weight: torch.Tensor) -> None:
+    """Copy ``weight`` into ``module``'s own weight (identity kept: tying, optimizers): a quant
+    layer's through its ``set_weight`` (its cached quantized weight dropped), a norm's or a float
+    layer's as it is."""
+    if is_quant_layer(module):
+        module.set_weight(weight)
+    else:
+        module.weight.copy_(weight)
 
 
 def rotation_block_size(layer: QuantLinear) -> Tuple[Optional[int], str]:
@@ -63,9 +70,5 @@ def weight_quant_mse(layer: QuantLinear, weight: Optional[torch.Tensor] = None) 
 
 def rotate_layer(layer: QuantLinear, block_size: int) -> None:
     """``W := W H`` (float64, rounded once) and the online ``InputRotation(block_size)``."""
-    with torch.no_grad():
-        layer.weight.copy_(fwht(layer.weight.detach().double(), block_size).to(layer.weight.dtype))
+    layer.set_weight(fwht(layer.weight.detach().double(), block_size))
     setattr(layer, ROTATION_ATTR, InputRotation(block_size))
-    clear = getattr(layer.weight_quant, "clear_cache", None)
-    if clear is not None:
-        clear()

@@ -121,7 +121,7 @@ def calibrate_layer(name: str, layer: nn.Module, h: torch.Tensor,
         if err < best_error:
             best_q, best_error = q, err
     if best_q is not None:
-        layer.weight.data.copy_(best_q.to(layer.weight.dtype))
+        layer.set_weight(best_q)
     else:
         last = reports[-1]
         reports[-1] = LayerReport(last.layer, last.method, last.error_before, last.error_after,

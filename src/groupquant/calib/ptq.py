@@ -29,6 +29,7 @@ from ..nn import quantize_model
 from ..nn.convert import REPLACEMENTS, nothing_converted, remove_functional
 from ..nn.quant_layer import QuantLayerMixin
 from ..nn.output_head import check_quantize_head
+from ..nn.quant_layers import iter_quant_layers
 from ..nn.recipes import recipe as recipe_of
 from .blocks import (NotReached, call_model, capture_block_inputs, check_calibration_data, find_stacks,
                      replay_is_faithful, run_block, run_model_until)
@@ -67,12 +68,9 @@ def _progress(total: int, enabled: bool, desc: str) -> Any:
 
 
 def _quant_linears(module: nn.Module, prefix: str) -> Dict[str, nn.Module]:
-    """The quant linear layers (a ``weight_quant`` proxy and a 2-D weight) under ``module``, by full name."""
-    out = {}
-    for name, child in module.named_modules():
-        if hasattr(child, "weight_quant") and getattr(child, "weight", None) is not None and child.weight.dim() == 2:
-            out[f"{prefix}.{name}" if prefix and name else (prefix or name)] = child
-    return out
+    """The quant layers with a 2-D weight (linear ones) under ``module`` (named ``prefix``), by full name."""
+    return {name: m for name, m in iter_quant_layers(module, prefix=prefix)
+            if getattr(m, "weight", None) is not None and m.weight.dim() == 2}
 
 
 def _shared_weights(model: nn.Module) -> Dict[int, List[str]]:

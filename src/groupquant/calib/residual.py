@@ -22,24 +22,23 @@ import torch
 from torch import nn
 
 from ..nn.input_rotation import ROTATION_ATTR
+from ..nn.quant_layers import is_quant_layer
 from .fold_check import check_groups, commutes_with_rotation
 from .graph import LlamaBlock, bert_layers, bert_norm_refusal, fold_groups, llama_blocks, llama_mismatch
 from .hadamard import rotate_weight_input, rotate_weight_output
-from .layer_rotation import rotate_layer, rotation_block_size
+from .layer_rotation import rotate_layer, rotation_block_size, write_weight
 from .rotated_norm import RotatedNorm
 
 __all__ = ["rotate_residual", "fused_refusal"]
 
 
 def _set(module: nn.Module, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
-    """Copy new values into the module's own parameters (identity kept: tying, optimizers)."""
+    """Copy new values into the module's own parameters (identity kept: tying, optimizers; the
+    weight by :func:`write_weight`)."""
+    write_weight(module, weight)
     with torch.no_grad():
-        module.weight.copy_(weight)
         if bias is not None:
             module.bias.copy_(bias)
-    clear = getattr(getattr(module, "weight_quant", None), "clear_cache", None)
-    if clear is not None:
-        clear()
 
 
 def _fold_norm(norm: nn.Module, readers: List[nn.Module], where: str) -> None:
@@ -57,7 +56,7 @@ def _fold_norm(norm: nn.Module, readers: List[nn.Module], where: str) -> None:
 def _block(blocks: List[LlamaBlock], hidden: int) -> int:
     """The residual rotation's block: the smallest group size among the quantized readers."""
     sizes = [rotation_block_size(m)[0] for blk in blocks for _, m in (blk.q, blk.k, blk.v, blk.gate, blk.up)
-             if hasattr(m, "weight_quant")]
+             if is_quant_layer(m)]
     sizes = [s for s in sizes if s is not None]
     if not sizes:
         raise ValueError("rotate_model(fused_residual=True): no q/k/v/gate/up projection has a group-wise quantizer; "
@@ -71,7 +70,7 @@ def _block(blocks: List[LlamaBlock], hidden: int) -> int:
 
 def _online(layer: nn.Module, name: str, excluded: Set[str]) -> str:
     """Give ``layer`` its own online input rotation where it applies; what was done."""
-    own = rotation_block_size(layer)[0] if hasattr(layer, "weight_quant") else None
+    own = rotation_block_size(layer)[0] if is_quant_layer(layer) else None
     if name in excluded or own is None or getattr(layer, ROTATION_ATTR, None) is not None:
         return "input not rotated"
     rotate_layer(layer, own)
@@ -148,7 +147,7 @@ def rotate_residual(model: nn.Module, *, seed: int, excluded: Set[str]) -> Dict[
         for name, lin in (blk.o, blk.down):
             _set(lin, *rotate_weight_output(lin.weight, lin.bias, b, signs))
         v, o = blk.v[1], blk.o[1]
-        own = rotation_block_size(o)[0] if hasattr(o, "weight_quant") else None
+        own = rotation_block_size(o)[0] if is_quant_layer(o) else None
         if own is not None and blk.head_dim % own == 0 and blk.o[0] not in excluded:
             _set(v, *rotate_weight_output(v.weight, v.bias, own))  # per-head Hadamard of v ...
             _set(o, rotate_weight_input(o.weight, own))             # ... undone by o_proj's input

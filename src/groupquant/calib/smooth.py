@@ -33,12 +33,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn.input_rotation import ROTATION_ATTR
+from ..nn.quant_layers import is_quant_layer
 from .blocks import call_model, check_calibration_data
 from .float_check import MethodRefused, Snapshot, check_unchanged
 from .fold_check import check_groups
 from .graph import FoldGroup, bert_layers, fold_groups, llama_mismatch
 from ..nn.name_patterns import Patterns, matches_any
-from .layer_rotation import exclude_patterns
+from .layer_rotation import exclude_patterns, write_weight
 from .report import LayerReport
 
 __all__ = ["smooth_model", "ALPHAS", "smoothing_scale", "smooth_refusal"]
@@ -101,10 +102,8 @@ class _Recorder:
 
 
 def _quant_output(layer: nn.Module, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The layer's quantized GEMM on ``x`` with weight ``w`` (its own quantizers, no bias)."""
-    qx = layer.input_quant.quant_value(x) if hasattr(layer, "input_quant") else x
-    qw = layer.weight_quant.quant_value(w) if hasattr(layer, "weight_quant") else w
-    return F.linear(qx, qw)
+    """The layer's quantized GEMM on ``x`` with weight ``w`` and no bias (a float layer: ``x w^T``)."""
+    return layer.quant_gemm(x, w, bias=None) if is_quant_layer(layer) else F.linear(x, w)
 
 
 def _group_error(group: FoldGroup, x: torch.Tensor, s_in: Optional[torch.Tensor]) -> List[float]:
@@ -150,19 +149,15 @@ def _apply(group: FoldGroup, s_in: torch.Tensor) -> None:
     _, src = group.source
     with torch.no_grad():
         if group.kind == "norm":
-            src.weight.copy_((src.weight.double() / s_src).to(src.weight.dtype))
+            write_weight(src, (src.weight.double() / s_src).to(src.weight.dtype))
             if getattr(src, "bias", None) is not None:  # LayerNorm with a bias: (norm(x) w + b) / s
                 src.bias.copy_((src.bias.double() / s_src).to(src.bias.dtype))
         else:
-            src.weight.copy_((src.weight.double() / s_src[:, None]).to(src.weight.dtype))
+            write_weight(src, (src.weight.double() / s_src[:, None]).to(src.weight.dtype))
             if src.bias is not None:
                 src.bias.copy_((src.bias.double() / s_src).to(src.bias.dtype))
         for _, layer in group.targets:
-            layer.weight.copy_((layer.weight.double() * s_in).to(layer.weight.dtype))
-    for _, m in (group.source,) + group.targets:
-        clear = getattr(getattr(m, "weight_quant", None), "clear_cache", None)
-        if clear is not None:
-            clear()
+            write_weight(layer, (layer.weight.double() * s_in).to(layer.weight.dtype))
 
 
 def smooth_refusal(model: nn.Module) -> str:

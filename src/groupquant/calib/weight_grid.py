@@ -22,11 +22,11 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..core.quant_spec import QuantSpec
 from ..formats import ElementFormat, ScaleFormat
-from ..ops import fake_quant_with_scale, round_to_format
+from ..nn.quant_layers import is_quant_layer
+from ..ops import fake_quant_spec_with_scale, round_to_format
 
-__all__ = ["WeightGrid", "grid_unsupported", "rule_grid", "layer_spec", "layer_fake_quant", "settle"]
+__all__ = ["WeightGrid", "grid_unsupported", "rule_grid", "layer_fake_quant", "settle"]
 
 
 @dataclass(frozen=True)
@@ -83,15 +83,9 @@ class WeightGrid:
         return replace(self, scale=scale)
 
 
-def layer_spec(layer: nn.Module) -> Optional[QuantSpec]:
-    """The resolved spec of a quant layer's weight quantizer (None when the weight is float)."""
-    proxy = getattr(layer, "weight_quant", None)
-    return None if proxy is None else getattr(proxy, "spec", None)
-
-
 def grid_unsupported(layer: nn.Module) -> Optional[str]:
     """Why the grid methods cannot calibrate this layer's weight (None when they can)."""
-    spec = layer_spec(layer)
+    spec = layer.weight_spec if is_quant_layer(layer) else None
     weight = getattr(layer, "weight", None)
     if spec is None:
         return "the weight is not quantized"
@@ -104,12 +98,6 @@ def grid_unsupported(layer: nn.Module) -> Optional[str]:
     if spec.rounding == "stochastic" or spec.element_precision is not None or not spec.saturating:
         return "needs deterministic, saturating rounding without an element precision"
     return None
-
-
-def _spec_kwargs(spec: QuantSpec, in_features: int) -> dict:
-    size = spec.group_size if spec.group_size is not None else in_features
-    return {"fmt": spec.fmt, "block_size": size, "dim": 1, "rounding": spec.rounding,
-            "scale_mode": spec.scale_mode, "scale_format": spec.scale_format, "tensor_scale": spec.tensor_scale}
 
 
 @torch.no_grad()
@@ -125,15 +113,16 @@ def rule_grid(layer: nn.Module, w: Optional[torch.Tensor] = None) -> WeightGrid:
     Rounding ``w`` onto it gives the layer's round to nearest (up to float ulps in two-level scaling).
     """
     w = layer.weight.detach() if w is None else w
-    spec = layer_spec(layer)
-    kwargs = _spec_kwargs(spec, w.shape[1])
-    res = fake_quant_with_scale(w.float(), **kwargs)
+    spec = layer.weight_spec
+    settings = spec.op_settings(2)  # blocks along the input dim (grid_unsupported)
+    wf = w.float()
+    res = fake_quant_spec_with_scale(wf, settings.group_spec(wf))
     scale = res.scale.reshape(w.shape[0], -1).float()
     g = 1.0
     if res.tensor_scale is not None:
         g = float(res.tensor_scale)
         scale = scale * res.tensor_scale.float()
-    size = kwargs["block_size"]
+    size = settings.block_size if settings.block_size is not None else w.shape[1]
     pin = sign = None
     if spec.tensor_scale or not spec.scale_format.is_power_of_two:
         k = scale.shape[1]

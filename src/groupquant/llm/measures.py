@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..nn.group_quantized_weight import WeightNotGroupQuantized
+from ..nn.quant_layers import iter_quant_layers
 
 __all__ = ["WeightBits", "Generation", "quantized_weight_bits", "model_bytes", "path_bytes", "generate"]
 
@@ -53,14 +54,9 @@ def quantized_weight_bits(model: nn.Module) -> WeightBits:
     """Storage bits of every group-quantized weight in ``model`` (module doc); a module registered
     under several names counts once, layers whose weight is not quantized are left out."""
     weights = bits = layers = 0
-    seen = set()
-    for module in model.modules():
-        accessor = getattr(module, "group_quantized_weight", None)
-        if accessor is None or id(module) in seen:
-            continue
-        seen.add(id(module))
+    for _, module in iter_quant_layers(model):  # (each module once)
         try:
-            q = accessor()
+            q = module.group_quantized_weight()
         except WeightNotGroupQuantized:
             continue  # a quant layer whose weight is float (or not group-wise): not counted
         count = 1

@@ -89,13 +89,13 @@ class QuantLayerMixin:
         """The GEMM this layer's forward computes (:class:`~.gemm_op.GemmOp`); each weight layer names its own."""
         raise NotImplementedError(f"{type(self).__name__} does not name its GEMM (gemm_op)")
 
-    def quant_gemm(self, x: Union[torch.Tensor, QuantTensor],
-                   weight: Optional[torch.Tensor] = None) -> Union[torch.Tensor, QuantTensor]:
+    def quant_gemm(self, x: Union[torch.Tensor, QuantTensor], weight: Optional[torch.Tensor] = None, *,
+                   bias: Any = _OWN) -> Union[torch.Tensor, QuantTensor]:
         """The layer's quantized GEMM on ``x`` (batched), with ``weight`` in place of its own when
-        given: the forward's one route (:meth:`_quant_gemm`: input, weight, bias and output
-        quantizers, the online rotation, the backward slots). ``layer.quant_gemm(x)`` equals
-        ``layer(x)`` for batched input."""
-        return self._quant_gemm(x, self.gemm_op(), weight)
+        given and ``bias`` in place of its own when given (None: no bias): the forward's one route
+        (:meth:`_quant_gemm`: input, weight, bias and output quantizers, the online rotation, the
+        backward slots). ``layer.quant_gemm(x)`` equals ``layer(x)`` for batched input."""
+        return self._quant_gemm(x, self.gemm_op(), weight, bias)
 
     def _init_quant(self, *, weight_quant: Optional[type] = None, bias_quant: Optional[type] = None,
                     input_quant: Optional[type] = None, output_quant: Optional[type] = None,

@@ -39,11 +39,16 @@ def _check_kinds(kinds: Optional[Kinds]) -> Tuple[type, ...]:
     return given
 
 
-def iter_quant_layers(model: nn.Module, kinds: Optional[Kinds] = None) -> Iterator[Tuple[str, nn.Module]]:
+def iter_quant_layers(model: nn.Module, kinds: Optional[Kinds] = None, *,
+                      prefix: str = "") -> Iterator[Tuple[str, nn.Module]]:
     """``(name, layer)`` for every quant layer of ``model`` (:func:`is_quant_layer`), in
-    ``named_modules`` order (``model`` itself included, named ``''``), only those that are instances
-    of ``kinds`` when given (a class or a tuple of classes)."""
+    ``named_modules`` order (``model`` itself included, named ``prefix``), only those that are
+    instances of ``kinds`` when given (a class or a tuple of classes). ``prefix``: the name of
+    ``model`` inside a larger model (``"model.layers.3"``), so the names are full ones
+    (``"model.layers.3.mlp.up_proj"``), as ``named_modules(prefix=...)`` writes them."""
     wanted = _check_kinds(kinds)
-    for name, module in model.named_modules():
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a module name (str), got {prefix!r}")
+    for name, module in model.named_modules(prefix=prefix):
         if is_quant_layer(module) and (not wanted or isinstance(module, wanted)):
             yield name, module

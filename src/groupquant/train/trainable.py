@@ -29,6 +29,7 @@ from torch import nn
 from ..core import LearnedScale
 from ..inject import did_you_mean
 from ..nn.output_head import output_heads
+from ..nn.quant_layers import is_quant_layer
 
 __all__ = ["PARTS", "DEFAULT_PARTS", "Trainable", "parameter_parts", "select_trainable", "frozen_except"]
 
@@ -76,7 +77,7 @@ def _part_of(module: nn.Module, name: str, heads: Dict[int, str]) -> str:
         return "rotations"
     if "norm" in kind:
         return "norms"
-    if name in ("weight", "bias") and (hasattr(module, "weight_quant") or isinstance(module, (nn.Linear, nn.Conv1d,
+    if name in ("weight", "bias") and (is_quant_layer(module) or isinstance(module, (nn.Linear, nn.Conv1d,
                                                                                                  nn.Conv2d, nn.Conv3d))):
         return "weights"
     return "other"

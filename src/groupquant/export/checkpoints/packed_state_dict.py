@@ -40,8 +40,8 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from ...nn import QuantLayerMixin
 from ...nn.group_quantized_weight import WeightNotGroupQuantized
+from ...nn.quant_layers import is_quant_layer, iter_quant_layers
 from ...ops import GroupLayout
 from ...packing import PackedTensor, pack
 from ...proxy import QuantProxy
@@ -88,7 +88,7 @@ def _prefix(name: str) -> str:
 
 def _group_quantized_record(module: nn.Module, name: str) -> Optional[Dict[str, object]]:
     """The packed record of a quant layer's group-quantized weight, or None (float / not group-wise)."""
-    if not isinstance(module, QuantLayerMixin) or not hasattr(module, "weight_quant"):
+    if not is_quant_layer(module):
         return None
     try:
         q = module.group_quantized_weight(name)
@@ -171,15 +171,12 @@ def unpacked_state_dict(sd: Dict[str, object]) -> Dict[str, torch.Tensor]:
 def _check_quant_layers(model: nn.Module, sd: Dict[str, object]) -> None:
     """PackError naming the layer when a packed weight's format, block or scale format differs from
     the weight quantizer of the quant layer it loads into (a float layer takes any)."""
-    for name, m in model.named_modules():
-        key = f"{_prefix(name)}weight"
-        record = sd["packed"].get(key)  # type: ignore[union-attr]
-        proxy = getattr(m, "weight_quant", None)
-        if record is None or isinstance(m, PackedLinear) or not isinstance(m, QuantLayerMixin) \
-                or not isinstance(proxy, QuantProxy) or not proxy.is_quant_enabled:
+    for name, m in iter_quant_layers(model):
+        record = sd["packed"].get(f"{_prefix(name)}weight")  # type: ignore[union-attr]
+        if record is None or isinstance(m, PackedLinear) or not m.weight_quant.is_quant_enabled:
             continue
-        p, spec = PackedTensor.from_record(record), proxy.spec
-        where, quantizer = name or type(m).__name__, proxy.quantizer.__name__
+        p, spec = PackedTensor.from_record(record), m.weight_spec
+        where, quantizer = name or type(m).__name__, m.weight_quant.quantizer.__name__
         if not spec.is_group:
             raise PackError(f"{where}: a packed {p.fmt.name} weight in blocks of {p.block_size} does not fit this layer "
                             f"(weight_quant={quantizer} scales per {spec.granularity})")

@@ -24,8 +24,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from torch import nn
 
-from ...nn import QuantLayerMixin, QuantLinear
-from ...proxy import QuantProxy
+from ...nn import QuantLinear
+from ...nn.quant_layers import is_quant_layer, iter_quant_layers
 from ..errors import PackError
 from .packed_linear import PackedLinear
 
@@ -97,7 +97,7 @@ def pack_model(model: nn.Module, *, skip_unsupported: bool = False, progress: Op
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     layers = [(m, names) for m, names in _names_of(model, QuantLinear).items()
-              if isinstance(m.weight_quant, QuantProxy) and m.weight_quant.is_quant_enabled]
+              if is_quant_layer(m) and m.weight_quant.is_quant_enabled]
     if not layers:
         if any(True for _ in packed_layers(model)):
             return model  # packed already
@@ -134,11 +134,8 @@ def pack_model(model: nn.Module, *, skip_unsupported: bool = False, progress: Op
 def _warn_unknown_layers(model: nn.Module) -> None:
     """One warning per quant layer with a quantized weight that pack_model does not pack (not a
     QuantLinear: QuantConv1d / QuantConv2d, other quant layers), naming it: it stays fake-quant."""
-    for name, m in model.named_modules():
-        if isinstance(m, (QuantLinear, PackedLinear)) or not isinstance(m, QuantLayerMixin):
-            continue
-        proxy = getattr(m, "weight_quant", None)
-        if isinstance(proxy, QuantProxy) and proxy.is_quant_enabled:
+    for name, m in iter_quant_layers(model):
+        if not isinstance(m, (QuantLinear, PackedLinear)) and m.weight_quant.is_quant_enabled:
             warnings.warn(f"pack_model: {name or type(m).__name__!r} ({type(m).__name__}) stays fake-quant: the "
                           "packer packs QuantLinear layers only", UserWarning, stacklevel=3)
 

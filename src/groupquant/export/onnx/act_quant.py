@@ -19,10 +19,12 @@ operations and their order of ``groupquant.ops.shared_scale``, so the result is 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ...core import QuantSpec
-from ...ops.group_layout import normalize_block_size
+from ...ops import OpSettings
 from ...ops.shared_scale import MIN_TENSOR_SCALE, tensor_scale_divisor
 from .builder import GraphBuilder
 from .element_round import round_elements_of
@@ -31,32 +33,39 @@ from .shared_scale import shared_scale_of
 __all__ = ["dynamic_fake_quant_of", "tensor_scale_of"]
 
 
-def tensor_scale_of(b: GraphBuilder, x: str, spec: QuantSpec):
-    """The per-tensor scale of ``x`` as ``(g, g_finite)``: ``g`` is NaN when ``x`` holds NaN or Inf,
-    ``g_finite`` is the same value with that case replaced by a finite one (for the block scales,
-    which are NaN there anyway)."""
+def tensor_scale_of(b: GraphBuilder, x: str, settings: OpSettings):
+    """The per-tensor scale of ``x`` under the op ``settings`` as ``(g, g_finite)``: ``g`` is NaN when
+    ``x`` holds NaN or Inf, ``g_finite`` is the same value with that case replaced by a finite one (for
+    the block scales, which are NaN there anyway)."""
     probe = b.node("ReduceSum", [b.node("Mul", [x, b.const(0.0)])], hint="tensor_probe", keepdims=0)
     amax = b.node("ReduceMax", [b.node("Abs", [x])], hint="tensor_amax", keepdims=0)
     amax = b.node("Where", [b.node("IsNaN", [probe]), b.const(0.0), amax], hint="tensor_amax_finite")
-    divisor = tensor_scale_divisor(spec.fmt, spec.scale_format)
+    divisor = tensor_scale_divisor(settings.fmt, settings.scale_format)
     g_finite = b.node("Max", [b.node("Div", [amax, b.const(float(divisor))]), b.const(float(MIN_TENSOR_SCALE))],
                       hint="tensor_scale_finite")
     return b.node("Add", [g_finite, probe], hint="tensor_scale"), g_finite
 
 
+def _op_settings(spec: QuantSpec, rank: int, dim_size: int) -> OpSettings:
+    """``spec.op_settings(rank)``; a hand-built group spec without a ``group_size`` (one group of the
+    whole dim, as the ops read ``block_size=None``) as one group of ``dim_size``, which is the same."""
+    if spec.is_group and spec.group_size is None:
+        spec = dataclasses.replace(spec, group_size=max(int(dim_size), 1))
+    return spec.op_settings(rank)
+
+
 def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spec: QuantSpec) -> str:
     """Append the subgraph quantizing float32 ``x`` (``rank`` dims, ``dim_size`` along the spec's
-    group dim) by a dynamic group ``spec`` (format, group size, group dim, scale mode); returns its output."""
-    dim = -1 if spec.group_dim is None else spec.group_dim
-    if not -rank <= dim < rank:
-        raise ValueError(f"group_dim={dim} is out of range for an input with {rank} dimensions")
-    d = dim % rank
+    group dim) by a dynamic group ``spec`` (format, group size, group dim, scale mode); returns its output.
+    The op's arguments are the spec's :meth:`~groupquant.core.QuantSpec.op_settings` (a ValueError
+    naming ``group_dim`` when it is out of range for ``rank``)."""
+    settings = _op_settings(spec, rank, dim_size)
+    d = settings.dim
     g = g_finite = None
-    if spec.tensor_scale:
-        g, g_finite = tensor_scale_of(b, x, spec)
-    block = normalize_block_size(spec.group_size, dim_size)  # the spec's group_size as the layout's block
-    k = -(-dim_size // block)
-    pad = k * block - dim_size
+    if settings.tensor_scale:
+        g, g_finite = tensor_scale_of(b, x, settings)
+    layout = settings.layout_of([dim_size if i == d else 1 for i in range(rank)])  # (only the grouped dim's size)
+    k, block, pad = layout.num_groups, layout.block_size, layout.pad
     if pad:
         pads = [0] * (2 * rank)
         pads[rank + d] = pad
@@ -68,7 +77,7 @@ def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spe
     amax = b.node("ReduceMax", [b.node("Abs", [xg]), axes], hint="amax", keepdims=1)
     probe = b.node("ReduceSum", [b.node("Mul", [xg, b.const(0.0)]), axes], hint="finite_probe", keepdims=1)
     amax = b.node("Where", [b.node("IsNaN", [probe]), b.const(0.0), amax], hint="amax_finite")
-    block_scale = shared_scale_of(b, amax, spec.fmt, spec.scale_mode, spec.scale_format, g_finite)
+    block_scale = shared_scale_of(b, amax, settings.fmt, settings.scale_rule, settings.scale_format, g_finite)
     scale = b.node("Add", [block_scale, probe], hint="scale")
     if g is None:
         scaled = b.node("Div", [xg, scale], hint="scaled")
@@ -76,7 +85,7 @@ def dynamic_fake_quant_of(b: GraphBuilder, x: str, rank: int, dim_size: int, spe
         inv = b.node("Div", [b.node("Div", [b.const(1.0), g]), scale])
         inv = b.node("Min", [inv, b.const(float(torch.finfo(torch.float32).max))], hint="inv_scale")
         scaled = b.node("Mul", [xg, inv], hint="scaled")
-    elements = round_elements_of(b, scaled, spec.fmt)
+    elements = round_elements_of(b, scaled, settings.fmt)
     out = b.node("Mul", [elements, scale])
     if g is not None:
         out = b.node("Mul", [out, g])

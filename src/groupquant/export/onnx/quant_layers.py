@@ -77,8 +77,8 @@ def _act_quant(b: GraphBuilder, proxy: QuantProxy, x: str, shape: Optional[torch
                           "only 'even' saturating rounding exports")
     if shape is None:
         raise ExportError(info.name, what, "the shape of the quantized tensor is unknown")
-    dim = -1 if spec.group_dim is None else spec.group_dim
     try:
+        dim = spec.op_settings(len(shape)).dim  # the grouped dim (a ValueError naming group_dim when out of range)
         return dynamic_fake_quant_of(b, x, len(shape), int(shape[dim]), spec)
     except ValueError as e:
         raise ExportError(info.name, what, str(e)) from e
