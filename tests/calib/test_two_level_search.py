@@ -33,15 +33,15 @@ def _ue4m3(v: float) -> float:
 
 
 def _block_best(x: np.ndarray, hb: np.ndarray, s: float, g: np.float32) -> float:
-    """Least ``e H e^T`` of one block on scale ``s * g`` over every pin (any column, either sign;
-    none only at the smallest scale); element times step and the pin ``6 * step`` are rounded to
+    """Least ``e H e^T`` of one block on scale ``s * g`` over every pin (any column, toward the
+    element's sign, + for 0; none only at the smallest scale); element times step and the pin ``6 * step`` are rounded to
     float32, as the grid stores them."""
     step = np.float32(np.float32(s) * g)
     q = (_e2m1((x / step).astype(np.float32)).astype(np.float32) * step).astype(np.float64)
     options = [q] if s == 2.0 ** -6 else []
-    for j, sign in itertools.product(range(len(x)), (1.0, -1.0)):
+    for j in range(len(x)):
         p = q.copy()
-        p[j] = sign * np.float64(np.float32(6.0) * step)
+        p[j] = (-1.0 if x[j] < 0 else 1.0) * np.float64(np.float32(6.0) * step)
         options.append(p)
     return min(float((x - p) @ hb @ (x - p)) for p in options)
 

@@ -34,7 +34,7 @@ ORDER = MODEL_METHODS + LAYER_METHODS
 OPTIONS: Dict[str, Tuple[str, ...]] = {
     "gptq": ("percdamp", "batch_size", "act_order"),
     "scale_search": ("below", "above"),
-    "two_level_search": ("tensor_factors", "four_over_six"),
+    "two_level_search": ("tensor_factors", "four_over_six", "pins"),
     "rotate": ("fused_residual",),
     "smooth": ("alpha",),
 }

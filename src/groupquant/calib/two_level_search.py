@@ -16,8 +16,8 @@ stored tensor gives back the chosen ``g`` when one block has ``s = 448`` and a p
   with ``four_over_six``, ``ue4m3((amax_b / 4) / g)`` (Four Over Six: the block maximum mapped to
   E2M1's 4 instead of 6, where the grid 4, 6 is coarse). The tensor factor 1.5 (``amax / (448 *
   4)``) is the headroom that lets the tensor's largest block take that choice too;
-- per block and candidate, which element is pinned (and its sign): the one whose move to
-  ``+-6 s g`` adds least to ``e H_bb e^T``, in closed form ``e'He' = eHe + 2 d (He)_j + d^2 H_jj``
+- per block and candidate, which element is pinned (toward its own sign, + for a zero): the one
+  whose move to ``+-6 s g`` adds least to ``e H_bb e^T``, in closed form ``e'He' = eHe + 2 d (He)_j + d^2 H_jj``
   for ``d = q_j - p`` (so a pin lands on an input channel that carries little energy, and the 4-over-6
   grid becomes storable where such a channel exists);
 - which block is the tensor's top (``s = 448`` and a pin), the one whose forcing costs least.
@@ -38,15 +38,17 @@ from torch import nn
 
 from ..ops import round_to_format
 from ..ops.shared_scale import MIN_TENSOR_SCALE
-from .scale_search import FACTORS, search_grid
+from .scale_search import FACTORS, block_errors, search_grid
 from .weight_grid import WeightGrid, layer_spec
 
-__all__ = ["TENSOR_FACTORS", "FOUR_OVER_SIX", "SearchResult", "two_level_grid", "two_level_layer_grid"]
+__all__ = ["TENSOR_FACTORS", "FOUR_OVER_SIX", "PINS", "SearchResult", "two_level_grid", "two_level_layer_grid"]
 
 #: Tensor-scale candidates, as factors of the rule's ``g`` (1.0 first: it wins ties).
-TENSOR_FACTORS = (1.0, 0.9375, 0.96875, 1.03125, 1.0625, 1.09375, 1.125, 1.25)
+TENSOR_FACTORS = (1.0, 1.0625, 1.125, 1.25)
 #: The "4 over 6" factor: the block maximum mapped to 4 instead of 6.
 FOUR_OVER_SIX = 1.5
+#: Where the pins may go (the ``pins`` option).
+PINS = ("largest", "cheapest")
 
 
 @dataclass(frozen=True)
@@ -66,12 +68,18 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class _Problem:
-    """The weight as blocks: ``w`` float32 ``[O, k, G]`` (zero-padded), ``hb`` float64 ``[k, G, G]``
-    (H's diagonal blocks), ``real`` bool ``[k, G]`` (False on padding), ``amax`` float32 ``[O, k]``."""
+    """The weight as blocks: ``w`` float32 ``[O, k, G]`` (zero-padded); ``hb`` float64 ``[k, G, G]``
+    (H's diagonal blocks), ``hb32`` its float32 copy (the search's arithmetic) and ``hdiag`` their
+    diagonals ``[k, G]``; ``sign`` float32 ``[O, k, G]`` (each element's pin sign: its own, + for 0);
+    ``barrier``: +inf cost where no pin may go (padding; with ``pins='largest'`` all but each block's
+    largest element), 0 elsewhere; ``amax`` float32 ``[O, k]``."""
 
     w: torch.Tensor
     hb: torch.Tensor
-    real: torch.Tensor
+    hb32: torch.Tensor
+    hdiag: torch.Tensor
+    sign: torch.Tensor
+    barrier: torch.Tensor
     amax: torch.Tensor
     template: WeightGrid
 
@@ -93,7 +101,7 @@ class _Choice:
                           (self.sign, other.sign))))
 
 
-def _problem(w: torch.Tensor, h: torch.Tensor, grid: WeightGrid) -> _Problem:
+def _problem(w: torch.Tensor, h: torch.Tensor, grid: WeightGrid, pins: str) -> _Problem:
     o, i = w.shape
     size = grid.group_size
     k = -(-i // size)
@@ -102,7 +110,13 @@ def _problem(w: torch.Tensor, h: torch.Tensor, grid: WeightGrid) -> _Problem:
     hp = nn.functional.pad(h.double(), (0, pad, 0, pad))
     hb = torch.stack([hp[b * size:(b + 1) * size, b * size:(b + 1) * size] for b in range(k)])
     real = (torch.arange(k * size, device=w.device) < i).reshape(k, size)
-    return _Problem(wp, hb, real, wp.abs().amax(-1), grid)
+    barrier = torch.where(real, 0.0, math.inf).float()
+    if pins == "largest":  # only each block's largest element may be pinned (as the rule's grid)
+        largest = torch.arange(size, device=w.device) == wp.abs().argmax(-1, keepdim=True)
+        barrier = torch.where(largest, barrier, math.inf)
+    sign = torch.where(wp < 0, -1.0, 1.0).float()
+    hb32 = hb.float()
+    return _Problem(wp, hb, hb32, torch.diagonal(hb32, dim1=-2, dim2=-1), sign, barrier, wp.abs().amax(-1), grid)
 
 
 def _to_scale(x: torch.Tensor, grid: WeightGrid) -> torch.Tensor:
@@ -112,26 +126,23 @@ def _to_scale(x: torch.Tensor, grid: WeightGrid) -> torch.Tensor:
 
 
 def _evaluate(p: _Problem, block: torch.Tensor, g: float) -> _Choice:
-    """Error of each block on block scale ``block`` (``[O, k]``) and tensor scale ``g``, with its best pin."""
+    """Error of each block on block scale ``block`` (``[O, k]``) and tensor scale ``g``, with its best
+    pin (each element pinned toward its own sign); float32 arithmetic (the chosen grid's objective
+    is recomputed in float64)."""
     grid = p.template
     step = (block * g).float().unsqueeze(-1)
     q = round_to_format(p.w / step, grid.fmt, grid.rounding) * step
-    e = p.w.double() - q.double()
-    he = torch.einsum("kgh,okh->okg", p.hb, e)
+    e = p.w - q
+    he = torch.einsum("kgh,okh->okg", p.hb32, e)
     base = (e * he).sum(-1)
-    sf = grid.scale_format
-    free = block <= sf.min_value  # the rule gives the smallest scale back from any smaller amax
-    best = _Choice(torch.where(free, base, torch.full_like(base, math.inf)), block,
-                   torch.full_like(block, -1, dtype=torch.long), torch.ones_like(block))
-    hdiag = torch.diagonal(p.hb, dim1=-2, dim2=-1)
-    for sign in (1.0, -1.0):
-        d = q.double() - (sign * grid.fmt.max_normal * step).double()
-        cost = base.unsqueeze(-1) + 2 * d * he + d * d * hdiag
-        cost = torch.where(p.real, cost, torch.full_like(cost, math.inf))
-        err, col = cost.min(-1)
-        cand = _Choice(err, block, col, torch.full_like(block, sign))
-        best = best.where(err < best.err, cand)
-    return best
+    d = q - p.sign * (grid.fmt.max_normal * step)
+    cost = (2 * he + d * p.hdiag) * d + p.barrier
+    extra, col = cost.min(-1)
+    err = base + extra
+    free = block <= grid.scale_format.min_value  # the rule gives the smallest scale back from any smaller amax
+    unpinned = free & (base <= err)
+    return _Choice(torch.where(unpinned, base, err), block, torch.where(unpinned, -1, col),
+                   p.sign.gather(-1, col.unsqueeze(-1)).squeeze(-1))
 
 
 def _block_candidates(p: _Problem, g: float, rule: Optional[torch.Tensor], four_over_six: bool) -> list:
@@ -165,10 +176,12 @@ def _search_at(p: _Problem, g: float, rule: Optional[torch.Tensor], four_over_si
         mask = mask.reshape(best.err.shape)
         best = best.where(mask, top)
         fos = fos & ~mask
-    return best, float(best.err.sum()), fos
+    return best, float(best.err.double().sum()), fos
 
 
-def _check_factors(tensor_factors: Sequence[float], four_over_six: bool) -> Tuple[float, ...]:
+def _check_factors(tensor_factors: Sequence[float], four_over_six: bool, pins: str) -> Tuple[float, ...]:
+    if pins not in PINS:
+        raise ValueError(f"two_level_search pins must be one of {', '.join(PINS)}, got {pins!r}")
     if isinstance(four_over_six, bool) is False:
         raise ValueError(f"two_level_search four_over_six must be a bool, got {four_over_six!r}")
     try:
@@ -183,15 +196,18 @@ def _check_factors(tensor_factors: Sequence[float], four_over_six: bool) -> Tupl
 
 @torch.no_grad()
 def two_level_grid(w: torch.Tensor, h: torch.Tensor, grid: WeightGrid, *, two_level: bool = True,
-                   tensor_factors: Sequence[float] = TENSOR_FACTORS, four_over_six: bool = True) -> SearchResult:
+                   tensor_factors: Sequence[float] = TENSOR_FACTORS, four_over_six: bool = True,
+                   pins: str = "largest") -> SearchResult:
     """The searched grid for ``w`` (``[O, I]``) under ``h`` (``[I, I]``), starting from the layer's
     rule grid ``grid`` (:func:`groupquant.calib.weight_grid.rule_grid`; minifloat block scales).
 
     two_level: the layer has a per-tensor scale (NVFP4); False (single-level, ``g = 1``) searches
     the block scales only. tensor_factors: candidates for ``g / g_rule``; four_over_six: add the
-    block scale that maps the block maximum to 4 (module doc).
+    block scale that maps the block maximum to 4 (module doc); pins: ``'largest'`` pins each block's
+    largest element (as the rule's grid; what GPTQ sweeps best, measured), ``'cheapest'`` the one
+    whose pin adds least to the block objective.
     """
-    factors = _check_factors(tensor_factors, four_over_six)
+    factors = _check_factors(tensor_factors, four_over_six, pins)
     sf = grid.scale_format
     if sf is None or not sf.is_coded or sf.is_power_of_two:
         raise ValueError("two_level_search needs minifloat block scales (NVFP4's UE4M3); "
@@ -200,7 +216,7 @@ def two_level_grid(w: torch.Tensor, h: torch.Tensor, grid: WeightGrid, *, two_le
         if not bool(torch.isfinite(t).all()):
             raise ValueError(f"two_level_search: the {what} holds {int((~torch.isfinite(t)).sum())} non-finite "
                              "value(s) (NaN / Inf); calibrate on finite activations")
-    p = _problem(w, h, grid)
+    p = _problem(w, h, grid, pins)
     g0 = float(grid.tensor_scale) if two_level else 1.0
     rule = _to_scale(grid.scale / g0, grid)
     if not two_level:
@@ -216,7 +232,8 @@ def two_level_grid(w: torch.Tensor, h: torch.Tensor, grid: WeightGrid, *, two_le
     choice, total, fos, c, g = best
     out = WeightGrid(grid.fmt, grid.group_size, (choice.block * g).float(), grid.rounding, choice.pin,
                      choice.sign, sf, g if two_level else grid.tensor_scale)
-    return SearchResult(out, c, total, float(fos.float().mean()))
+    objective = float(block_errors(w, out.quantize(w), h, grid.group_size).sum())
+    return SearchResult(out, c, objective, float(fos.float().mean()))
 
 
 @torch.no_grad()
