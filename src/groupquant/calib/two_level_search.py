@@ -14,13 +14,19 @@ stored tensor gives back the chosen ``g`` when one block has ``s = 448`` and a p
 - per row and block, the block scale among the rule's ``r = ue4m3((amax_b / 6) / g)``, the
   scale search's ``ue4m3(r * f)`` for ``f`` in :data:`groupquant.calib.scale_search.FACTORS` and,
   with ``four_over_six``, ``ue4m3((amax_b / 4) / g)`` (Four Over Six: the block maximum mapped to
-  E2M1's 4 instead of 6, where the grid 4, 6 is coarse). The tensor factor 1.5 (``amax / (448 *
-  4)``) is the headroom that lets the tensor's largest block take that choice too;
-- per block and candidate, which element is pinned (toward its own sign, + for a zero): the one
-  whose move to ``+-6 s g`` adds least to ``e H_bb e^T``, in closed form ``e'He' = eHe + 2 d (He)_j + d^2 H_jj``
-  for ``d = q_j - p`` (so a pin lands on an input channel that carries little energy, and the 4-over-6
-  grid becomes storable where such a channel exists);
+  E2M1's 4 instead of 6, where the grid 4, 6 is coarse). A tensor factor of 1.5 (``g = amax /
+  (448 * 4)``) is the headroom that lets the tensor's largest block take that choice too;
+- per block and candidate, which element is pinned (toward its own sign, + for a zero): with
+  ``pins='largest'`` (the default) the block's largest, as the rule's grid; with ``'cheapest'``
+  the one whose move to ``+-6 s g`` adds least to ``e H_bb e^T``, in closed form
+  ``e'He' = eHe + 2 d (He)_j + d^2 H_jj`` for ``d = q_j - p`` (a pin then lands on an input
+  channel that carries little energy, which is what makes the 4-over-6 grid storable);
 - which block is the tensor's top (``s = 448`` and a pin), the one whose forcing costs least.
+
+Measured on SmolLM2-135M layers (docs/calibration.md): the search lowers this objective and the
+output error of the grid alone, but GPTQ sweeps better on the scale search's grid (cheapest pins
+and larger tensor scales coarsen it where GPTQ would have compensated), so ``'largest'`` is the
+default and the method is not a default of any recipe.
 
 Objective: ``sum_{o, b} e H_bb e^T`` (``H_bb`` the block-diagonal part of ``H = mean(x x^T)``, as
 :mod:`groupquant.calib.scale_search`); ``g``'s factor with the least total wins (ties: the first,
@@ -57,13 +63,15 @@ class SearchResult:
 
     grid: the WeightGrid (step multipliers ``s * g``, pins; ``pin == -1``: no pin); tensor_factor:
     ``g / g_rule``; objective: ``sum e H_bb e^T`` of the grid (float64, block-diagonal H);
-    four_over_six: the fraction of blocks whose scale is the 4-over-6 candidate (and no other).
+    four_over_six: the fraction of blocks whose scale is the 4-over-6 candidate (and no other);
+    block_scale: the chosen block scales (float32 ``[O, k]``, values of the block-scale format).
     """
 
     grid: WeightGrid
     tensor_factor: float
     objective: float
     four_over_six: float
+    block_scale: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -233,7 +241,7 @@ def two_level_grid(w: torch.Tensor, h: torch.Tensor, grid: WeightGrid, *, two_le
     out = WeightGrid(grid.fmt, grid.group_size, (choice.block * g).float(), grid.rounding, choice.pin,
                      choice.sign, sf, g if two_level else grid.tensor_scale)
     objective = float(block_errors(w, out.quantize(w), h, grid.group_size).sum())
-    return SearchResult(out, c, objective, float(fos.float().mean()))
+    return SearchResult(out, c, objective, float(fos.float().mean()), choice.block)
 
 
 @torch.no_grad()
