@@ -94,7 +94,7 @@ class _Problem:
 
 @dataclass(frozen=True)
 class _Choice:
-    """Per row and block: error (float64), block scale in the scale format's units, pinned column
+    """Per row and block: error (float32), block scale in the scale format's units, pinned column
     (-1: none) and its sign."""
 
     err: torch.Tensor
@@ -190,7 +190,7 @@ def _search_at(p: _Problem, g: float, rule: Optional[torch.Tensor], four_over_si
 def _check_factors(tensor_factors: Sequence[float], four_over_six: bool, pins: str) -> Tuple[float, ...]:
     if pins not in PINS:
         raise ValueError(f"two_level_search pins must be one of {', '.join(PINS)}, got {pins!r}")
-    if isinstance(four_over_six, bool) is False:
+    if not isinstance(four_over_six, bool):
         raise ValueError(f"two_level_search four_over_six must be a bool, got {four_over_six!r}")
     try:
         factors = [float(c) for c in tensor_factors]
