@@ -3,14 +3,16 @@ recipe and method, and all-MiniLM-L6-v2's embedding cosine to float, in one run.
 
     PYTHONPATH=src python benchmarks/ptq_llm.py [--recipes mxfp4 nvfp4 ...] [--methods rtn default smooth+rotate ...]
         [--tokens 4096] [--calibration-tokens 2048] [--markdown table.md] [--no-minilm] [--no-smollm2]
-        [--auto-budget 5.0 --auto-candidates mxfp4_weight_only mxfp8_weight_only] [--functional]
+        [--auto-budget 5.0 --auto-candidates mxfp4_weight_only mxfp8_weight_only] [--functional] [--prose]
 
 Text: Python standard-library docstrings (``groupquant.eval.python_docstrings``), split into
 disjoint evaluation / calibration documents (``groupquant.eval.token_sets``); perplexity over
 ``--tokens / 512`` non-overlapping windows of 512 tokens (default 8 x 512). Every Linear except the
 output head (tied to the embeddings, kept in float) is quantized; ``functional=False`` (the
 attention GEMMs stay float, as in issue 19's baseline; ``--functional`` quantizes them too). SmolLM2's weights were stored as Q4_1, so
-weight-only figures start from a 4-bit grid.
+weight-only figures start from a 4-bit grid. ``--prose``: also the perplexity ratio on text of
+another kind than the calibration text, the prose of Python's language reference (as
+``benchmarks/qat_llm.py``, same number of windows).
 
 A method is ``default`` (``groupquant.ptq``'s default methods for the recipe) or ``+``-joined
 steps: ``rtn`` (round to nearest, nothing else), ``smooth``
@@ -46,6 +48,7 @@ SEQ_LEN = 512
 
 
 FUNCTIONAL = {"on": False}  # --functional: attention's matmuls quantized by the recipe too
+PROSE = {"on": False}  # --prose: also evaluate on the language reference's prose
 
 
 def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: List,
@@ -90,6 +93,12 @@ def smollm2_rows(recipes: List[str], methods: List[str], tokens: int, calibratio
     base = perplexity(model, sets.evaluation, seq_len=SEQ_LEN, progress=False)
     print(f"SmolLM2-135M-Instruct float perplexity {base:.3f} ({tokens // SEQ_LEN} x {SEQ_LEN} tokens, "
           f"{(time.perf_counter() - t) / 60:.1f} min)", flush=True)
+    prose = prose_base = None
+    if PROSE["on"]:
+        from qat_llm import prose_tokens
+        prose = prose_tokens(tok, tokens // SEQ_LEN)
+        prose_base = perplexity(model, prose, seq_len=SEQ_LEN, progress=False)
+        print(f"float perplexity on prose {prose_base:.3f}", flush=True)
     rows = []
     for recipe in recipes:
         for method in methods:
@@ -100,7 +109,11 @@ def smollm2_rows(recipes: List[str], methods: List[str], tokens: int, calibratio
             t2 = time.perf_counter()
             row = dict(model="SmolLM2-135M", recipe=recipe, method=method, value=ppl / base,
                        calib_min=(t1 - t0) / 60, eval_min=(t2 - t1) / 60)
-            print(f"{recipe:<20} {method:<22} ppl ratio {ppl / base:7.3f}  calib {row['calib_min']:5.1f} min  "
+            extra = ""
+            if prose is not None:
+                row["prose"] = perplexity(q, prose, seq_len=SEQ_LEN, progress=False) / prose_base
+                extra = f"  prose ratio {row['prose']:7.3f}"
+            print(f"{recipe:<20} {method:<22} ppl ratio {ppl / base:7.3f}{extra}  calib {row['calib_min']:5.1f} min  "
                   f"eval {row['eval_min']:5.1f} min", flush=True)
             rows.append(row)
             del q
@@ -143,6 +156,8 @@ def markdown(rows: List[Dict]) -> str:
     lines = ["| model | recipe | method | result | calibration min | evaluation min |", "|---|---|---|---|---|---|"]
     for r in rows:
         what = f"{r['value']:.3f}x ppl" if r["model"].startswith("SmolLM2") else f"cosine {r['value']:.4f}"
+        if "prose" in r:
+            what += f"; prose {r['prose']:.3f}x"
         lines.append(f"| {r['model']} | `{r['recipe']}` | {r['method']} | {what} | {r['calib_min']:.2f} | "
                      f"{r['eval_min']:.2f} |")
     return "\n".join(lines) + "\n"
@@ -161,10 +176,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--auto-budget", type=float, help="also run auto_precision at this many bits per weight")
     parser.add_argument("--auto-candidates", nargs="+", default=["nvfp4_weight_only", "mxfp8_weight_only"])
     parser.add_argument("--auto-methods", nargs="*", default=["scale_search", "gptq"])
+    parser.add_argument("--prose", action="store_true", help="also evaluate SmolLM2 on prose (another kind of text)")
     parser.add_argument("--functional", action="store_true",
                         help="also quantize the functional GEMMs (attention's matmuls) by the recipe")
     args = parser.parse_args(argv)
     FUNCTIONAL["on"] = args.functional
+    PROSE["on"] = args.prose
     if args.tokens < SEQ_LEN:
         parser.error(f"--tokens must be at least {SEQ_LEN} (one window)")
     rows = []

@@ -2,7 +2,8 @@
 step that runs ``scale_search`` / ``gptq`` on one linear layer.
 
 Order (whatever order the user lists them in): ``smooth`` then ``rotate`` (model-level transforms
-of the converted model), then, block by block and layer by layer, ``scale_search`` then ``gptq``.
+of the converted model), then, block by block and layer by layer, ``scale_search`` (or its NVFP4
+form ``two_level_search``, :mod:`groupquant.calib.two_level_search`) then ``gptq``.
 ``smooth`` / ``rotate`` live in :mod:`groupquant.calib.smooth` / :mod:`groupquant.calib.rotate`
 (:func:`model_method`).
 """
@@ -18,13 +19,14 @@ from .gptq import gptq_quantize
 from .hessian import output_error
 from .report import LayerReport
 from .scale_search import search_grid
+from .two_level_search import two_level_layer_grid
 from .weight_grid import grid_unsupported, layer_fake_quant, rule_grid, settle
 
 __all__ = ["ORDER", "MODEL_METHODS", "LAYER_METHODS", "DEFAULT_METHODS", "resolve_methods", "model_method",
            "calibrate_layer"]
 
 MODEL_METHODS = ("smooth", "rotate")
-LAYER_METHODS = ("scale_search", "gptq")
+LAYER_METHODS = ("scale_search", "two_level_search", "gptq")
 #: Every method, in the order they run.
 ORDER = MODEL_METHODS + LAYER_METHODS
 
@@ -32,6 +34,7 @@ ORDER = MODEL_METHODS + LAYER_METHODS
 OPTIONS: Dict[str, Tuple[str, ...]] = {
     "gptq": ("percdamp", "batch_size", "act_order"),
     "scale_search": ("below", "above"),
+    "two_level_search": ("tensor_factors", "four_over_six", "pins"),
     "rotate": ("fused_residual",),
     "smooth": ("alpha",),
 }
@@ -72,6 +75,9 @@ def resolve_methods(methods: Any, recipe_name: Optional[str]) -> Dict[str, Dict[
         for key in opts:
             if key not in OPTIONS[name]:
                 raise ValueError(f"methods: {name!r} has no option {key!r}; options: {', '.join(OPTIONS[name])}")
+    if "scale_search" in given and "two_level_search" in given:
+        raise ValueError("methods: 'two_level_search' replaces 'scale_search' (it searches the block scales too); "
+                         "name one of them")
     return {name: given[name] for name in ORDER if name in given}
 
 
@@ -112,6 +118,9 @@ def calibrate_layer(name: str, layer: nn.Module, h: torch.Tensor,
         opts = methods[method]
         if method == "scale_search":
             grid = search_grid(w, h, grid, **opts)
+            q = settle(layer, grid.quantize(w))
+        elif method == "two_level_search":
+            grid = two_level_layer_grid(layer, w, h, grid, **opts)
             q = settle(layer, grid.quantize(w))
         else:
             q = settle(layer, gptq_quantize(w, h, grid, **opts))

@@ -187,7 +187,8 @@ def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = 
         methods: None (the default for the recipe, :data:`groupquant.calib.methods.DEFAULT_METHODS`;
             a default model-level method that does not apply to the model is skipped and reported),
             a name, a list of names, or a dict name -> options (``{"gptq": {"percdamp": 0.05}}``), from
-            ``smooth``, ``rotate``, ``scale_search``, ``gptq``; they run in that order. A named
+            ``smooth``, ``rotate``, ``scale_search`` (or NVFP4's ``two_level_search``), ``gptq``; they
+            run in that order. A named
             model-level method that cannot apply is refused
             (:class:`~groupquant.calib.float_check.MethodRefused`) before the model changes.
         exclude: module-name patterns left in float (as quantize_model).
