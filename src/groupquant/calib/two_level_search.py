@@ -45,7 +45,7 @@ from torch import nn
 from ..ops import round_to_format
 from ..ops.shared_scale import MIN_TENSOR_SCALE
 from .scale_search import FACTORS, block_errors, search_grid
-from .weight_grid import WeightGrid, layer_spec
+from .weight_grid import WeightGrid
 
 __all__ = ["TENSOR_FACTORS", "FOUR_OVER_SIX", "PINS", "SearchResult", "two_level_grid", "two_level_layer_grid"]
 
@@ -252,5 +252,5 @@ def two_level_layer_grid(layer: nn.Module, w: torch.Tensor, h: torch.Tensor, gri
     sf = grid.scale_format
     if sf is None or sf.is_power_of_two:
         return search_grid(w, h, grid)
-    spec = layer_spec(layer)
+    spec = layer.weight_spec
     return two_level_grid(w, h, grid, two_level=bool(spec.tensor_scale), **options).grid
