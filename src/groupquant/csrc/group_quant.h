@@ -15,13 +15,7 @@
 #include <cstring>
 #include <cmath>
 
-#include "group_quant_params.h"
-
-#if defined(__CUDACC__)
-#define GQ_HD __host__ __device__ __forceinline__
-#else
-#define GQ_HD inline __attribute__((always_inline))
-#endif
+#include "group_quant_params.h"  // the record, and GQ_HD (host and device, always inlined)
 
 namespace groupquant {
 

@@ -1,4 +1,9 @@
-// The op parameter record: the ONE C++ list of the settings a groupquant op receives.
+// The op parameter records and the helpers both records share.
+//
+// The group ops' record (below: GQ_CALL_FIELDS, GQ_FORMAT_FIELDS) is the ONE C++ list of the
+// settings a groupquant op receives; the packed GEMM's record (GQP_FIELDS, packed_gemm.h) uses the
+// same helpers: GQ_DECLARE_FIELD, GQ_FIELD_NAME, GQ_COUNT_FIELD, FieldReader / GQ_READ_FIELD and the
+// host / device macro GQ_HD.
 //
 // Python packs a frozen dataclass (ops/kernel_params.py, class KernelParams) into the op argument
 // `int[] params`, one int64 per field, in field order; this file lists the same fields in the same
@@ -13,6 +18,19 @@
 
 #include <cstdint>
 #include <cstring>
+
+// Functions the CPU and CUDA kernels both call: host and device, always inlined.
+#if defined(__CUDACC__)
+#define GQ_HD __host__ __device__ __forceinline__
+#else
+#define GQ_HD inline __attribute__((always_inline))
+#endif
+
+// X-macro helpers of a record's field list X(type, name): the member declaration, the name as
+// "name," (a record's names are one string with a trailing comma) and a count (`0 LIST(GQ_COUNT_FIELD)`).
+#define GQ_DECLARE_FIELD(type, name) type name;
+#define GQ_FIELD_NAME(type, name) #name ","
+#define GQ_COUNT_FIELD(type, name) +1
 
 namespace groupquant {
 
@@ -56,21 +74,15 @@ namespace groupquant {
   X(bool, scale_overflow_nan) \
   X(bool, scale_flush_subnormal)
 
-#define GQ_DECLARE_FIELD(type, name) type name;
-
 // The call fields as one struct (the format fields live in FormatParams, group_quant.h).
 struct CallParams {
   GQ_CALL_FIELDS(GQ_DECLARE_FIELD)
 };
 
-#define GQ_FIELD_NAME(type, name) #name ","
 // "dim,block_size,...,exp_max," (packed order; a trailing comma).
 constexpr const char kParamFieldNames[] = GQ_CALL_FIELDS(GQ_FIELD_NAME) GQ_FORMAT_FIELDS(GQ_FIELD_NAME);
-#undef GQ_FIELD_NAME
 
-#define GQ_COUNT_FIELD(type, name) +1
 constexpr int kNumParams = 0 GQ_CALL_FIELDS(GQ_COUNT_FIELD) GQ_FORMAT_FIELDS(GQ_COUNT_FIELD);
-#undef GQ_COUNT_FIELD
 
 // One packed int64 as a field of type T; false when it is out of that type's range.
 inline bool unpack_value(int64_t v, int64_t* out) {
@@ -95,22 +107,36 @@ inline bool unpack_value(int64_t v, float* out) {
   return v >= 0 && v <= static_cast<int64_t>(UINT32_MAX);
 }
 
+// Reads a record's packed values in field order: read(&field, "name") takes the next value and
+// keeps the first field whose value does not fit its type (bad; nullptr while all fit).
+struct FieldReader {
+  const int64_t* packed;
+  int next = 0;
+  const char* bad = nullptr;
+
+  template <class T>
+  void read(T* field, const char* name) {
+    if (!unpack_value(packed[next++], field) && bad == nullptr) bad = name;
+  }
+};
+
+// One field of the record `rec` (a pointer in scope) through the FieldReader `reader` in scope.
+#define GQ_READ_FIELD(type, name) reader.read(&rec->name, #name);
+
 // Fills call and format fields (F: FormatParams) from kNumParams packed values; returns the name of
 // the first field whose value does not fit its type, or nullptr when all fit.
 template <class F>
 const char* unpack_params(const int64_t* packed, CallParams* call, F* fmt) {
-  int i = 0;
-  const char* bad = nullptr;
-#define GQ_UNPACK_INTO(target, type, name) \
-  if (!unpack_value(packed[i++], &(target)->name) && bad == nullptr) bad = #name;
-#define GQ_UNPACK_CALL(type, name) GQ_UNPACK_INTO(call, type, name)
-#define GQ_UNPACK_FORMAT(type, name) GQ_UNPACK_INTO(fmt, type, name)
-  GQ_CALL_FIELDS(GQ_UNPACK_CALL)
-  GQ_FORMAT_FIELDS(GQ_UNPACK_FORMAT)
-#undef GQ_UNPACK_FORMAT
-#undef GQ_UNPACK_CALL
-#undef GQ_UNPACK_INTO
-  return bad;
+  FieldReader reader{packed};
+  {
+    CallParams* rec = call;
+    GQ_CALL_FIELDS(GQ_READ_FIELD)
+  }
+  {
+    F* rec = fmt;
+    GQ_FORMAT_FIELDS(GQ_READ_FIELD)
+  }
+  return reader.bad;
 }
 
 }  // namespace groupquant

@@ -24,13 +24,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "group_quant_params.h"  // unpack_value: one packed int64 as a field (the ops' shared rule)
-
-#if defined(__CUDACC__)
-#define GQP_HD __host__ __device__ __forceinline__
-#else
-#define GQP_HD inline
-#endif
+#include "group_quant_params.h"  // the records' shared helpers (GQ_DECLARE_FIELD, FieldReader, GQ_HD)
 
 namespace groupquant {
 namespace packed {
@@ -61,38 +55,29 @@ enum DecodePath : int32_t {
   X(float, global_scale)        \
   X(int64_t, tile_gemm_min_rows)
 
-#define GQP_DECLARE(type, name) type name;
 struct PackedGemmParams {
-  GQP_FIELDS(GQP_DECLARE)
+  GQP_FIELDS(GQ_DECLARE_FIELD)
 };
-#undef GQP_DECLARE
 
-#define GQP_NAME(type, name) #name ","
-constexpr const char kPackedFieldNames[] = GQP_FIELDS(GQP_NAME);
-#undef GQP_NAME
+constexpr const char kPackedFieldNames[] = GQP_FIELDS(GQ_FIELD_NAME);
 
-#define GQP_COUNT(type, name) +1
-constexpr int kNumPackedParams = 0 GQP_FIELDS(GQP_COUNT);
-#undef GQP_COUNT
+constexpr int kNumPackedParams = 0 GQP_FIELDS(GQ_COUNT_FIELD);
 
 // Fills p from kNumPackedParams values; returns the first field that does not fit, or nullptr.
 inline const char* unpack_packed_params(const int64_t* packed, PackedGemmParams* p) {
-  int i = 0;
-  const char* bad = nullptr;
-#define GQP_UNPACK(type, name) \
-  if (!unpack_value(packed[i++], &p->name) && bad == nullptr) bad = #name;
-  GQP_FIELDS(GQP_UNPACK)
-#undef GQP_UNPACK
-  return bad;
+  FieldReader reader{packed};
+  PackedGemmParams* rec = p;
+  GQP_FIELDS(GQ_READ_FIELD)
+  return reader.bad;
 }
 
 // Bytes of one weight row in the stream (rows are whole bytes: block_size * code_bits % 8 == 0,
 // checked by the op).
-GQP_HD int64_t row_bytes(const PackedGemmParams& p) { return p.num_blocks * p.block_size * p.code_bits / 8; }
+GQ_HD int64_t row_bytes(const PackedGemmParams& p) { return p.num_blocks * p.block_size * p.code_bits / 8; }
 
 // The code of element j of a row (j counted from the row's first code), any width 1..8: it spans
 // at most two bytes, read least significant bit first.
-GQP_HD uint32_t code_at(const uint8_t* row, int64_t j, int32_t bits) {
+GQ_HD uint32_t code_at(const uint8_t* row, int64_t j, int32_t bits) {
   const int64_t bit = j * bits;
   const int64_t byte = bit >> 3;
   const int shift = static_cast<int>(bit & 7);

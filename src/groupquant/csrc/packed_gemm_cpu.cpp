@@ -2,15 +2,14 @@
 // into a small float tile (L1-sized: two weight rows times one K chunk), and the tile is used at
 // once against every input row; the weight is streamed from memory once per call.
 //
-// - Few input rows (M < tile_gemm_min_rows): on the AVX-512 path, the kernel of
-//   packed_gemm_stream_avx512.cpp where it applies (4-bit codes), of
-//   packed_gemm_stream_avx512_8bit.cpp for 8-bit codes; on the AVX2 path (and AVX-512
-//   where that does not apply), the register-blocked streaming kernel of packed_gemm_stream.cpp
-//   where it applies (blocks of a multiple of 32, or pairs of 16); else, and on the scalar path,
-//   the fallback here: per pair of output rows and K chunk, decode two rows into an L1 buffer,
-//   then a micro-kernel (2 weight rows x up to 4 input rows) adds into per-row partial sums.
-// - Many input rows: each thread decodes a tile of weight rows at a time (at most kTileBytes of
-//   float32, never the whole weight) and a float GEMM (at::mm) multiplies the inputs by it.
+// Which kernel runs a call is the selection table's choice (packed_gemm_select.h: rows, path, input
+// dtype, code bits and the weight's fits rule -> kernel); run_kernel below runs it. The two kernels
+// of this file:
+// - few_rows (few input rows, where no streaming kernel takes the weight, and the scalar path): per
+//   pair of output rows and K chunk, decode two rows into an L1 buffer, then a micro-kernel (2
+//   weight rows x up to 4 input rows) adds into per-row partial sums.
+// - many_rows: each thread decodes a tile of weight rows at a time (at most kTileBytes of float32,
+//   never the whole weight) and a float GEMM (at::mm) multiplies the inputs by it.
 //
 // The path (packed_gemm_cpu_path.h) is read once per call. Vector decoders (AVX2 in the build's
 // flags; AVX-512 builds also define __AVX2__; used on the AVX2 and AVX-512 paths): a 4-bit
@@ -40,6 +39,7 @@
 #include "packed_gemm.h"
 #include "packed_gemm_cpu.h"
 #include "packed_gemm_cpu_path.h"
+#include "packed_gemm_select.h"
 #include "packed_gemm_workers.h"
 
 namespace groupquant {
@@ -283,6 +283,47 @@ void run_many_rows(const PackedGemmJob& job, const at::Tensor& x, const at::Tens
   }
 }
 
+// Runs kernel k on the call (the one the selection table chose, packed_gemm_select.h); false where
+// it refuses the call's input (the bfloat16-input kernels' range rule), with nothing written.
+bool run_kernel(CpuKernel k, const PackedGemmJob& job, const at::Tensor& x, const at::Tensor& out, CpuPath path) {
+  switch (k) {
+    case CpuKernel::kManyRows:
+      run_many_rows(job, x, out, path);
+      return true;
+    case CpuKernel::kAvx512Bf16: {
+      const at::Tensor rows16 =  // the rows in its order, padded to runs of 128
+          at::empty({job.rows, stream512_row_floats(job.p)}, x.options().dtype(at::kBFloat16));
+      const at::Tensor unscale = at::empty({job.rows}, x.options());
+      return run_packed_stream_avx512_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>());
+    }
+    case CpuKernel::kAvx512_8bitBf16: {
+      const at::Tensor rows16 = at::empty_like(x, x.options().dtype(at::kBFloat16));
+      const at::Tensor unscale = at::empty({job.rows}, x.options());
+      return run_packed_stream_avx512_8bit_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>());
+    }
+    case CpuKernel::kAvx512_8bit: {
+      const at::Tensor scratch = at::empty_like(x);
+      return run_packed_stream_avx512_8bit(job, scratch.data_ptr<float>());
+    }
+    case CpuKernel::kAvx512: {
+      const at::Tensor scratch = at::empty({job.rows, stream512_row_floats(job.p)}, x.options());
+      return run_packed_stream_avx512(job, scratch.data_ptr<float>());
+    }
+    case CpuKernel::kAvx2: {
+      if (!nibble_order_input(job.p)) return run_packed_stream_avx2(job);
+      const int64_t kp = job.p.num_blocks * job.p.block_size;
+      const at::Tensor order = at::tensor(std::vector<int64_t>{0, 2, 4, 6, 1, 3, 5, 7});
+      const at::Tensor xs = x.view({job.rows, kp / 8, 8}).index_select(2, order).contiguous();
+      PackedGemmJob permuted = job;
+      permuted.x = xs.data_ptr<float>();
+      return run_packed_stream_avx2(permuted);
+    }
+    default:
+      run_few_rows(job, path);
+      return true;
+  }
+}
+
 thread_local const char* last_kernel = "none";  // the kernel of this thread's last call (last_cpu_kernel)
 
 }  // namespace
@@ -292,61 +333,16 @@ const char* last_cpu_kernel() { return last_kernel; }
 void run_packed_linear_cpu(const PackedGemmJob& job, const at::Tensor& x, const at::Tensor& out) {
   if (job.rows == 0 || job.p.out_features == 0) return;
   const CpuPath path = active_cpu_path();
-  if (job.rows >= job.p.tile_gemm_min_rows) {
-    last_kernel = "many_rows";
-    run_many_rows(job, x, out, path);
-    return;
-  }
-  last_kernel = "none";
-  if (path == CpuPath::kAvx512Bf16 && job.x_bf16 && stream512_bf16_applies(job.p, job.value_table)) {
-    const at::Tensor rows16 =  // the rows in its order, padded to runs of 128
-        at::empty({job.rows, stream512_row_floats(job.p)}, x.options().dtype(at::kBFloat16));
-    const at::Tensor unscale = at::empty({job.rows}, x.options());
-    if (run_packed_stream_avx512_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>())) {
-      last_kernel = "avx512_bf16";
-      return;
+  const KernelRule& rule = select_cpu_kernel(job.p, job.value_table, path, job.x_bf16, job.rows);
+  CpuKernel ran = rule.kernel;
+  if (!run_kernel(ran, job, x, out, path)) {
+    ran = rule.refused;  // the table's kernel for an input this one refuses (it takes every input)
+    if (ran == CpuKernel::kNone || !run_kernel(ran, job, x, out, path)) {
+      ran = CpuKernel::kFewRows;  // not reached while the table's implications hold
+      run_few_rows(job, path);
     }
   }
-  if (is_avx512(path) && job.p.code_bits == 8 && stream512_8bit_applies(job.p, job.value_table)) {
-    if (path == CpuPath::kAvx512Bf16 && job.x_bf16 && stream512_8bit_bf16_applies(job.p, job.value_table)) {
-      const at::Tensor rows16 = at::empty_like(x, x.options().dtype(at::kBFloat16));
-      const at::Tensor unscale = at::empty({job.rows}, x.options());
-      if (run_packed_stream_avx512_8bit_bf16(job, rows16.data_ptr(), unscale.data_ptr<float>())) {
-        last_kernel = "avx512_8bit_bf16";
-        return;
-      }
-    }
-    const at::Tensor scratch = at::empty_like(x);
-    if (run_packed_stream_avx512_8bit(job, scratch.data_ptr<float>())) {
-      last_kernel = "avx512_8bit";
-      return;
-    }
-  }
-  if (is_avx512(path) && stream512_applies(job.p, job.value_table)) {
-    const at::Tensor scratch = at::empty({job.rows, stream512_row_floats(job.p)}, x.options());
-    if (run_packed_stream_avx512(job, scratch.data_ptr<float>())) {
-      last_kernel = "avx512";
-      return;
-    }
-  }
-  if (path != CpuPath::kScalar) {
-    if (nibble_order_input(job.p)) {
-      const int64_t kp = job.p.num_blocks * job.p.block_size;
-      const at::Tensor order = at::tensor(std::vector<int64_t>{0, 2, 4, 6, 1, 3, 5, 7});
-      const at::Tensor xs = x.view({job.rows, kp / 8, 8}).index_select(2, order).contiguous();
-      PackedGemmJob permuted = job;
-      permuted.x = xs.data_ptr<float>();
-      if (run_packed_stream_avx2(permuted)) {
-        last_kernel = "avx2";
-        return;
-      }
-    } else if (run_packed_stream_avx2(job)) {
-      last_kernel = "avx2";
-      return;
-    }
-  }
-  last_kernel = "few_rows";
-  run_few_rows(job, path);
+  last_kernel = cpu_kernel_name(ran);
 }
 
 void run_packed_decode_cpu(const PackedGemmJob& job, float* dst) {

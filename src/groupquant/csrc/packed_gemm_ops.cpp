@@ -9,6 +9,8 @@
 //   groupquant::packed_cpu_path() -> str             (the path the CPU kernels take now)
 //   groupquant::packed_set_cpu_path(str path) -> str (sets it; an error if the host lacks it)
 //   groupquant::packed_cpu_last_kernel() -> str      (the CPU kernel of this thread's last packed_linear)
+//   groupquant::packed_cpu_kernel_table() -> str     (the kernel selection table, markdown rows)
+//   groupquant::packed_worker_rule(int[] signals) -> int  (the worker rule on hand-made numbers)
 //
 // `params` is the packed record of ops/packed_gemm_params.py (field list in packed_gemm.h).
 #include <torch/library.h>
@@ -18,6 +20,8 @@
 #include "packed_gemm_cpu.h"
 #include "packed_gemm_cpu_path.h"
 #include "packed_gemm_ops.h"
+#include "packed_gemm_select.h"
+#include "packed_gemm_worker_rule.h"
 
 namespace groupquant {
 namespace packed {
@@ -181,6 +185,24 @@ std::string packed_set_cpu_path(const std::string& name) {
 
 std::string packed_cpu_last_kernel() { return last_cpu_kernel(); }
 
+std::string packed_cpu_kernel_table() { return cpu_kernel_table_text(); }
+
+// signals: multiply_adds, torch_threads, in_parallel_region, tasks, then rule 3's others_measured,
+// gap, others, helpers, last_job, last_job_caller (ns), then rule 4's holding, wait_measured,
+// window, waited, others (ns): threads_for_work, then worker_rule.
+int64_t packed_worker_rule(at::IntArrayRef v) {
+  TORCH_CHECK_VALUE(v.size() == 15, "groupquant: packed_worker_rule takes 15 signals, got ", num(v.size()));
+  WorkerSignals s;
+  s.requested = threads_for_work(v[0], static_cast<int>(v[1]), v[2] != 0);
+  s.tasks = v[3];
+  s.others_measured = v[4] != 0;
+  s.others = OthersSample{v[5], v[6], v[7], v[8], v[9]};
+  s.holding = v[10] != 0;
+  s.wait_measured = v[11] != 0;
+  s.wait = WaitSample{v[12], v[13], v[14]};
+  return worker_rule(s);
+}
+
 std::string packed_gemm_param_fields() {
   std::string names(kPackedFieldNames);
   if (!names.empty() && names.back() == ',') names.pop_back();
@@ -200,6 +222,8 @@ TORCH_LIBRARY_FRAGMENT(groupquant, m) {
   m.def("packed_cpu_path() -> str", &groupquant::packed::packed_cpu_path);
   m.def("packed_set_cpu_path(str path) -> str", &groupquant::packed::packed_set_cpu_path);
   m.def("packed_cpu_last_kernel() -> str", &groupquant::packed::packed_cpu_last_kernel);
+  m.def("packed_cpu_kernel_table() -> str", &groupquant::packed::packed_cpu_kernel_table);
+  m.def("packed_worker_rule(int[] signals) -> int", &groupquant::packed::packed_worker_rule);
 }
 
 TORCH_LIBRARY_IMPL(groupquant, CPU, m) {

@@ -29,6 +29,8 @@
 #include "packed_gemm.h"
 #include "packed_gemm_cpu.h"
 #include "packed_gemm_cpu_path.h"
+#include "packed_gemm_select.h"
+#include "packed_gemm_stream_tiles.h"
 #include "packed_gemm_workers.h"
 
 #if defined(GQ_X86_DISPATCH)
@@ -46,9 +48,7 @@ namespace packed {
 #if defined(GQP_STREAM)
 namespace {
 
-constexpr int kMaxRows = 8;             // input rows per register tile
 constexpr int64_t kL1Floats = 4096;     // input floats per K chunk (16 KiB, in L1)
-constexpr int64_t kRowsPerPass = 64;    // weight rows per task (one pass over the K chunks)
 constexpr int64_t kPrefetchRows = 4;    // weight rows ahead whose chunk is prefetched
 
 // Values of 32 codes in four vectors.
@@ -336,85 +336,57 @@ void rows_tile_pairs(const PackedGemmJob& job, const Dec& dec, const float* x, i
   }
 }
 
-// Rows m0 .. m0 + MR of the output for weight rows [n0, n1), K in chunks whose input rows fit L1.
-// Pairs: blocks of 16 (rows_tile_pairs), else blocks of a multiple of 32 (rows_tile).
+// Rows m0 .. m0 + MR of the output for weight rows [n0, n1), K in chunks of blocks whose input rows
+// fit L1 (stream_chunks). Pairs: blocks of 16 (rows_tile_pairs), else blocks of a multiple of 32 (rows_tile).
 template <int MR, bool Pairs, class Dec>
-void rows_all_chunks(const PackedGemmJob& job, const Dec& dec, const float* x, int64_t m0, int64_t n0, int64_t n1,
-                     float post, float* part) {
+void rows_all_chunks(const PackedGemmJob& job, const Dec& dec, int64_t m0, int64_t n0, int64_t n1, float* part) {
   const PackedGemmParams& p = job.p;
   const int64_t ldx = p.num_blocks * p.block_size;
   const int64_t fit = std::max<int64_t>(1, kL1Floats / MR / p.block_size);  // blocks per chunk
   const int64_t chunk = Pairs ? std::max<int64_t>(2, fit & ~int64_t{1}) : fit;  // pairs: whole runs
-  std::fill(part, part + (n1 - n0) * MR, 0.0f);
-  for (int64_t b0 = 0; b0 < p.num_blocks; b0 += chunk) {
+  stream_chunks<MR>(job, m0, n0, n1, p.num_blocks, chunk, part, [&](int64_t b0, int64_t b1) {
     if constexpr (Pairs) {
-      rows_tile_pairs<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part);
+      rows_tile_pairs<MR>(job, dec, job.x, ldx, m0, n0, n1, b0, b1, part);
     } else {
-      rows_tile<MR>(job, dec, x, ldx, m0, n0, n1, b0, std::min(p.num_blocks, b0 + chunk), part);
+      rows_tile<MR>(job, dec, job.x, ldx, m0, n0, n1, b0, b1, part);
     }
-  }
-  for (int64_t n = n0; n < n1; ++n) {
-    const float b = job.bias != nullptr ? job.bias[n] : 0.0f;
-    for (int m = 0; m < MR; ++m) job.out[(m0 + m) * p.out_features + n] = part[(n - n0) * MR + m] * post + b;
-  }
+  });
 }
 
 template <bool Pairs, class Dec>
-void run_with(const PackedGemmJob& job, const Dec& dec, const float* x, float post) {
-  const PackedGemmParams& p = job.p;
-  const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);
-  claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
-    float part[kRowsPerPass * kMaxRows];
-    {
-     for (int64_t m0 = 0; m0 < job.rows; m0 += kMaxRows) {
-      switch (std::min<int64_t>(kMaxRows, job.rows - m0)) {
-        case 8: rows_all_chunks<8, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
-        case 7: rows_all_chunks<7, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
-        case 6: rows_all_chunks<6, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
-        case 5: rows_all_chunks<5, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
-        case 4: rows_all_chunks<4, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
-        case 3: rows_all_chunks<3, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
-        case 2: rows_all_chunks<2, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
-        default: rows_all_chunks<1, Pairs>(job, dec, x, m0, n0, n1, post, part); break;
-      }
-     }
-    }
+void run_with(const PackedGemmJob& job, const Dec& dec) {
+  stream_row_tasks(job, [&](auto rows, int64_t m0, int64_t n0, int64_t n1, float* part) {
+    rows_all_chunks<decltype(rows)::value, Pairs>(job, dec, m0, n0, n1, part);
   });
 }
 
 }  // namespace
 
-// Blocks the streaming kernel takes: multiples of 32 (whole runs), or 16 (NVFP4) in pairs that fill whole runs.
-bool stream_blocks(const PackedGemmParams& p) {
-  return p.block_size % 32 == 0 || (p.block_size == 16 && p.num_blocks % 2 == 0);
-}
-
 bool nibble_order_input(const PackedGemmParams& p) {
-  return stream_blocks(p) && p.code_bits == 4 && p.decode_path == kDecodeNibbleBf16;
+  return stream_avx2_applies(p, nullptr) && p.code_bits == 4 && p.decode_path == kDecodeNibbleBf16;
 }
 
 // run_with for the weight's block size: pairs of blocks of 16, or blocks of a multiple of 32.
 template <class Dec>
-void run_blocks(const PackedGemmJob& job, const Dec& dec, float post) {
-  if (job.p.block_size == 16) run_with<true>(job, dec, job.x, post);
-  else run_with<false>(job, dec, job.x, post);
+void run_blocks(const PackedGemmJob& job, const Dec& dec) {
+  if (job.p.block_size == 16) run_with<true>(job, dec);
+  else run_with<false>(job, dec);
 }
 
 bool run_packed_stream_avx2(const PackedGemmJob& job) {
   const PackedGemmParams& p = job.p;
-  if (!stream_blocks(p)) return false;
-  // the global scale (NVFP4's second scale) multiplies the row's sum
-  const float global = p.has_global_scale ? p.global_scale : 1.0f;
+  if (!stream_avx2_applies(p, job.value_table)) return false;
+  // the global scale (NVFP4's second scale) multiplies the row's sum (stream_chunks)
   if (p.code_bits == 4 && p.decode_path == kDecodeNibbleBf16) {
-    run_blocks(job, NibbleBf16(job.value_table), global);
+    run_blocks(job, NibbleBf16(job.value_table));
   } else if (p.code_bits == 8 && p.decode_path == kDecodeHalf && (p.half_shift >= 1 && p.half_shift <= 8)) {
-    run_blocks(job, HalfShift(p), global);
+    run_blocks(job, HalfShift(p));
   } else if (p.code_bits == 8 && p.decode_path == kDecodeInt8) {
-    run_blocks(job, Int8{p.elem_mul}, global);
+    run_blocks(job, Int8{p.elem_mul});
   } else if (p.code_bits == 6) {
-    run_blocks(job, Gather6(job.value_table, job.data + p.out_features * row_bytes(p)), global);
+    run_blocks(job, Gather6(job.value_table, job.data + p.out_features * row_bytes(p)));
   } else {
-    run_blocks(job, Table{p.code_bits}, global);
+    run_blocks(job, Table{p.code_bits});
   }
   return true;
 }

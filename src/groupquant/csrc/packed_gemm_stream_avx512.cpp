@@ -76,8 +76,6 @@ int64_t stream512_row_floats(const PackedGemmParams& p) { return (p.num_blocks *
 #if defined(GQ_X86_DISPATCH)
 namespace {
 
-constexpr int kMaxRows = kStreamTileRows;  // input rows per register tile
-constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the scale buffer)
 constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched (see rows_tile)
 constexpr int64_t kPrefetchBytes = 2048;  // per run, this far ahead in a stream of whole rows
@@ -152,8 +150,7 @@ inline void decode_run(const Tile& t, __m512i raw, __m512* w) {
 
 // One run's lane sums for one input row: w[q] . x[q] over q, codes 8j .. 8j + 3 into one chain and
 // 8j + 4 .. 8j + 7 into another, added at the end: each sum needs one word permute more than the
-// last (with the chains as w0 w2 w4 w6 / w1 w3 w5 w7, a 16-layer cycle was 1.7x slower on AMD
-// Zen 4, the same layer in cache was not).
+// last (chains as w0 w2 w4 w6 / w1 w3 w5 w7 were slower: docs/packed-inference.md, "Tuning figures", avx512).
 inline __m512 run_lane_sums(const __m512* w, const __m512* x) {
   __m512 a = _mm512_mul_ps(w[0], x[0]);
   __m512 b = _mm512_mul_ps(w[4], x[4]);
@@ -203,9 +200,8 @@ void gemv_group(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0, in
 
 // part[(n + j - n0) * MR + m] += dot products of runs [r0, r1) for input rows m0 .. m0 + MR and the
 // weight rows n, n + 1 (4 to 8 input rows): each run is taken a quarter at a time (codes 8j + q and
-// 8j + 4 + q of both rows, dequantized), so that each input vector loaded serves both rows
-// (16 layers of 4096 x 4096 MXFP4 in turn, Zen 4, 1 thread: batch 8 4.3-4.6 -> 3.9-4.1 ms a
-// layer, batch 4 2.2 -> 2.0; more rows at once would not leave registers for 8 input rows).
+// 8j + 4 + q of both rows, dequantized), so that each input vector loaded serves both rows (docs/packed-inference.md, "Tuning figures",
+// avx512; more rows at once would not leave registers for 8 input rows).
 template <int MR, bool kWords, bool kHalf>
 void pair_tile(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
                bool whole, int64_t span, int64_t n1, float* part) {
@@ -263,10 +259,9 @@ void pair_tile(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0, int
 // Software prefetch: where the chunk is part of a row (the task reads pieces of rows at a stride),
 // the row's chunk kPrefetchRows ahead, at the row's start; where a chunk is the whole row (one
 // input row and K up to the chunk: the task's rows are one ascending stream) one line per run,
-// kPrefetchBytes ahead (past the end of the data too: a prefetch does not fault). On AMD Zen 4,
-// over a decode-like cycle of 16 4096 x 4096 layers, the per-run prefetch made the float32 kernel
-// 1.7x and the bfloat16 one 1.2x faster than none, and the burst at every row (as for partial
-// rows) was slower than none for the bfloat16 kernel.
+// kPrefetchBytes ahead (past the end of the data too: a prefetch does not fault); the burst at
+// every row (as for partial rows) was slower than none for the bfloat16 kernel (docs/packed-inference.md, "Tuning figures",
+// avx512 and avx512_bf16).
 template <int MR, bool kWords, bool kHalf>
 void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, int64_t r1, float* part) {
   const PackedGemmJob& job = *t.job;
@@ -344,26 +339,21 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
 }
 
 // Input floats per K chunk, all rows of a tile together: for 1 or 2 rows 32 KiB (K up to 4096 in
-// one chunk with 2 rows: the weight rows are read as one stream, 1.53 -> 1.22 ms a layer of a
-// 16-layer 4096 x 4096 MXFP4 cycle on Zen 4; 3 and 4 rows were slower so), else 16 KiB (in L1).
+// one chunk with 2 rows: the weight rows are read as one stream), else 16 KiB (in L1); measured in
+// docs/packed-inference.md, "Tuning figures" (avx512).
 constexpr int64_t chunk_floats(int rows) { return rows <= 2 ? 8192 : 4096; }
 
+// Rows m0 .. m0 + MR of the output for weight rows [n0, n1), K in chunks of runs (stream_chunks).
 template <int MR, bool kWords>
-void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float post, float* part) {
-  const PackedGemmJob& job = *t.job;
+void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float* part) {
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kMaxChunkRuns, chunk_floats(MR) / MR / 128));
-  std::fill(part, part + (n1 - n0) * MR, 0.0f);
-  for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) {
+  stream_chunks<MR>(*t.job, m0, n0, n1, t.runs, chunk, part, [&](int64_t r0, int64_t r1) {
     if (t.full_runs == t.runs) {
-      rows_tile<MR, kWords, false>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+      rows_tile<MR, kWords, false>(t, m0, n0, n1, r0, r1, part);
     } else {
-      rows_tile<MR, kWords, true>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+      rows_tile<MR, kWords, true>(t, m0, n0, n1, r0, r1, part);
     }
-  }
-  for (int64_t n = n0; n < n1; ++n) {
-    const float b = job.bias != nullptr ? job.bias[n] : 0.0f;
-    for (int m = 0; m < MR; ++m) job.out[(m0 + m) * job.p.out_features + n] = part[(n - n0) * MR + m] * post + b;
-  }
+  });
 }
 
 }  // namespace
@@ -385,19 +375,14 @@ bool run_packed_stream_avx512(const PackedGemmJob& job, float* scratch) {
   t.lane_block = run_lane_blocks(p.block_size);
   permute_input(job.x, job.rows, kp, t.kx, scratch);
   t.x = scratch;
-  const float post = p.has_global_scale ? p.global_scale : 1.0f;  // NVFP4's second scale, on the row sums
-  const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);
   const bool words = bf16_exact(job.value_table);
-  claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
-    float part[kRowsPerPass * kMaxRows];
-    for_each_row_tile(job.rows, [&](auto tile_rows, int64_t m0) {
-      constexpr int kRows = decltype(tile_rows)::value;
-      if (words) {
-        rows_all_chunks<kRows, true>(t, m0, n0, n1, post, part);
-      } else {
-        rows_all_chunks<kRows, false>(t, m0, n0, n1, post, part);
-      }
-    });
+  stream_row_tasks(job, [&](auto tile_rows, int64_t m0, int64_t n0, int64_t n1, float* part) {
+    constexpr int kRows = decltype(tile_rows)::value;
+    if (words) {
+      rows_all_chunks<kRows, true>(t, m0, n0, n1, part);
+    } else {
+      rows_all_chunks<kRows, false>(t, m0, n0, n1, part);
+    }
   });
   return true;
 }

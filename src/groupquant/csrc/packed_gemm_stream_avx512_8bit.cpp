@@ -131,7 +131,6 @@ namespace packed {
 namespace {
 
 constexpr int64_t kL1Bytes = 65536;       // input bytes per K chunk (L2; 16 KiB chunks measured slower at batch 8)
-constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int kGemvRows = 4;              // one float32 input row, whole rows: weight rows decoded together
 constexpr int64_t kAheadGroups = 2;       // and the groups ahead whose bytes are prefetched
 
@@ -293,7 +292,7 @@ void gemv_group_f32(const Tile& t, int64_t m0, int64_t n, int64_t n0, const int3
 }
 
 // Float32 input row m0 alone, whole rows in one chunk: the weight rows [n0, n1) in groups of
-// kGemvRows (MXINT8 4096 x 4096, 16-layer cycle on Zen 4, 1 thread: 1.24 -> 1.05 ms a layer).
+// kGemvRows (docs/packed-inference.md, "Tuning figures", avx512_8bit).
 template <int Kind>
 void gemv_rows_f32(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float* part) {
   int32_t first[kMaxChunkRuns];  // run r starts at block first[r]
@@ -306,45 +305,30 @@ void gemv_rows_f32(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float* par
 // ---- driver -------------------------------------------------------------------------------------
 
 // Rows m0 .. m0 + MR of the output for weight rows [n0, n1), K in chunks whose input rows fit L1.
+// (stream_chunks; one input row of float32 with K in one chunk: gemv_rows_f32, all runs at once).
 template <int MR, bool Bf16, int Kind>
-void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float post, float* part) {
-  const PackedGemmJob& job = *t.job;
+void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float* part) {
   const int64_t run_input_bytes = 64 * (Bf16 ? 2 : 4);
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kMaxChunkRuns, kL1Bytes / MR / run_input_bytes));
-  std::fill(part, part + (n1 - n0) * MR, 0.0f);
-  if (!Bf16 && MR == 1 && chunk >= t.runs) {
-    gemv_rows_f32<Kind>(t, m0, n0, n1, part);
-  } else {
-    for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) {
-      const int64_t r1 = std::min(t.runs, r0 + chunk);
-      if constexpr (Bf16) {
-        if (std::all_of(t.unscale + m0, t.unscale + m0 + MR, [](float u) { return u == 1.0f; })) {
-          rows_tile_bf16<MR, Kind, true>(t, m0, n0, n1, r0, r1, part);
-        } else {
-          rows_tile_bf16<MR, Kind, false>(t, m0, n0, n1, r0, r1, part);
-        }
+  stream_chunks<MR>(*t.job, m0, n0, n1, t.runs, chunk, part, [&](int64_t r0, int64_t r1) {
+    if constexpr (Bf16) {
+      if (std::all_of(t.unscale + m0, t.unscale + m0 + MR, [](float u) { return u == 1.0f; })) {
+        rows_tile_bf16<MR, Kind, true>(t, m0, n0, n1, r0, r1, part);
       } else {
-        rows_tile_f32<MR, Kind>(t, m0, n0, n1, r0, r1, part);
+        rows_tile_bf16<MR, Kind, false>(t, m0, n0, n1, r0, r1, part);
       }
+    } else if (MR == 1 && chunk >= t.runs) {
+      gemv_rows_f32<Kind>(t, m0, n0, n1, part);  // the one chunk [0, runs)
+    } else {
+      rows_tile_f32<MR, Kind>(t, m0, n0, n1, r0, r1, part);
     }
-  }
-  for (int64_t n = n0; n < n1; ++n) {
-    const float b = job.bias != nullptr ? job.bias[n] : 0.0f;
-    for (int m = 0; m < MR; ++m) job.out[(m0 + m) * job.p.out_features + n] = part[(n - n0) * MR + m] * post + b;
-  }
+  });
 }
 
 template <bool Bf16, int Kind>
 void run_tiles(const Tile& t) {
-  const PackedGemmJob& job = *t.job;
-  const PackedGemmParams& p = job.p;
-  const float post = p.has_global_scale ? p.global_scale : 1.0f;  // a per-tensor second scale, on the row sums
-  const int threads = kernel_threads(p.out_features * t.kp * job.rows);
-  claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
-    float part[kRowsPerPass * kStreamTileRows];
-    for_each_row_tile(job.rows, [&](auto tile_rows, int64_t m0) {
-      rows_all_chunks<decltype(tile_rows)::value, Bf16, Kind>(t, m0, n0, n1, post, part);
-    });
+  stream_row_tasks(*t.job, [&](auto tile_rows, int64_t m0, int64_t n0, int64_t n1, float* part) {
+    rows_all_chunks<decltype(tile_rows)::value, Bf16, Kind>(t, m0, n0, n1, part);
   });
 }
 

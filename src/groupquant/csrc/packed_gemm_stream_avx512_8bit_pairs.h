@@ -39,9 +39,7 @@ struct RowPair {
 // part[(n + j - n0) * MR + m] += dot products of runs [r0, r1) for float32 input rows m0 .. m0 + MR
 // (2 to 8) and weight rows n, n + 1: both rows' runs decoded and dequantized, each half run's input
 // vectors loaded once for both rows, one accumulator per input and weight row (as the 4-bit
-// kernel's pair_tile). MXINT8 / MXFP8 4096 x 4096, 16-layer cycle, Zen 4, 1 thread: batch 8
-// 7.1-7.6 -> 4.5-5.3 ms a layer, batch 4 3.9-4.2 -> 2.7-3.3, batch 3 3.4 -> 2.4-2.6, batch 2
-// 2.4 -> 2.1-2.3.
+// kernel's pair_tile; docs/packed-inference.md, "Tuning figures", avx512_8bit).
 template <int MR, int Kind>
 void pair_tile_f32(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
                    const int32_t* first, float* part) {
@@ -75,9 +73,8 @@ void pair_tile_f32(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0,
 
 // The pairs of pair_tile_f32 for scaled bfloat16 input rows (4 to 8): each run's two dot products
 // per input and weight row (vdpbf16ps), unscaled (kUnit: every row's 2^-e_m is 1, none) and FMA'd
-// with the weight row's block scales into one accumulator per input and weight row. MXINT8 /
-// MXFP8 4096 x 4096, 16-layer cycle, Zen 4, 1 thread: batch 8 3.7-4.4 -> 3.0-3.4 ms a layer, batch
-// 4 the same; batch 2 was slower so (1.5 -> 1.9-2.2 ms: two rows read at once, no prefetch).
+// with the weight row's block scales into one accumulator per input and weight row; 2 input rows
+// were slower so (two rows read at once, no prefetch; docs/packed-inference.md, "Tuning figures", avx512_8bit_bf16).
 template <int MR, int Kind, bool kUnit>
 void pair_tile_bf16(const Tile& t, int64_t m0, int64_t n, int64_t n0, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
                     const int32_t* first, float* part) {

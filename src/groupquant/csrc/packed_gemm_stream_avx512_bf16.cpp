@@ -78,8 +78,6 @@ bool stream512_bf16_applies(const PackedGemmParams& p, const float* value_table)
 #if defined(GQ_X86_DISPATCH)
 namespace {
 
-constexpr int kMaxRows = kStreamTileRows;  // input rows per register tile
-constexpr int64_t kRowsPerPass = 64;      // weight rows per task
 constexpr int64_t kMaxChunkRuns = 64;     // runs of 128 per K chunk (bounds the scale buffer)
 constexpr int64_t kPrefetchRows = 4;      // weight rows ahead whose chunk is prefetched (see rows_tile)
 constexpr int64_t kPrefetchBytes = 2048;  // per run, this far ahead in a stream of whole rows
@@ -142,16 +140,14 @@ struct Chunk {
 // part[(n + j - n0) * MR + m] += dot products of the chunk's runs for input rows m0 .. m0 + MR and
 // weight rows n + j, j < NR: each run's NR weight rows are decoded, then each input row's 4 loads
 // serve all NR of them. With one input row, 4 rows at a time (kGemvRows): an input load per dot
-// product instruction was what bounded a row in cache (AMD Zen 4, one 4096 x 4096 MXFP4 layer
-// repeated: 0.50 -> 0.40 ms).
+// product instruction was what bounded a row in cache.
 // Software prefetch, where a chunk is part of a row (the task reads pieces of rows at a stride):
 // the row's chunk kPrefetchRows ahead, at the row's start. Where a chunk is the whole row, the
 // task's rows are one ascending stream: one line per run and row, kPrefetchBytes ahead; in groups
 // of 4 rows, which read 4 places 1 row apart at once, the hardware prefetcher no longer follows
-// the stream (2x slower without software prefetch), so the group kAheadGroups ahead is prefetched
-// into L2 in its memory order, one line per run and row, and its scale bytes at the group's start
-// (past the end of the data too: a prefetch does not fault). Over a decode-like cycle of 16
-// 4096 x 4096 layers on Zen 4, 1 thread: MXFP4 0.55 -> 0.47 ms, NVFP4 0.59 -> 0.51 ms a layer.
+// the stream, so the group kAheadGroups ahead is prefetched into L2 in its memory order, one line
+// per run and row, and its scale bytes at the group's start (past the end of the data too: a
+// prefetch does not fault). Figures for all of this: docs/packed-inference.md, "Tuning figures", avx512_bf16.
 template <int MR, int NR, bool kUnit, bool kHalf>
 void rows_group(const Tile& t, const Chunk& c, int64_t m0, int64_t n, float* part) {
   const PackedGemmJob& job = *t.job;
@@ -205,7 +201,7 @@ void rows_group(const Tile& t, const Chunk& c, int64_t m0, int64_t n, float* par
     for (int m = 0; m < MR; ++m) part[(n + j - c.n0) * MR + m] += _mm512_reduce_add_ps(acc[j][m]);
 }
 
-// Weight rows per group: 4 for one input row, 2 for two (0.70 -> 0.64 ms a layer, as above), else 1.
+// Weight rows per group: 4 for one input row, 2 for two (faster, docs/packed-inference.md, "Tuning figures"), else 1.
 template <int MR>
 constexpr int group_rows() { return MR == 1 ? kGemvRows : (MR == 2 ? 2 : 1); }
 
@@ -230,26 +226,20 @@ void rows_tile(const Tile& t, int64_t m0, int64_t n0, int64_t n1, int64_t r0, in
 }
 
 // Input bfloat16 values per K chunk, all rows of a tile together: up to 4 rows, 32 KiB (K up to 4096
-// is one chunk, so the weight rows are read as one stream: 3 and 4 rows of a 4096 x 4096 MXFP4 cycle
-// 1.48 -> 0.93 and 1.55 -> 1.17 ms a layer on Zen 4), else 16 KiB (in L1).
+// is one chunk, so the weight rows are read as one stream; docs/packed-inference.md, "Tuning figures", avx512_bf16), else 16 KiB (in L1).
 constexpr int64_t chunk_values(int rows) { return rows <= 4 ? 16384 : 8192; }
 
+// Rows m0 .. m0 + MR of the output for weight rows [n0, n1), K in chunks of runs (stream_chunks).
 template <int MR, bool kUnit>
-void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float post, float* part) {
-  const PackedGemmJob& job = *t.job;
+void rows_all_chunks(const Tile& t, int64_t m0, int64_t n0, int64_t n1, float* part) {
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kMaxChunkRuns, chunk_values(MR) / MR / 128));
-  std::fill(part, part + (n1 - n0) * MR, 0.0f);
-  for (int64_t r0 = 0; r0 < t.runs; r0 += chunk) {
+  stream_chunks<MR>(*t.job, m0, n0, n1, t.runs, chunk, part, [&](int64_t r0, int64_t r1) {
     if (t.full_runs == t.runs) {
-      rows_tile<MR, kUnit, false>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+      rows_tile<MR, kUnit, false>(t, m0, n0, n1, r0, r1, part);
     } else {
-      rows_tile<MR, kUnit, true>(t, m0, n0, n1, r0, std::min(t.runs, r0 + chunk), part);
+      rows_tile<MR, kUnit, true>(t, m0, n0, n1, r0, r1, part);
     }
-  }
-  for (int64_t n = n0; n < n1; ++n) {
-    const float b = job.bias != nullptr ? job.bias[n] : 0.0f;
-    for (int m = 0; m < MR; ++m) job.out[(m0 + m) * job.p.out_features + n] = part[(n - n0) * MR + m] * post + b;
-  }
+  });
 }
 
 }  // namespace
@@ -272,18 +262,13 @@ bool run_packed_stream_avx512_bf16(const PackedGemmJob& job, void* scratch, floa
   t.unscale = unscale;
   t.table = bf16_word_table(job.value_table);
   t.lane_block = run_lane_blocks(p.block_size);
-  const float post = p.has_global_scale ? p.global_scale : 1.0f;  // NVFP4's second scale, on the row sums
-  const int threads = kernel_threads(p.out_features * p.num_blocks * p.block_size * job.rows);
-  claim_chunks(p.out_features, kRowsPerPass, threads, [&](int64_t n0, int64_t n1) {
-    float part[kRowsPerPass * kMaxRows];
-    for_each_row_tile(job.rows, [&](auto tile_rows, int64_t m0) {
-      constexpr int kRows = decltype(tile_rows)::value;
-      if (std::all_of(unscale + m0, unscale + m0 + kRows, [](float u) { return u == 1.0f; })) {
-        rows_all_chunks<kRows, true>(t, m0, n0, n1, post, part);
-      } else {
-        rows_all_chunks<kRows, false>(t, m0, n0, n1, post, part);
-      }
-    });
+  stream_row_tasks(job, [&](auto tile_rows, int64_t m0, int64_t n0, int64_t n1, float* part) {
+    constexpr int kRows = decltype(tile_rows)::value;
+    if (std::all_of(unscale + m0, unscale + m0 + kRows, [](float u) { return u == 1.0f; })) {
+      rows_all_chunks<kRows, true>(t, m0, n0, n1, part);
+    } else {
+      rows_all_chunks<kRows, false>(t, m0, n0, n1, part);
+    }
   });
   return true;
 }

@@ -52,20 +52,17 @@ constexpr auto kSpin = std::chrono::microseconds(200);  // helpers' busy wait fo
 // caller and the helpers since the caller's last job ended, over the wall time between. torch's
 // OpenMP threads keep spinning for milliseconds after each parallel kernel; a helper woken then
 // shares a core with one of them and can be preempted inside a task for a scheduler slice while
-// the caller waits for it (single jobs of 4 ms instead of 0.3 ms right after a 2-thread torch.sum,
-// AMD Zen 4, 2 cores). While they run, a job runs on the caller alone, which keeps a core.
+// the caller waits for it (docs/packed-inference.md, "Tuning figures", workers). While they run, a job runs on the caller alone, which keeps a core.
 // Linux only: the threads are listed from /proc/self/task (again every kRelist), each read by its
 // own CPU clock (exact; the process clock lags by up to a tick for threads running elsewhere),
 // two reads per thread and job: with more than kMaxOthers other threads, never busy. Elsewhere
 // never busy.
 class OthersMeter {
  public:
-  // At a job's start: true where, since the caller's last job ended, the other threads ran for more
-  // than a quarter of the wall time and, with the helpers, for more than 3/4 of it (the second
-  // core's time went to this process, not to another one), and the caller ran for at least 80% of
-  // its last job's wall time (false for a first job or a new caller). Where a core is shared with
-  // another process the helpers are kept: a caller alone there would run at a part of a core.
-  bool busy(const std::vector<int64_t>& helper_tids) {
+  // At a job's start: the CPU times since the caller's last job ended, and the caller's share of
+  // its last job (none for a first job or a new caller); worker_rule's rule 3 decides on them.
+  // Returns whether *out holds a sample for worker_rule's rule 3 (others_hold_cores).
+  bool sample(const std::vector<int64_t>& helper_tids, OthersSample* out) {
 #if defined(__linux__)
     const int64_t wall = now_ns();
     const int64_t caller = static_cast<int64_t>(syscall(SYS_gettid));
@@ -74,14 +71,17 @@ class OthersMeter {
     }
     start_wall_ = wall;
     start_caller_ = thread_cpu_ns(caller);
-    // the caller had its core in its last job (else it shares one with another process: helpers then)
-    const bool caller_had_core = caller_cpu_ * 5 >= (wall_ - job_start_) * 4;
     if (others_.size() > kMaxOthers) return false;  // reading their clocks would cost more than it saves
-    const int64_t span = wall - wall_, others = sum_cpu(others_) - cpu_, helpers = sum_cpu(helpers_) - helper_cpu_;
-    // others ran a quarter of the time, and with the helpers took most of a core: no other process
-    return valid_ && caller_had_core && others * 4 > span && (others + helpers) * 4 > span * 3;
+    if (!valid_) return false;
+    out->gap_ns = wall - wall_;
+    out->others_ns = sum_cpu(others_) - cpu_;
+    out->helpers_ns = sum_cpu(helpers_) - helper_cpu_;
+    out->last_job_ns = wall_ - job_start_;
+    out->last_job_caller_ns = caller_cpu_;
+    return true;
 #else
     (void)helper_tids;
+    (void)out;
     return false;
 #endif
   }
@@ -164,9 +164,7 @@ class OthersMeter {
 
 // Whether the job's threads lack a core each: a helper that shares its core (with another
 // process, or with the caller after a wake-up placed it there) is preempted for a scheduler slice
-// (milliseconds) at times, and where that happens inside a task the caller waits for it (worst
-// 2-thread cycles of 16 layers at 1.5x-2.8x the 1-thread time, AMD Zen 4, 2 cores, a busy loop
-// pinned to one). Measured over windows of kWindow wall time, read at a job's start once the window
+// (milliseconds) at times, and where that happens inside a task the caller waits for it (docs/packed-inference.md, "Tuning figures", workers). Measured over windows of kWindow wall time, read at a job's start once the window
 // has passed: the run-queue wait (time runnable but not running, /proc/self/task/<tid>/schedstat)
 // of the caller and the helpers over the window. Where together they waited for more than
 // 1/kWaitShare of it while the process's other threads were quiet (their spinning is OthersMeter's
@@ -176,12 +174,16 @@ class OthersMeter {
 // Linux with schedstat only; elsewhere never contended.
 class CoreContention {
  public:
-  // At a job's start: true where this job runs on the caller alone.
-  bool contended(int64_t caller, const std::vector<int64_t>& helper_tids, const OthersMeter& others) {
+  // At a job's start: s->holding (a hold is on) or, where a window has passed, s->wait (rule 4's
+  // sample, wait_measured); a window that finds the threads short of a core starts a hold.
+  void measure(int64_t caller, const std::vector<int64_t>& helper_tids, const OthersMeter& others, WorkerSignals* s) {
 #if defined(__linux__)
     const int64_t wall = now_ns();
-    if (wall < alone_until_) return true;
-    if (valid_ && wall - window_start_ < kWindow) return false;
+    if (wall < alone_until_) {
+      s->holding = true;
+      return;
+    }
+    if (valid_ && wall - window_start_ < kWindow) return;
     const int64_t others_cpu = others.others_cpu();
     std::vector<int64_t> waits;
     waits.reserve(helper_tids.size() + 1);
@@ -190,12 +192,13 @@ class CoreContention {
     const int64_t span = wall - window_start_;
     const bool same_threads = valid_ && caller == caller_ && helper_tids == tids_;
     const bool readable = std::all_of(waits.begin(), waits.end(), [](int64_t w) { return w >= 0; });
-    // the job's threads waited for a CPU for a third of the window, while this process's other threads were quiet
     bool taken = false;
-    if (same_threads && readable && others_cpu >= 0 && others_cpu_ >= 0 && (others_cpu - others_cpu_) * kQuiet < span) {
+    if (same_threads && readable && others_cpu >= 0 && others_cpu_ >= 0) {
       int64_t waited = 0;
       for (size_t i = 0; i < waits.size(); ++i) waited += waits[i] - waits_[i];
-      taken = waited * kWaitShare > span;
+      s->wait = WaitSample{span, waited, others_cpu - others_cpu_};
+      s->wait_measured = true;
+      taken = threads_short_of_cores(s->wait);
     }
     if (same_threads) hold_ = taken ? std::min(kMaxHold, hold_ * 2 + kMinHold * (hold_ == 0)) : 0;
     if (taken) alone_until_ = wall + hold_;
@@ -205,20 +208,17 @@ class CoreContention {
     waits_ = std::move(waits);
     others_cpu_ = others_cpu;
     window_start_ = wall;
-    return taken;
 #else
     (void)caller;
     (void)helper_tids;
     (void)others;
-    return false;
+    (void)s;
 #endif
   }
 
  private:
 #if defined(__linux__)
   static constexpr int64_t kWindow = 5000000;     // ns of wall time per measurement (a file read per thread)
-  static constexpr int64_t kWaitShare = 3;        // the threads waited for more than 1/kWaitShare of the window in all
-  static constexpr int64_t kQuiet = 20;           // other threads ran for less than 1/kQuiet of it
   static constexpr int64_t kMinHold = 10000000;   // ns on the caller alone after a window with the threads waiting
   static constexpr int64_t kMaxHold = 1280000000;  // 10 ms doubled 7 times
 
@@ -256,19 +256,22 @@ class Workers {
   }
 
   void run(int64_t tasks, int threads, TaskFn task, void* ctx) {
-    if (threads <= 1 || tasks <= 1 || !busy_.try_lock()) {
+    if (worker_rule(WorkerSignals{threads, tasks}) <= 1 || !busy_.try_lock()) {  // rule 2: nothing to measure
       run_alone(tasks, task, ctx);
       return;
     }
     std::lock_guard<std::mutex> hold(busy_, std::adopt_lock);
     start_helpers(threads - 1);
-    bool others_busy, contended;
+    WorkerSignals signals{threads, tasks};
     {
       std::lock_guard<std::mutex> lock(wake_mutex_);  // helpers add their ids under it
-      others_busy = others_.busy(helper_tids_);
-      contended = !others_busy && contention_.contended(caller_tid(), helper_tids_, others_);
+      signals.others_measured = others_.sample(helper_tids_, &signals.others);
+      // rule 4 is measured only in jobs that rule 3 leaves to the helpers (its windows follow those)
+      if (!signals.others_measured || !others_hold_cores(signals.others)) {
+        contention_.measure(caller_tid(), helper_tids_, others_, &signals);
+      }
     }
-    if (others_busy || contended) {  // the cores are taken by other threads of this process, or of another
+    if (worker_rule(signals) <= 1) {  // the cores are taken by other threads of this process, or of another
       run_alone(tasks, task, ctx);
       others_.mark_end();
       return;
@@ -386,9 +389,7 @@ class Workers {
 }  // namespace
 
 int kernel_threads(int64_t multiply_adds) {
-  if (at::in_parallel_region()) return 1;
-  const int64_t useful = std::max<int64_t>(1, multiply_adds / kMultiplyAddsPerThread);
-  return static_cast<int>(std::min<int64_t>(at::get_num_threads(), useful));
+  return threads_for_work(multiply_adds, at::get_num_threads(), at::in_parallel_region());
 }
 
 void run_claimed_tasks(int64_t tasks, int threads, TaskFn task, void* ctx) {

@@ -30,6 +30,8 @@
 
 #include <cstdint>
 
+#include "packed_gemm_worker_rule.h"  // the rule behind the paragraphs above (worker_rule, threads_for_work)
+
 namespace groupquant {
 namespace packed {
 
@@ -45,7 +47,7 @@ void run_claimed_tasks(int64_t tasks, int threads, TaskFn task, void* ctx);
 // at::get_num_threads(), at most one per kMultiplyAddsPerThread of work (waking a helper costs more
 // than a small layer's whole call: a language model's 576-wide projections run on one thread), and
 // 1 when called inside a parallel region (no nested teams). Results do not depend on it.
-constexpr int64_t kMultiplyAddsPerThread = int64_t(1) << 20;
+// threads_for_work on torch's settings.
 int kernel_threads(int64_t multiply_adds);
 
 // f(i0, i1) over [0, n) in chunks of `chunk` (the last may be shorter), claimed dynamically by

@@ -44,7 +44,8 @@ BACKENDS = ("auto", "native", "reference")
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 _CPU_SOURCES = ("ops.cpp", "group_quant_cpu.cpp", "autograd.cpp", "packed_gemm_ops.cpp", "packed_gemm_cpu.cpp",
                 "packed_gemm_stream.cpp", "packed_gemm_stream_avx512.cpp", "packed_gemm_stream_avx512_bf16.cpp",
-                "packed_gemm_stream_avx512_8bit.cpp", "packed_gemm_cpu_path.cpp", "packed_gemm_workers.cpp")
+                "packed_gemm_stream_avx512_8bit.cpp", "packed_gemm_cpu_path.cpp", "packed_gemm_workers.cpp",
+                "packed_gemm_select.cpp", "packed_gemm_worker_rule.cpp")
 _CUDA_SOURCES = ("group_quant_cuda.cu", "group_quant_cuda_ops.cpp", "packed_gemm_cuda.cu", "packed_gemm_cuda_ops.cpp")
 
 _lock = threading.Lock()
