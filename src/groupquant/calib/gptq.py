@@ -74,13 +74,14 @@ def gptq_quantize(w: torch.Tensor, h: torch.Tensor, grid: WeightGrid, *, percdam
         i2 = min(i1 + batch_size, n)
         W1 = W[:, i1:i2].clone()
         U1 = U[i1:i2, i1:i2]
+        pivots = torch.diagonal(U1).tolist()  # (Python floats: the same quotients, fewer tensor calls)
         err1 = torch.zeros_like(W1)
         for i in range(i2 - i1):
             col = W1[:, i]
             q = grid.quantize_column(col, order[i1 + i])
             Q[:, i1 + i] = q
-            e = (col - q) / U1[i, i]
-            W1[:, i:] -= e.unsqueeze(1) * U1[i, i:].unsqueeze(0)
+            e = (col - q) / pivots[i]
+            W1[:, i:].addcmul_(e.unsqueeze(1), U1[i, i:].unsqueeze(0), value=-1.0)  # w - e u, in place
             err1[:, i] = e
         W[:, i2:] -= err1 @ U[i1:i2, i2:]
     out = torch.empty_like(Q)

@@ -36,7 +36,7 @@ from .blocks import (NotReached, call_model, capture_block_inputs, check_calibra
 from .float_check import MethodRefused
 from .fold_check import check_groups
 from .graph import fold_groups
-from .hessian import HessianAccumulator
+from .hessian import HessianAccumulator, SharedInputs
 from .residual import fused_refusal
 from .smooth import smooth_refusal
 from .methods import LAYER_METHODS, MODEL_METHODS, calibrate_layer, model_method, resolve_methods
@@ -97,7 +97,8 @@ def _calibrate_unit(model: nn.Module, unit: nn.Module, prefix: str, feed: Any,
         if others:
             skipped[name] = f"skipped: weight tied to {', '.join(others)} (calibrating it would change them too)"
             del layers[name]
-    accumulators = {name: HessianAccumulator(layer).attach() for name, layer in layers.items()}
+    shared_inputs = SharedInputs()  # q / k / v (gate / up) read one tensor: its product is computed once
+    accumulators = {name: HessianAccumulator(layer, shared_inputs).attach() for name, layer in layers.items()}
     try:
         feed()
     finally:

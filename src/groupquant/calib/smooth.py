@@ -34,7 +34,7 @@ from torch import nn
 
 from ..nn.input_rotation import ROTATION_ATTR
 from ..nn.quant_layers import is_quant_layer
-from .blocks import call_model, check_calibration_data
+from .blocks import call_model, check_calibration_data, find_stacks, run_model_until
 from .float_check import MethodRefused, Snapshot, check_unchanged
 from .fold_check import check_groups
 from .graph import FoldGroup, bert_layers, fold_groups, llama_mismatch
@@ -84,10 +84,15 @@ class _Recorder:
     """Per-feature abs max and a sample of rows of one linear's input (a forward pre-hook)."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.amax: Optional[torch.Tensor] = None
         self.rows: List[torch.Tensor] = []
+        self.calls = 0
 
     def __call__(self, module: nn.Module, args: Tuple[Any, ...]) -> None:
+        self.calls += 1
         x = args[0].detach()
         x = x.reshape(-1, x.shape[-1]).float()
         m = x.abs().amax(0)
@@ -99,6 +104,23 @@ class _Recorder:
         rows = torch.cat(self.rows)
         step = max(1, rows.shape[0] // _ROWS)
         return rows[::step][:_ROWS]
+
+
+def _record(model: nn.Module, items: List[Any], recorders: List[_Recorder], layers: List[nn.Module],
+            progress: bool) -> None:
+    """Run the model on each item for the ``recorders`` (hooked on ``layers``). Where every layer
+    sits in the model's stacks of blocks the forward stops after the last block (the output head,
+    49k logits per token for SmolLM2, is not needed); if a recorder then missed an item (a model
+    whose last block in module order is not its last to run) the items are run again whole."""
+    stacks = find_stacks(model)
+    inside = {id(m) for _, blocks in stacks for m in blocks.modules()}
+    if stacks and all(id(layer) in inside for layer in layers):
+        run_model_until(model, stacks[-1][1][len(stacks[-1][1]) - 1], items)
+        if all(r.calls == len(items) for r in recorders):
+            return
+        for r in recorders:
+            r.reset()
+    run_calibration(model, items, progress, "smooth_model")
 
 
 def _quant_output(layer: nn.Module, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -224,7 +246,7 @@ def smooth_model(model: nn.Module, calibration_data: Iterable[Any], *, alpha: Op
             recorders[id(layer)] = _Recorder()
             handles.append(layer.register_forward_pre_hook(recorders[id(layer)]))
     try:
-        run_calibration(model, items, progress, "smooth_model")
+        _record(model, items, list(recorders.values()), [g.targets[0][1] for g in active], progress)
     finally:
         for h in handles:
             h.remove()

@@ -16,6 +16,7 @@ the block's amax then gives back the block scale, and the block of the tensor's 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -25,6 +26,7 @@ from torch import nn
 from ..formats import ElementFormat, ScaleFormat
 from ..nn.quant_layers import is_quant_layer
 from ..ops import fake_quant_spec_with_scale, round_to_format
+from .grid_rounding import LookupRounder, lookup_rounder
 
 __all__ = ["WeightGrid", "grid_unsupported", "rule_grid", "layer_fake_quant", "settle"]
 
@@ -58,9 +60,12 @@ class WeightGrid:
         return self.scale[:, col // self.group_size]
 
     def quantize_column(self, w: torch.Tensor, col: int) -> torch.Tensor:
-        """Column ``col`` of the weight (``w``: ``[O]``, any float dtype) rounded onto the grid (w's dtype)."""
+        """Column ``col`` of the weight (``w``: ``[O]``, any float dtype) rounded onto the grid (w's dtype);
+        by table look-up where it applies (:mod:`.grid_rounding`, the same values as ``round_to_format``)."""
         s = self.column_scale(col)
-        q = round_to_format((w / s.to(w.dtype)).float(), self.fmt, self.rounding) * s
+        v = (w / s.to(w.dtype)).float()
+        rounder = _rounder(self.fmt, self.rounding, v.device)
+        q = (rounder(v) if rounder is not None else round_to_format(v, self.fmt, self.rounding)) * s
         if self.pin is not None:
             pinned = self.pin[:, col // self.group_size] == col % self.group_size
             q = torch.where(pinned, self.pin_sign[:, col // self.group_size] * self.fmt.max_normal * s, q)
@@ -81,6 +86,12 @@ class WeightGrid:
     def with_scale(self, scale: torch.Tensor) -> "WeightGrid":
         """The same grid with other step multipliers (pins kept)."""
         return replace(self, scale=scale)
+
+
+@functools.lru_cache(maxsize=32)
+def _rounder(fmt: ElementFormat, rounding: str, device: torch.device) -> Optional[LookupRounder]:
+    """The look-up rounder of ``fmt`` on ``device`` (built once), or None (:func:`lookup_rounder`)."""
+    return lookup_rounder(fmt, rounding, device)
 
 
 def grid_unsupported(layer: nn.Module) -> Optional[str]:
