@@ -1,10 +1,10 @@
 """The calibration methods by name, their fixed order, the default per recipe, and the per-layer
 step that runs ``scale_search`` / ``gptq`` on one linear layer.
 
-Order (whatever order the user lists them in): ``smooth`` then ``rotate`` (model-level transforms
-of the converted model), then, block by block and layer by layer, ``scale_search`` then ``gptq``.
-``smooth`` / ``rotate`` live in :mod:`groupquant.calib.smooth` / :mod:`groupquant.calib.rotate`
-(:func:`model_method`).
+Order (whatever order the user lists them in): ``smooth``, ``rotate`` then ``learn_rotations``
+(model-level transforms of the converted model; ``learn_rotations`` needs ``rotate``), then, block by block and layer by layer, ``scale_search`` then ``gptq``.
+``smooth`` / ``rotate`` / ``learn_rotations`` live in :mod:`groupquant.calib.smooth` /
+:mod:`groupquant.calib.rotate` / :mod:`groupquant.calib.learned_rotation` (:func:`model_method`).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .weight_grid import grid_unsupported, layer_fake_quant, rule_grid, settle
 __all__ = ["ORDER", "MODEL_METHODS", "LAYER_METHODS", "DEFAULT_METHODS", "resolve_methods", "model_method",
            "calibrate_layer"]
 
-MODEL_METHODS = ("smooth", "rotate")
+MODEL_METHODS = ("smooth", "rotate", "learn_rotations")
 LAYER_METHODS = ("scale_search", "gptq")
 #: Every method, in the order they run.
 ORDER = MODEL_METHODS + LAYER_METHODS
@@ -34,6 +34,7 @@ OPTIONS: Dict[str, Tuple[str, ...]] = {
     "scale_search": ("below", "above"),
     "rotate": ("fused_residual",),
     "smooth": ("alpha",),
+    "learn_rotations": ("steps", "lr", "rows"),
 }
 
 #: ``methods=None``: the default per recipe name (by measurement on SmolLM2-135M and MiniLM, see
@@ -72,12 +73,16 @@ def resolve_methods(methods: Any, recipe_name: Optional[str]) -> Dict[str, Dict[
         for key in opts:
             if key not in OPTIONS[name]:
                 raise ValueError(f"methods: {name!r} has no option {key!r}; options: {', '.join(OPTIONS[name])}")
+    if "learn_rotations" in given and "rotate" not in given:
+        raise ValueError("methods: 'learn_rotations' learns the block rotations 'rotate' puts in; list 'rotate' "
+                         "too (e.g. methods=['smooth', 'rotate', 'learn_rotations', 'scale_search', 'gptq'])")
     return {name: given[name] for name in ORDER if name in given}
 
 
 def model_method(name: str) -> Callable[..., Any]:
-    """``smooth_model`` / ``rotate_model``, imported when first asked for."""
-    module, attr = {"smooth": ("smooth", "smooth_model"), "rotate": ("rotate", "rotate_model")}[name]
+    """``smooth_model`` / ``rotate_model`` / ``learn_rotations``, imported when first asked for."""
+    module, attr = {"smooth": ("smooth", "smooth_model"), "rotate": ("rotate", "rotate_model"),
+                    "learn_rotations": ("learned_rotation", "learn_rotations")}[name]
     try:
         return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
     except (ImportError, AttributeError) as err:
