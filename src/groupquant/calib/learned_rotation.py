@@ -176,9 +176,9 @@ def _learnable(layer: nn.Module) -> bool:
     return type(getattr(layer, ROTATION_ATTR, None)) is InputRotation
 
 
-def learn_rotations(model: nn.Module, calibration_data: Any, *, steps: int = 20, lr: float = 1e-3,
-                    rows: int = 512, seed: int = 0, exclude: Patterns = None, probe: Any = None,
-                    progress: bool = False) -> List[LayerReport]:
+def learn_rotations(model: nn.Module, calibration_data: Any, *, steps: int = 20, lr: float = 2e-3,
+                    rows: int = 256, seed: int = 0, exclude: Patterns = None,
+                    probe: Any = None) -> List[LayerReport]:
     """Learn each Hadamard-rotated layer's block rotations on ``calibration_data`` (module doc). In place.
 
     Args:
