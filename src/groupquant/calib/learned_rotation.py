@@ -158,7 +158,7 @@ def _float_output(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def _deployed_error(layer: nn.Module, x: torch.Tensor, target: torch.Tensor) -> float:
     """``mean((layer(x) - target)^2)``: the layer as it runs (online rotation, quantizers, bias)."""
-    return float((plain(layer(x)).float() - target).pow(2).mean())
+    return float((plain(layer(x.to(layer.weight.dtype))).float() - target).pow(2).mean())
 
 
 @torch.no_grad()
