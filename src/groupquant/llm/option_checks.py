@@ -55,7 +55,8 @@ def _check_rotation(options: Any) -> None:
         raise LlmInputError(f"--methods {options.method_label} runs 'rotate' ({', '.join(names)}), whose online "
                             f"rotation --format {options.save_format} cannot hold ({readers} do not apply it); "
                             "choose --methods without rotate (e.g. "
-                            f"{','.join(n for n in names if n != 'rotate') or 'scale_search,gptq'}) or --format "
+                            f"{','.join(n for n in names if n not in ('rotate', 'learn_rotations')) or 'scale_search,gptq'}) or "
+                            "--format "
                             "safetensors")
 
 
