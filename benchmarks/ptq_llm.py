@@ -7,15 +7,15 @@ recipe and method, and all-MiniLM-L6-v2's embedding cosine to float, in one run.
 
 Text: Python standard-library docstrings (``groupquant.eval.python_docstrings``), split into
 disjoint evaluation / calibration documents (``groupquant.eval.token_sets``); perplexity over
-``--tokens / 512`` non-overlapping windows of 512 tokens (default 8 x 512). Every Linear except the
+``--tokens / 512`` non-overlapping windows of 512 tokens (default 8 x 512). ``--prose`` also
+evaluates on text of another kind than the calibration: the prose of Python's language reference
+(``pydoc_data.topics``, as ``qat_llm.py``), the same number of tokens, in a second column. Every Linear except the
 output head (tied to the embeddings, kept in float) is quantized; ``functional=False`` (the
 attention GEMMs stay float, as in issue 19's baseline; ``--functional`` quantizes them too). SmolLM2's weights were stored as Q4_1, so
-weight-only figures start from a 4-bit grid. ``--prose``: also the perplexity ratio on text of
-another kind than the calibration text, the prose of Python's language reference (as
-``benchmarks/qat_llm.py``, same number of windows).
+weight-only figures start from a 4-bit grid.
 
-A method is ``default`` (``groupquant.ptq``'s default methods for the recipe) or ``+``-joined
-steps: ``rtn`` (round to nearest, nothing else), ``smooth``
+A method is ``default`` (``groupquant.ptq``'s default methods for the recipe), ``default+<step>``
+(the default methods and that step, e.g. ``default+learn_rotations``) or ``+``-joined steps: ``rtn`` (round to nearest, nothing else), ``smooth``
 (SmoothQuant, alpha searched), ``rotate`` (block Hadamard per layer, online rotation),
 ``rotate_fused`` (``rotate_model(fused_residual=True)``), and, once ``groupquant.ptq`` exists,
 ``gptq`` / ``scale_search``: a method without ``rotate_fused`` then runs through ``groupquant.ptq``.
@@ -40,6 +40,7 @@ from groupquant.calib.rotate import rotate_model  # noqa: E402
 from groupquant.calib.smooth import smooth_model  # noqa: E402
 from groupquant.eval import perplexity, python_docstrings, token_sets  # noqa: E402
 from llm_models import embed, load_minilm, load_smollm2, sentences  # noqa: E402
+from qat_llm import prose_tokens  # noqa: E402
 
 RECIPES = ["mxfp8", "nvfp4", "mxfp4", "mxfp4_weight_only", "nvfp4_weight_only"]
 METHODS = ["rtn", "smooth", "rotate", "smooth+rotate", "rotate_fused", "smooth+rotate_fused"]
@@ -48,7 +49,6 @@ SEQ_LEN = 512
 
 
 FUNCTIONAL = {"on": False}  # --functional: attention's matmuls quantized by the recipe too
-PROSE = {"on": False}  # --prose: also evaluate on the language reference's prose
 
 
 def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: List,
@@ -58,7 +58,10 @@ def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: Lis
     steps = method.split("+")
     ptq = getattr(gq, "ptq", None)
     if ptq is not None and "rotate_fused" not in steps:
-        methods = None if method == "default" else [s for s in steps if s != "rtn"]
+        if steps[0] == "default":
+            methods = None if len(steps) == 1 else list(gq.calib.methods.DEFAULT_METHODS[recipe]) + steps[1:]
+        else:
+            methods = [s for s in steps if s != "rtn"]
         return ptq(copy.deepcopy(model), calibration, recipe=recipe, methods=methods, exclude=exclude, progress=False,
                    functional=functional)
     unknown = [s for s in steps if s not in _DIRECT]
@@ -84,37 +87,32 @@ def auto_precision_model(model: torch.nn.Module, calibration: List, candidates: 
 
 
 def smollm2_rows(recipes: List[str], methods: List[str], tokens: int, calibration_tokens: int,
-                 auto: Optional[Dict] = None) -> List[Dict]:
+                 auto: Optional[Dict] = None, prose: bool = False) -> List[Dict]:
     model, tok = load_smollm2()
     sets = token_sets(python_docstrings(), tok, seq_len=SEQ_LEN, evaluation_windows=tokens // SEQ_LEN,
                       calibration_windows=max(1, calibration_tokens // SEQ_LEN))
     calibration = sets.calibration_inputs()
+    texts = {"docstrings": sets.evaluation}
+    if prose:
+        texts["prose"] = prose_tokens(tok, tokens // SEQ_LEN)
     t = time.perf_counter()
-    base = perplexity(model, sets.evaluation, seq_len=SEQ_LEN, progress=False)
-    print(f"SmolLM2-135M-Instruct float perplexity {base:.3f} ({tokens // SEQ_LEN} x {SEQ_LEN} tokens, "
-          f"{(time.perf_counter() - t) / 60:.1f} min)", flush=True)
-    prose = prose_base = None
-    if PROSE["on"]:
-        from qat_llm import prose_tokens
-        prose = prose_tokens(tok, tokens // SEQ_LEN)
-        prose_base = perplexity(model, prose, seq_len=SEQ_LEN, progress=False)
-        print(f"float perplexity on prose {prose_base:.3f}", flush=True)
+    floats = {name: perplexity(model, ids, seq_len=SEQ_LEN, progress=False) for name, ids in texts.items()}
+    base = floats["docstrings"]
+    print(f"SmolLM2-135M-Instruct float perplexity {', '.join(f'{k} {v:.3f}' for k, v in floats.items())} "
+          f"({tokens // SEQ_LEN} x {SEQ_LEN} tokens, {(time.perf_counter() - t) / 60:.1f} min)", flush=True)
     rows = []
     for recipe in recipes:
         for method in methods:
             t0 = time.perf_counter()
             q = calibrate(model, recipe, method, calibration, ["lm_head"])
             t1 = time.perf_counter()
-            ppl = perplexity(q, sets.evaluation, seq_len=SEQ_LEN, progress=False)
+            r = {name: perplexity(q, ids, seq_len=SEQ_LEN, progress=False) / floats[name] for name, ids in texts.items()}
             t2 = time.perf_counter()
-            row = dict(model="SmolLM2-135M", recipe=recipe, method=method, value=ppl / base,
-                       calib_min=(t1 - t0) / 60, eval_min=(t2 - t1) / 60)
-            extra = ""
-            if prose is not None:
-                row["prose"] = perplexity(q, prose, seq_len=SEQ_LEN, progress=False) / prose_base
-                extra = f"  prose ratio {row['prose']:7.3f}"
-            print(f"{recipe:<20} {method:<22} ppl ratio {ppl / base:7.3f}{extra}  calib {row['calib_min']:5.1f} min  "
-                  f"eval {row['eval_min']:5.1f} min", flush=True)
+            row = dict(model="SmolLM2-135M", recipe=recipe, method=method, value=r["docstrings"],
+                       prose=r.get("prose"), calib_min=(t1 - t0) / 60, eval_min=(t2 - t1) / 60)
+            other = f"  prose {r['prose']:7.3f}" if prose else ""
+            print(f"{recipe:<20} {method:<22} ppl ratio {r['docstrings']:7.3f}{other}  calib {row['calib_min']:5.1f} min"
+                  f"  eval {row['eval_min']:5.1f} min", flush=True)
             rows.append(row)
             del q
     if auto:
@@ -156,8 +154,8 @@ def markdown(rows: List[Dict]) -> str:
     lines = ["| model | recipe | method | result | calibration min | evaluation min |", "|---|---|---|---|---|---|"]
     for r in rows:
         what = f"{r['value']:.3f}x ppl" if r["model"].startswith("SmolLM2") else f"cosine {r['value']:.4f}"
-        if "prose" in r:
-            what += f"; prose {r['prose']:.3f}x"
+        if r.get("prose") is not None:
+            what += f" (prose {r['prose']:.3f}x)"
         lines.append(f"| {r['model']} | `{r['recipe']}` | {r['method']} | {what} | {r['calib_min']:.2f} | "
                      f"{r['eval_min']:.2f} |")
     return "\n".join(lines) + "\n"
@@ -176,19 +174,19 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--auto-budget", type=float, help="also run auto_precision at this many bits per weight")
     parser.add_argument("--auto-candidates", nargs="+", default=["nvfp4_weight_only", "mxfp8_weight_only"])
     parser.add_argument("--auto-methods", nargs="*", default=["scale_search", "gptq"])
-    parser.add_argument("--prose", action="store_true", help="also evaluate SmolLM2 on prose (another kind of text)")
+    parser.add_argument("--prose", action="store_true",
+                        help="also evaluate SmolLM2 on prose (Python's language reference), text unlike the calibration's")
     parser.add_argument("--functional", action="store_true",
                         help="also quantize the functional GEMMs (attention's matmuls) by the recipe")
     args = parser.parse_args(argv)
     FUNCTIONAL["on"] = args.functional
-    PROSE["on"] = args.prose
     if args.tokens < SEQ_LEN:
         parser.error(f"--tokens must be at least {SEQ_LEN} (one window)")
     rows = []
     if not args.no_smollm2:
         auto = None if args.auto_budget is None else dict(budget=args.auto_budget, candidates=args.auto_candidates,
                                                           methods=args.auto_methods)
-        rows += smollm2_rows(args.recipes, args.methods, args.tokens, args.calibration_tokens, auto)
+        rows += smollm2_rows(args.recipes, args.methods, args.tokens, args.calibration_tokens, auto, args.prose)
     if not args.no_minilm:
         rows += minilm_rows(args.minilm_recipes, args.methods)
     table = markdown(rows)

@@ -115,3 +115,23 @@ def test_packed_state_dict_carries_the_rotation_into_fresh_models():
             load_packed_state_dict(target, packed_state_dict(source))
             assert target[0].input_rotation.block_size == 16
             torch.testing.assert_close(target(x), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_learned_rotation_is_the_dense_block_diagonal_product_and_reloads():
+    from groupquant.nn.input_rotation import LearnedInputRotation
+    gen = torch.Generator().manual_seed(4)
+    blocks = torch.linalg.qr(torch.randn(2, 32, 32, dtype=torch.float64, generator=gen))[0]  # two orthogonal blocks
+    rot = LearnedInputRotation(blocks)
+    x = torch.randn(3, 5, 64, generator=gen)
+    ref = x.double() @ torch.block_diag(*rot.matrix.double())
+    torch.testing.assert_close(rot(x).double(), ref, rtol=1e-5, atol=1e-5)
+    layer = rotated_layer()
+    layer.input_rotation = rot
+    fresh = QuantLinear(64, 24, weight_quant=Q.MXFloat4e2m1Weight, input_quant=Q.MXFloat4e2m1Act).eval()
+    fresh.load_state_dict(layer.state_dict())
+    assert isinstance(fresh.input_rotation, LearnedInputRotation)
+    assert torch.equal(fresh.input_rotation.matrix, rot.matrix)
+    with pytest.raises(ValueError, match=r"matrix must be \[blocks, b, b\]"):
+        LearnedInputRotation(torch.zeros(2, 32, 16))
+    with pytest.raises(ValueError, match="the input has 48 features, the rotation 2 blocks of 32 = 64"):
+        rot(torch.randn(2, 48))

@@ -1,11 +1,12 @@
 """The calibration methods by name, their fixed order, the default per recipe, and the per-layer
 step that runs ``scale_search`` / ``gptq`` on one linear layer.
 
-Order (whatever order the user lists them in): ``smooth`` then ``rotate`` (model-level transforms
-of the converted model), then, block by block and layer by layer, ``scale_search`` (or its NVFP4
-form ``two_level_search``, :mod:`groupquant.calib.two_level_search`) then ``gptq``.
-``smooth`` / ``rotate`` live in :mod:`groupquant.calib.smooth` / :mod:`groupquant.calib.rotate`
-(:func:`model_method`).
+Order (whatever order the user lists them in): ``smooth``, ``rotate`` then ``learn_rotations``
+(model-level transforms of the converted model; ``learn_rotations`` needs ``rotate``), then, block by
+block and layer by layer, ``scale_search`` (or its NVFP4 form ``two_level_search``,
+:mod:`groupquant.calib.two_level_search`) then ``gptq``. ``smooth`` / ``rotate`` / ``learn_rotations``
+live in :mod:`groupquant.calib.smooth` / :mod:`groupquant.calib.rotate` /
+:mod:`groupquant.calib.learned_rotation` (:func:`model_method`).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from .weight_grid import grid_unsupported, layer_fake_quant, rule_grid, settle
 __all__ = ["ORDER", "MODEL_METHODS", "LAYER_METHODS", "DEFAULT_METHODS", "resolve_methods", "model_method",
            "calibrate_layer"]
 
-MODEL_METHODS = ("smooth", "rotate")
+MODEL_METHODS = ("smooth", "rotate", "learn_rotations")
 LAYER_METHODS = ("scale_search", "two_level_search", "gptq")
 #: Every method, in the order they run.
 ORDER = MODEL_METHODS + LAYER_METHODS
@@ -37,6 +38,7 @@ OPTIONS: Dict[str, Tuple[str, ...]] = {
     "two_level_search": ("tensor_factors", "four_over_six", "pins"),
     "rotate": ("fused_residual",),
     "smooth": ("alpha",),
+    "learn_rotations": ("steps", "lr", "rows"),
 }
 
 #: ``methods=None``: the default per recipe name (by measurement on SmolLM2-135M and MiniLM, see
@@ -78,12 +80,16 @@ def resolve_methods(methods: Any, recipe_name: Optional[str]) -> Dict[str, Dict[
     if "scale_search" in given and "two_level_search" in given:
         raise ValueError("methods: 'two_level_search' replaces 'scale_search' (it searches the block scales too); "
                          "name one of them")
+    if "learn_rotations" in given and "rotate" not in given:
+        raise ValueError("methods: 'learn_rotations' learns the block rotations 'rotate' puts in; list 'rotate' "
+                         "too (e.g. methods=['smooth', 'rotate', 'learn_rotations', 'scale_search', 'gptq'])")
     return {name: given[name] for name in ORDER if name in given}
 
 
 def model_method(name: str) -> Callable[..., Any]:
-    """``smooth_model`` / ``rotate_model``, imported when first asked for."""
-    module, attr = {"smooth": ("smooth", "smooth_model"), "rotate": ("rotate", "rotate_model")}[name]
+    """``smooth_model`` / ``rotate_model`` / ``learn_rotations``, imported when first asked for."""
+    module, attr = {"smooth": ("smooth", "smooth_model"), "rotate": ("rotate", "rotate_model"),
+                    "learn_rotations": ("learned_rotation", "learn_rotations")}[name]
     try:
         return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
     except (ImportError, AttributeError) as err:

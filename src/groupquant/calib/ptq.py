@@ -188,8 +188,8 @@ def ptq(model: nn.Module, calibration_data: Any, *, recipe: Any, methods: Any = 
         methods: None (the default for the recipe, :data:`groupquant.calib.methods.DEFAULT_METHODS`;
             a default model-level method that does not apply to the model is skipped and reported),
             a name, a list of names, or a dict name -> options (``{"gptq": {"percdamp": 0.05}}``), from
-            ``smooth``, ``rotate``, ``scale_search`` (or NVFP4's ``two_level_search``), ``gptq``; they
-            run in that order. A named
+            ``smooth``, ``rotate``, ``learn_rotations``, ``scale_search`` (or NVFP4's
+            ``two_level_search``), ``gptq``; they run in that order. A named
             model-level method that cannot apply is refused
             (:class:`~groupquant.calib.float_check.MethodRefused`) before the model changes.
         exclude: module-name patterns left in float (as quantize_model).
@@ -257,7 +257,7 @@ def _model_method_refusal(model: nn.Module, name: str, options: Dict[str, Any], 
             return why
         exact, refused, _ = check_groups(model, fold_groups(model), probe)
         return "" if exact else "no pair folds exactly: " + "; ".join(sorted(set(refused.values())))
-    if options.get("fused_residual"):
+    if name == "rotate" and options.get("fused_residual"):
         return fused_refusal(model, probe)
     return ""
 
@@ -283,12 +283,14 @@ def _plan_model_methods(model: nn.Module, items: List[Any], chosen: Dict[str, Di
 
 def _run_model_method(model: nn.Module, name: str, options: Dict[str, Any], items: List[Any], progress: bool,
                       seed: int, exclude: Any, named: bool) -> List[LayerReport]:
-    """Run ``smooth`` / ``rotate`` on the converted model; a default one that refuses after all (its
+    """Run ``smooth`` / ``rotate`` / ``learn_rotations`` on the converted model; a default one that refuses after all (its
     float check restored the model) is reported as skipped."""
     fn = model_method(name)
     try:
         if name == "smooth":
             return list(fn(model, items, progress=progress, exclude=exclude, **options) or [])
+        if name == "learn_rotations":
+            return list(fn(model, items, seed=seed, exclude=exclude, probe=items[0], **options) or [])
         return list(fn(model, seed=seed, exclude=exclude, probe=items[0], **options) or [])
     except MethodRefused as err:
         if named:

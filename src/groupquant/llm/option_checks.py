@@ -43,6 +43,9 @@ def _check_weight_format(recipe_name: str, fmt: str) -> None:
                             "format) or a recipe with MXFP4 / NVFP4 weights") from None
 
 
+_ROTATIONS = ("rotate", "learn_rotations")  # (learn_rotations needs rotate: both leave together)
+
+
 def _check_rotation(options: Any) -> None:
     """LlmInputError when a method that will run is ``rotate`` and the format's readers do not apply it."""
     if options.methods is None or options.save_format not in _FOREIGN_READERS:
@@ -55,7 +58,7 @@ def _check_rotation(options: Any) -> None:
         raise LlmInputError(f"--methods {options.method_label} runs 'rotate' ({', '.join(names)}), whose online "
                             f"rotation --format {options.save_format} cannot hold ({readers} do not apply it); "
                             "choose --methods without rotate (e.g. "
-                            f"{','.join(n for n in names if n != 'rotate') or 'scale_search,gptq'}) or --format "
+                            f"{','.join(n for n in names if n not in _ROTATIONS) or 'scale_search,gptq'}) or --format "
                             "safetensors")
 
 

@@ -21,7 +21,7 @@ from .group_quantized_weight import group_quantized_weight
 from .grad_slots import GRAD_SLOTS, backprop_enabled, backward_operands, build_backward_operands, grad_slot_prefixes
 from .keywords import route_keywords
 from .inside import in_quant_layer
-from .input_rotation import ROTATION_ATTR, InputRotation
+from .input_rotation import MATRIX_KEY, ROTATION_ATTR, InputRotation, LearnedInputRotation
 from .lean_gemm import lean_applies, lean_quant_gemm
 
 __all__ = ["QuantLayerMixin"]
@@ -280,12 +280,15 @@ class QuantLayerMixin:
         return y if proxies["output_quant"].tensor_quant is None else self._finish(y)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        """torch's loading; a state dict holding an input rotation (``input_rotation.block_size_``)
-        gives the layer that rotation first, so a rotated model's state dict loads into a freshly
+        """torch's loading; a state dict holding an input rotation (``input_rotation.block_size_``,
+        and ``input_rotation.matrix`` for a learned one) gives the layer that rotation first, so a rotated model's state dict loads into a freshly
         converted model; a weight loaded without its learned scales sets them from it (children
         load after the layer: scales in the state dict still win)."""
         key = f"{prefix}{ROTATION_ATTR}.block_size_"
-        if key in state_dict and getattr(self, ROTATION_ATTR, None) is None:
+        learned = state_dict.get(f"{prefix}{ROTATION_ATTR}.{MATRIX_KEY}")
+        if learned is not None and not isinstance(getattr(self, ROTATION_ATTR, None), LearnedInputRotation):
+            setattr(self, ROTATION_ATTR, LearnedInputRotation(torch.empty(learned.shape)))  # (values load below)
+        elif key in state_dict and getattr(self, ROTATION_ATTR, None) is None:
             setattr(self, ROTATION_ATTR, InputRotation(int(state_dict[key])))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)  # type: ignore[misc]
         proxy = self._modules.get("weight_quant")

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from ...nn.input_rotation import ROTATION_ATTR
+from ...nn.input_rotation import MATRIX_KEY, ROTATION_ATTR
 from ...packing import PackedTensor
 from ..errors import CheckpointError
 
@@ -24,10 +24,12 @@ __all__ = ["CheckpointContents", "packed_tensors", "model_config", "rope_setting
            "rotation_keys", "refuse_online_rotations"]
 
 #: The last two parts of the state-dict keys of online rotations (``groupquant.calib.rotate_model``):
-#: a quant layer's input rotation (``<layer>.input_rotation.block_size_``) and the two residual
+#: a quant layer's input rotation (``<layer>.input_rotation.block_size_``, and ``.matrix`` for a
+#: learned one: ``groupquant.calib.learned_rotation``) and the two residual
 #: rotations around a final norm of a fused-rotation model with a tied head (``<norm>.rotate.signs``,
 #: ``<norm>.unrotate.signs``: ``groupquant.calib.rotated_norm.RotatedNorm``).
-_ROTATION_ENDINGS = ((ROTATION_ATTR, "block_size_"), ("rotate", "signs"), ("unrotate", "signs"))
+_ROTATION_ENDINGS = ((ROTATION_ATTR, "block_size_"), (ROTATION_ATTR, MATRIX_KEY), ("rotate", "signs"),
+                     ("unrotate", "signs"))
 
 
 
@@ -92,5 +94,5 @@ def refuse_online_rotations(state: Dict[str, Any], fmt: str, readers: str) -> No
         f"{fmt}: {where!r} applies an online Hadamard rotation (groupquant.calib.rotate_model, the 'rotate' "
         f"calibration method; {len(keys)} rotation(s) in the model) that {readers} do not apply: its weights are "
         "stored rotated and would compute another function there, and the rotation cannot be folded into quantized "
-        "weights. Calibrate without 'rotate' (e.g. ptq(..., methods=['smooth', 'scale_search', 'gptq']) or "
+        "weights. Calibrate without 'rotate' / 'learn_rotations' (e.g. ptq(..., methods=['smooth', 'scale_search', 'gptq']) or "
         "llm --methods smooth,scale_search,gptq), or save with format='safetensors' and load with groupquant.load")

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ...nn import QuantLayerMixin
-from ...nn.input_rotation import ROTATION_ATTR, InputRotation
+from ...nn.input_rotation import MATRIX_KEY, ROTATION_ATTR, InputRotation, LearnedInputRotation
 from .contents import model_config, rope_settings, rotation_keys
 from ..errors import CheckpointError
 from ..inference.packed_linear import PackedLinear
@@ -73,7 +73,8 @@ def check_rotations(path: Any, tensors: Mapping[str, torch.Tensor], model: nn.Mo
         if key in own:
             continue
         owner = key.rsplit(".", 2)[0]
-        if key.endswith(f"{ROTATION_ATTR}.block_size_") and isinstance(modules.get(owner), QuantLayerMixin):
+        if key.endswith((f"{ROTATION_ATTR}.block_size_", f"{ROTATION_ATTR}.{MATRIX_KEY}")) \
+                and isinstance(modules.get(owner), QuantLayerMixin):
             continue  # a quant layer re-creates its input rotation from the state dict
         raise CheckpointError(
             f"groupquant.load: {path} holds an online rotation ({key}) that the model does not apply: {owner!r} "
@@ -88,7 +89,9 @@ def attach_input_rotations(layers: Dict[str, PackedLinear], tensors: Dict[str, t
     from ``tensors``); in place."""
     for name, layer in layers.items():
         key = f"{name}.{ROTATION_ATTR}.block_size_" if name else f"{ROTATION_ATTR}.block_size_"
+        matrix = tensors.pop(key[:-len("block_size_")] + MATRIX_KEY, None)
         if key in tensors:
             if getattr(layer, ROTATION_ATTR, None) is None:
-                setattr(layer, ROTATION_ATTR, InputRotation(int(tensors[key])))
+                rotation = InputRotation(int(tensors[key])) if matrix is None else LearnedInputRotation(matrix)
+                setattr(layer, ROTATION_ATTR, rotation)
             tensors.pop(key)

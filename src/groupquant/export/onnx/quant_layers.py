@@ -118,6 +118,10 @@ def _rotation(b: GraphBuilder, layer: nn.Module, x: str, info: NodeInfo) -> str:
     rotation = getattr(layer, "input_rotation", None)
     if rotation is None:
         return x
+    if hasattr(rotation, "matrix"):  # a learned rotation (groupquant.calib.learned_rotation)
+        raise ExportError(info.name, "input_rotation", "a learned block rotation (the 'learn_rotations' calibration "
+                          "method) is not written to ONNX; calibrate without 'learn_rotations' to export, or keep the "
+                          "model in PyTorch (state_dict / groupquant.save with format='safetensors')")
     shape = info.in_shapes[0]
     if shape is None:
         raise ExportError(info.name, "input_rotation", "the shape of the rotated input is unknown")
