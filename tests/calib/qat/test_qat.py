@@ -10,8 +10,8 @@ import torch
 import groupquant as gq
 from groupquant.export import CheckpointError
 from groupquant.eval import perplexity
-from groupquant.train import Distillation, StepRecord
-from groupquant.train.distill import kl_on_logits
+from groupquant.calib.qat import Distillation, StepRecord
+from groupquant.calib.qat.distill import kl_on_logits
 
 
 def _mean_kl(student, teacher, data):
@@ -185,7 +185,7 @@ def test_the_backward_is_straight_through_unless_the_recipe_is_asked_for(tiny_lm
     (dict(autocast="float16"), ValueError, "autocast must be None or 'bfloat16'"),
     (dict(backward="quantized"), ValueError, "backward must be one of"),
     (dict(lr=float("nan")), ValueError, "lr must be a finite number > 0"),
-    (dict(distill="kl"), TypeError, "distill must be a groupquant.train.Distillation"),
+    (dict(distill="kl"), TypeError, "distill must be a groupquant.calib.qat.Distillation"),
     (dict(eval_data=torch.zeros(4, 4)), ValueError, "eval_data=...\\) must be 1-D integer token ids"),
     (dict(checkpoint_blocks=True, model="plain"), ValueError, "checkpoint_blocks"),
 ])

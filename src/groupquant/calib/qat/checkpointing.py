@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..calib.blocks import find_blocks
+from ..blocks import find_blocks
 
 __all__ = ["checkpointed_blocks"]
 

@@ -24,11 +24,11 @@ from typing import Any, Optional, Union
 import torch
 from torch import nn
 
-from ..calib.ptq import ptq
-from ..eval.perplexity import context_length, vocabulary_size
-from ..nn import SAME, QuantLayerMixin
-from ..nn.recipes import Recipe
-from ..nn.recipes import recipe as recipe_of
+from ..ptq import ptq
+from ...eval.perplexity import context_length, vocabulary_size
+from ...nn import SAME, QuantLayerMixin
+from ...nn.recipes import Recipe
+from ...nn.recipes import recipe as recipe_of
 from .data import check_eval_tokens, check_training_data
 from .distill import Distillation
 from .history import format_history
@@ -111,10 +111,10 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
             or less) is measured before training, every ``eval_every`` steps (default ``steps // 10``)
             and after the last, and the best evaluation's parameters are kept.
         patience: stop after this many evaluations in a row without a lower perplexity (None: never).
-        distill: a :class:`~groupquant.train.Distillation` (default: KL on the logits, temperature 1).
-        train: parts that train (:mod:`groupquant.train.trainable`; None: weights, norms, learned
+        distill: a :class:`~groupquant.calib.qat.Distillation` (default: KL on the logits, temperature 1).
+        train: parts that train (:mod:`groupquant.calib.qat.trainable`; None: weights, norms, learned
             scales and rotation parameters where the model has them; embeddings and head frozen).
-        lr, warmup_steps, schedule, min_lr_ratio: the :class:`~groupquant.train.Schedule`.
+        lr, warmup_steps, schedule, min_lr_ratio: the :class:`~groupquant.calib.qat.Schedule`.
         optimizer: "adamw", "adam", "sgd" or a callable taking parameter groups; ``weight_decay``
             applies to matrices.
         grad_clip: largest global gradient norm (None: no clipping).
@@ -127,7 +127,7 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
         progress: a tqdm bar (loss, last held-out perplexity) and the evaluation table at the end.
         seed: seeds the data order and torch's generator inside the call (restored afterwards).
 
-    Returns the model, with ``model.qat_history`` (a list of :class:`~groupquant.train.StepRecord`)
+    Returns the model, with ``model.qat_history`` (a list of :class:`~groupquant.calib.qat.StepRecord`)
     and ``model.qat_best_step`` (the step whose parameters it holds; None without ``eval_data``).
     """
     if not isinstance(model, nn.Module):
@@ -145,7 +145,7 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
         raise ValueError(f"qat: backward must be one of {list(BACKWARDS)}, got {backward!r}")
     distill = Distillation() if distill is None else distill
     if not isinstance(distill, Distillation):
-        raise TypeError(f"qat: distill must be a groupquant.train.Distillation, got {type(distill).__name__}")
+        raise TypeError(f"qat: distill must be a groupquant.calib.qat.Distillation, got {type(distill).__name__}")
     cfg_schedule = Schedule(lr, warmup_steps, schedule, min_lr_ratio)
     autocast_dtype = _autocast_dtype(autocast)
     vocab = vocabulary_size(model)

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from groupquant.train.schedule import Schedule, build_optimizer
+from groupquant.calib.qat.schedule import Schedule, build_optimizer
 
 
 def test_warmup_rises_linearly_then_cosine_decays_to_the_floor():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from groupquant.train.history import EarlyStopping, StepRecord, format_history
+from groupquant.calib.qat.history import EarlyStopping, StepRecord, format_history
 
 
 def test_patience_and_restore():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from groupquant.train.data import MicroBatchOrder, check_eval_tokens, check_training_data
+from groupquant.calib.qat.data import MicroBatchOrder, check_eval_tokens, check_training_data
 
 
 def test_ranks_with_accumulation_see_the_micro_batches_of_one_process():

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..eval import perplexity
+from ...eval import perplexity
 from .checkpointing import checkpointed_blocks
 from .data import MicroBatchOrder, call, mask_of, to_device, token_ids_of
 from .distill import Distillation, distillation_loss

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, List, Tuple, Union
 import torch
 from torch import nn
 
-from ..inject import did_you_mean
+from ...inject import did_you_mean
 
 __all__ = ["Schedule", "DECAYS", "OPTIMIZERS", "build_optimizer"]
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from groupquant.train.distill import (Distillation, distillation_loss, hidden_state_loss, kl_on_logits,
+from groupquant.calib.qat.distill import (Distillation, distillation_loss, hidden_state_loss, kl_on_logits,
                                       next_token_loss)
 
 

@@ -19,7 +19,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from ..calib.blocks import check_calibration_data
+from ..blocks import check_calibration_data
 
 __all__ = ["check_training_data", "token_ids_of", "mask_of", "MicroBatchOrder", "to_device", "call",
            "check_eval_tokens"]

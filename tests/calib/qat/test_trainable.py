@@ -7,7 +7,7 @@ import torch
 import groupquant as gq
 from groupquant.nn import RECIPES
 from groupquant.quantizers import LearnedScaling, MXFloat4e2m1Weight
-from groupquant.train.trainable import PARTS, frozen_except, parameter_parts, select_trainable
+from groupquant.calib.qat.trainable import PARTS, frozen_except, parameter_parts, select_trainable
 
 
 class LearnedMXFP4Weight(LearnedScaling, MXFloat4e2m1Weight):

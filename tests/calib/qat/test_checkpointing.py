@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import groupquant as gq
-from groupquant.train.checkpointing import checkpointed_blocks
+from groupquant.calib.qat.checkpointing import checkpointed_blocks
 
 
 def _grads(model, ids):

@@ -26,9 +26,9 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 from torch import nn
 
-from ..core import LearnedScale
-from ..inject import did_you_mean
-from ..nn.output_head import output_heads
+from ...core import LearnedScale
+from ...inject import did_you_mean
+from ...nn.output_head import output_heads
 
 __all__ = ["PARTS", "DEFAULT_PARTS", "Trainable", "parameter_parts", "select_trainable", "frozen_except"]
 
