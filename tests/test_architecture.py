@@ -39,7 +39,7 @@ def _ticked(text: str) -> List[str]:
 
 
 def top_level_entries() -> Set[str]:
-    """The package's top-level modules and packages as the layer map writes them (``cli.py``, ``nn/``)."""
+    """The package's top-level modules and packages as the layer map writes them (``inject.py``, ``nn/``)."""
     names = set()
     for entry in PACKAGE.iterdir():
         if entry.name.startswith(("_", ".")) and entry.name != "__main__.py":

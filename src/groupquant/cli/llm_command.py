@@ -1,7 +1,7 @@
 """``python -m groupquant llm MODEL --recipe NAME [...]``: quantize a causal language model, evaluate
 it, generate from its packed weights, optionally save it, and print one table.
 
-The sub-command's parser (:func:`add_llm_parser`, registered by :mod:`groupquant.cli`) resolves
+The sub-command's parser (:func:`add_llm_parser`, registered by :mod:`groupquant.cli.entry`) resolves
 the arguments once into :class:`groupquant.llm.LlmOptions`; the workflow is
 :func:`groupquant.llm.run_llm`. Bad input (an unknown model, recipe or method, ``--format``
 without ``--save``, a text too short for one window, a model folder without a tokenizer, a GGUF
@@ -16,7 +16,7 @@ import os
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-from .inject import closest
+from ..inject import closest
 
 __all__ = ["add_llm_parser", "cmd_llm", "parse_methods", "METHOD_WORDS"]
 
@@ -26,7 +26,7 @@ METHOD_WORDS = ("rtn", "none", "default")
 
 
 def _method_names() -> Tuple[str, ...]:
-    from .calib.methods import ORDER
+    from ..calib.methods import ORDER
 
     return ORDER
 
@@ -68,7 +68,7 @@ class _ModelSourceAction(argparse.Action):
     """Stores MODEL as a :class:`groupquant.llm.ModelSource` (nothing loaded yet)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from .llm import resolve_model_source
+        from ..llm import resolve_model_source
 
         try:
             setattr(namespace, self.dest, resolve_model_source(values))
@@ -96,8 +96,8 @@ _positive_int = _int_at_least(1)
 def add_llm_parser(sub: argparse._SubParsersAction, *, recipe_action: type, recipe_names: List[str]) -> None:
     """Register ``llm`` on the sub-command parsers ``sub`` (``recipe_action``: the CLI's checked
     ``--recipe`` action, with a did-you-mean)."""
-    from .llm.models import KNOWN_MODELS
-    from .llm.run import DEFAULT_PROMPT, SAVE_FORMATS
+    from ..llm.models import KNOWN_MODELS
+    from ..llm.run import DEFAULT_PROMPT, SAVE_FORMATS
 
     p = sub.add_parser("llm", help="quantize a causal language model, evaluate, generate, save (needs the llm extra)",
                        description="Quantize a causal LM (output head kept in float), pack it, measure perplexity "
@@ -137,7 +137,7 @@ def add_llm_parser(sub: argparse._SubParsersAction, *, recipe_action: type, reci
 
 def cmd_llm(args: argparse.Namespace) -> int:
     """Run the workflow of :func:`groupquant.llm.run_llm` and print its table; 2 on bad input."""
-    from .llm import LlmInputError, LlmOptions, format_report, run_llm
+    from ..llm import LlmInputError, LlmOptions, format_report, run_llm
 
     if args.save_format is not None and args.save_dir is None:
         print("error: --format needs --save DIR (the folder to write the checkpoint to)", file=sys.stderr)
