@@ -44,9 +44,5 @@ def tiny_lm():
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops: one thread avoids contention on a shared machine (restored afterwards)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _every_test_on_one_thread(one_thread):
+    """Every training test runs on one thread (tests/conftest.py's ``one_thread``)."""
