@@ -9,7 +9,7 @@ Compares, in one run, plain nn.Linear with groupquant.nn.QuantLinear (MX weight 
 time of forward + backward (timed round-robin), and peak memory of one step from torch.profiler's memory timeline, two
 ways: ``peak MiB`` counts every tensor alive during it (parameters, input, activations, gradients,
 temporaries), ``step MiB`` only the tensors the step allocates (what a step adds on top of the
-model: the measure of issue 17's target, at most 1.3x float with every GEMM operand quantized). QuantLinear takes its memory-lean backward (groupquant.nn.lean_gemm: the quantized
+model: the measure of issue 17's target, at most 1.3x float with every GEMM operand quantized). QuantLinear takes its memory-lean backward (groupquant.nn.gemm.lean_gemm: the quantized
 weight is used for the input gradient, then overwritten by the weight gradient); one row shows
 the same layer on plain autograd (memory_lean_backward = False). Two more rows are not library
 layers: the bare F.linear(fake_quant(x), fake_quant(W)) (the kernels' own share), and an

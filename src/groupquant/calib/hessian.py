@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..nn.input_rotation import ROTATION_ATTR
+from ..nn.layers.input_rotation import ROTATION_ATTR
 
 __all__ = ["HessianAccumulator", "output_error"]
 

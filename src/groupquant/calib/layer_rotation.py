@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..nn import QuantLinear
-from ..nn.input_rotation import ROTATION_ATTR, InputRotation
+from ..nn.layers.input_rotation import ROTATION_ATTR, InputRotation
 from ..nn.name_patterns import Patterns, as_patterns, matches_any
 from ..ops.hadamard import fwht
 

@@ -27,7 +27,7 @@ from torch import nn
 
 from ..nn import quantize_model
 from ..nn.convert import REPLACEMENTS, nothing_converted, remove_functional
-from ..nn.quant_layer import QuantLayerMixin
+from ..nn.layers.quant_layer import QuantLayerMixin
 from ..nn.output_head import check_quantize_head
 from ..nn.recipes import recipe as recipe_of
 from .blocks import (NotReached, call_model, capture_block_inputs, check_calibration_data, find_stacks,

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..nn.input_rotation import ROTATION_ATTR
+from ..nn.layers.input_rotation import ROTATION_ATTR
 from .blocks import call_model, check_calibration_data
 from .float_check import MethodRefused, Snapshot, check_unchanged
 from .fold_check import check_groups

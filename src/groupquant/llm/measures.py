@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from ..nn.group_quantized_weight import WeightNotGroupQuantized
+from ..nn.layers.group_quantized_weight import WeightNotGroupQuantized
 
 __all__ = ["WeightBits", "Generation", "quantized_weight_bits", "model_bytes", "path_bytes", "generate"]
 

@@ -33,7 +33,7 @@ def test_recomputation_enters_the_functional_mode_again(tiny_lm, monkeypatch):
     saved tensors differ), so counting the mode's quantized products shows the recomputation ran in it."""
     lm = tiny_lm(layers=1)
     model = gq.quantize_model(lm.model, recipe="mxfp4", quantize_head=False).train()
-    quantizers = gq.nn.functional_mode.functional_quantizers(model)
+    quantizers = gq.nn.functional.functional_mode.functional_quantizers(model)
     calls = []
     product = quantizers.product
     monkeypatch.setattr(quantizers, "product", lambda *a: calls.append(1) or product(*a))

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ...nn import QuantLayerMixin
-from ...nn.input_rotation import ROTATION_ATTR, InputRotation
+from ...nn.layers.input_rotation import ROTATION_ATTR, InputRotation
 from .contents import model_config, rope_settings, rotation_keys
 from ..errors import CheckpointError
 from ..inference.packed_linear import PackedLinear

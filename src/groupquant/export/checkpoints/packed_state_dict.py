@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from ...nn import QuantLayerMixin
-from ...nn.group_quantized_weight import WeightNotGroupQuantized
+from ...nn.layers.group_quantized_weight import WeightNotGroupQuantized
 from ...ops import GroupLayout
 from ...packing import PackedTensor, pack
 from ...proxy import QuantProxy
