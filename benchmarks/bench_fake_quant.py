@@ -18,7 +18,9 @@ With --peers also Brevitas / torchao / microxcaling, where importable (not depen
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -27,6 +29,9 @@ import torch
 import groupquant as gq
 from groupquant.ops import make_spec, reference_fake_quant
 from groupquant.ops.native_ops import native_fake_quant
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the benchmarks' shared helpers
+from result_files import add_save_argument, saved_output  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 #: benchmark rows beyond the MX format names: label -> make_spec arguments
@@ -149,7 +154,14 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="MX format names and/or " + ", ".join(SCHEME_ROWS))
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile of the reference")
     parser.add_argument("--peers", action="store_true", help="also time Brevitas / torchao / microxcaling if importable")
+    add_save_argument(parser)
     args = parser.parse_args(argv)
+    with saved_output(args.save, __file__, argv):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
+    """Print the header and the table of :func:`run_table` for the parsed arguments."""
     print(f"groupquant backend: {gq.ops.backend()}; torch {torch.__version__}; threads {torch.get_num_threads()}; "
           f"{args.size}x{args.size}, blocks of 32 (nvfp4: 16) along the last dim, median of {args.reps}")
     if args.peers:

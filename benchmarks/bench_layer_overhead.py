@@ -11,7 +11,9 @@ benchmarks; the inputs here hold none.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 from typing import Callable, List
 
@@ -20,6 +22,9 @@ from torch import nn
 
 from groupquant.nn import QuantLinear
 from groupquant.quantizers import MXFloat8e4m3Act, MXFloat8e4m3Weight
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the benchmarks' shared helpers
+from result_files import add_save_argument, saved_output  # noqa: E402
 
 
 def _interleaved_us(fns: List[Callable[[], object]], loops: int, repeat: int) -> List[float]:
@@ -43,7 +48,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: overhead, not GEMM speed)")
+    add_save_argument(parser)
     args = parser.parse_args()
+    with saved_output(args.save, __file__):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
+    """Time construction, eval forward and a training step of both layers, and print the table."""
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
     torch.manual_seed(0)

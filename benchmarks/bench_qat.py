@@ -9,7 +9,7 @@ Compares, in one run, plain nn.Linear with groupquant.nn.QuantLinear (MX weight 
 time of forward + backward (timed round-robin), and peak memory of one step from torch.profiler's memory timeline, two
 ways: ``peak MiB`` counts every tensor alive during it (parameters, input, activations, gradients,
 temporaries), ``step MiB`` only the tensors the step allocates (what a step adds on top of the
-model: the measure of issue 17's target, at most 1.3x float with every GEMM operand quantized). QuantLinear takes its memory-lean backward (groupquant.nn.lean_gemm: the quantized
+model: the measure of issue 17's target, at most 1.3x float with every GEMM operand quantized). QuantLinear takes its memory-lean backward (groupquant.nn.gemm.lean_gemm: the quantized
 weight is used for the input gradient, then overwritten by the weight gradient); one row shows
 the same layer on plain autograd (memory_lean_backward = False). Two more rows are not library
 layers: the bare F.linear(fake_quant(x), fake_quant(W)) (the kernels' own share), and an
@@ -20,7 +20,9 @@ training recipe (``--recipes``): every operand of every GEMM quantized, six quan
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -33,6 +35,9 @@ from groupquant.nn import QuantLinear
 from groupquant.quantizers import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, MXFloat6e2m3Weight,
                                    MXFloat6e3m2Act, MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight,
                                    MXFloat8e5m2Act, MXFloat8e5m2Weight, MXInt8Act, MXInt8Weight)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the benchmarks' shared helpers
+from result_files import add_save_argument, saved_output  # noqa: E402
 
 QUANTIZERS = {  # format -> (weight quantizer, activation quantizer)
     "int8": (MXInt8Weight, MXInt8Act), "fp8_e4m3": (MXFloat8e4m3Weight, MXFloat8e4m3Act),
@@ -175,7 +180,14 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--no-input-grad", action="store_true",
                         help="input without requires_grad (a first layer: no input-gradient GEMM, and autograd "
                              "then keeps no copy of the quantized weight)")
+    add_save_argument(parser)
     args = parser.parse_args(argv)
+    with saved_output(args.save, __file__, argv):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
+    """Time and measure every layer of the table for the parsed arguments, and print the table."""
     torch.set_flush_denormal(True)
     n, fmt, device = args.features, args.format, torch.device(args.device)
     print(f"groupquant backend: {gq.ops.backend()}; torch {torch.__version__}; threads {torch.get_num_threads()}; "
@@ -208,6 +220,7 @@ def main(argv: Optional[List[str]] = None) -> None:
               f"{step_mem / base[2]:8.2f}", flush=True)
     print("peak MiB: every tensor alive during the step (parameters and input included); step MiB: only what the "
           "step allocates (targets for every operand quantized: step memory <= 1.3x, time <= 1.5x float)")
+
 
 if __name__ == "__main__":
     main()

@@ -8,7 +8,10 @@ from copying. Generators:
   its own (a fresh namespace, in a temporary directory);
 - ``formats`` (fast): the tables of ``python -m groupquant formats``;
 - ``demo-output`` (slow: trains, a minute or so): ``python -m groupquant demo --no-progress``;
-- ``test-suite`` (slow: the whole suite, minutes): the summary line of ``python -m pytest -q``.
+- ``test-suite`` (slow: the whole suite, minutes): the summary line of ``python -m pytest -q``;
+- ``bench-NAME`` (fast: copies a file): ``benchmarks/results/NAME.md``, the table a benchmark wrote
+  with ``--save NAME`` and the command that made it (docs/benchmarks.md holds these regions; other
+  pages link there). A benchmark is never rerun here: rerun it with ``--save NAME``, then this.
 
 Usage, from the checkout root::
 
@@ -110,6 +113,23 @@ def test_suite(_text: str, _start: int) -> str:
     return _fenced(summary[-1].strip("= "))
 
 
+BENCH_RESULTS = ROOT / "benchmarks" / "results"
+BENCH_PREFIX = "bench-"
+
+
+def bench_result(name: str) -> Generator:
+    """The generator of region ``bench-NAME``: the text of ``benchmarks/results/NAME.md``."""
+    path = BENCH_RESULTS / f"{name}.md"
+
+    def make(_text: str, _start: int) -> str:
+        if not path.is_file():
+            raise ValueError(f"region bench-{name}: no result file {os.path.relpath(path, ROOT)} "
+                             f"(write it with the benchmark's --save {name})")
+        return path.read_text(encoding="utf-8")
+
+    return Generator(make, slow=False)
+
+
 GENERATORS: Dict[str, Generator] = {
     "output": Generator(block_output, slow=False),
     "formats": Generator(formats_tables, slow=False),
@@ -118,17 +138,29 @@ GENERATORS: Dict[str, Generator] = {
 }
 
 
+def generator_of(name: str) -> Generator:
+    """The generator of region ``name``: one of :data:`GENERATORS`, or ``bench-NAME``'s file copy."""
+    if name in GENERATORS:
+        return GENERATORS[name]
+    if name.startswith(BENCH_PREFIX):
+        return bench_result(name[len(BENCH_PREFIX):])
+    raise ValueError(f"unknown figures region {name!r}; known: {sorted(GENERATORS)} and {BENCH_PREFIX}NAME "
+                     f"(a file of benchmarks/results/)")
+
+
 def render(text: str, fast_only: bool = False, only: Optional[Sequence[str]] = None) -> str:
-    """``text`` with every region (the fast ones, or those named in ``only``) regenerated."""
-    for name in {m.group("name") for m in REGION.finditer(text)} - set(GENERATORS):
-        raise ValueError(f"unknown figures region {name!r}; known: {sorted(GENERATORS)}")
+    """``text`` with every region (the fast ones, or those whose kind is named in ``only``:
+    a generator's name, or ``bench`` for every ``bench-NAME``) regenerated."""
+    for name in {m.group("name") for m in REGION.finditer(text)}:
+        generator_of(name)
     pieces: List[str] = []
     last = 0
     for match in REGION.finditer(text):
         name = match.group("name")
-        generator = GENERATORS[name]
+        generator = generator_of(name)
+        kind = "bench" if name.startswith(BENCH_PREFIX) and name not in GENERATORS else name
         body = match.group("body")
-        if not (fast_only and generator.slow) and (only is None or name in only):
+        if not (fast_only and generator.slow) and (only is None or kind in only):
             body = generator.make(text, match.start())
         pieces.append(text[last:match.start("body")] + body)
         last = match.end("body")
@@ -139,7 +171,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="only the regions that need no training or test run")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a region is out of date")
-    parser.add_argument("--only", nargs="+", choices=sorted(GENERATORS), help="only these kinds of region")
+    parser.add_argument("--only", nargs="+", choices=sorted(GENERATORS) + ["bench"],
+                        help="only these kinds of region (bench: every bench-NAME)")
     args = parser.parse_args(argv)
     stale = []
     for page in PAGES:

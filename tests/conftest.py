@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
+import torch
 
 from hypothesis import settings
 
@@ -32,6 +33,15 @@ TORCH_INTERNALS_PATHS = ("ops/test_native.py", "ops/test_native_group_dim.py", "
 TORCH_INTERNALS_WORDS = ("compile", "fullgraph", "dynamo", "torch_export")
 
 _TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test, restored afterwards: tiny ops only contend on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:

@@ -1,9 +1,11 @@
 """docs/architecture.md is held to the code: every top-level package of ``src/groupquant`` is placed
 in its layer map, every path it names exists (a ``module.name`` reference names a definition of that
-module), and its conversion table is ``quantize_model``'s (``nn.convert.REPLACEMENTS``). The packages
-above ``nn`` find quant layers through the quant-layer protocol, not by probing attributes."""
+module), its conversion table is ``quantize_model``'s (``nn.convert.REPLACEMENTS``), the
+sub-packages of ``nn`` import one another in the order the doc gives, and the packages above ``nn``
+find quant layers through the quant-layer protocol, not by probing attributes."""
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 from typing import Iterator, List, Set, Tuple
@@ -40,7 +42,7 @@ def _ticked(text: str) -> List[str]:
 
 
 def top_level_entries() -> Set[str]:
-    """The package's top-level modules and packages as the layer map writes them (``cli.py``, ``nn/``)."""
+    """The package's top-level modules and packages as the layer map writes them (``inject.py``, ``nn/``)."""
     names = set()
     for entry in PACKAGE.iterdir():
         if entry.name.startswith(("_", ".")) and entry.name != "__main__.py":
@@ -128,12 +130,67 @@ def test_the_conversion_table_is_quantize_models():
     assert table == code
 
 
+#: inside nn: each part (a sub-package, or a module of nn/ itself) -> the parts it may import
+NN_MAY_IMPORT = {
+    "gemm": {"gemm"},
+    "layers": {"layers", "gemm"},
+    "recipes": {"gemm"},
+    "name_patterns": set(),
+    "output_head": {"name_patterns"},
+    "functional": {"functional", "layers", "gemm", "recipes"},
+    "distributed": {"distributed", "layers", "gemm"},
+}
+
+
+def _nn_imports(text: str, package: List[str]) -> Set[str]:
+    """The parts of nn (``layers``, ``recipes``, ...) a module of ``package`` (``['groupquant', 'nn',
+    'layers']``) whose source is ``text`` imports, relatively or absolutely."""
+    parts = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            names = base + (node.module.split(".") if node.module else [])
+            targets = [names + [a.name] for a in node.names] if node.module is None else [names]
+        elif isinstance(node, ast.Import):
+            targets = [a.name.split(".") for a in node.names]
+        else:
+            continue
+        parts.update(t[2] for t in targets if t[:2] == ["groupquant", "nn"] and len(t) > 2)
+    return parts
+
+
+def _package_of(path: Path) -> List[str]:
+    """The package a module's relative imports start from."""
+    return list(path.relative_to(PACKAGE.parent).with_suffix("").parts)[:-1]
+
+
+def _nn_part(path: Path) -> str:
+    rel = path.relative_to(PACKAGE / "nn").parts
+    return rel[0] if len(rel) > 1 else path.stem
+
+
+def test_nn_sub_packages_import_down_their_order():
+    modules = [p for p in (PACKAGE / "nn").rglob("*.py") if _nn_part(p) in NN_MAY_IMPORT]
+    assert {_nn_part(p) for p in modules} == set(NN_MAY_IMPORT)  # every part was read
+    climbing = sorted(f"{p.relative_to(PACKAGE)} imports nn.{part}" for p in modules
+                      for part in _nn_imports(p.read_text(encoding="utf-8"), _package_of(p))
+                      - NN_MAY_IMPORT[_nn_part(p)])
+    assert not climbing, climbing
+
+
+def test_the_nn_import_reader_sees_relative_and_absolute_imports():
+    """The reader against a module of nn/layers/ with one import of each kind."""
+    text = ("from ..gemm.gemm_op import GemmOp\nfrom .. import recipes\nimport groupquant.nn.functional.functional_mode\n"
+            "from ...ops import fake_quant\nfrom .linear import QuantLinear\n")
+    assert _nn_imports(text, ["groupquant", "nn", "layers"]) == {"gemm", "recipes", "functional", "layers"}
+
+
 @pytest.mark.parametrize("name", ["OpSettings", "QuantSpec", "GroupQuantized", "Recipe"])
 def test_the_records_section_names_the_records(name):
     assert f"`{name}`" in _section(_doc(), "The records between them")
 
 
-#: The packages that read quant layers through the protocol (groupquant.nn.quant_layers and the
+#: The packages that read quant layers through the protocol (groupquant.nn.layers.quant_layers and the
 #: layer's weight_spec / set_weight / quant_gemm) instead of probing their attributes.
 PROTOCOL_READERS = ("calib", "export", "llm", "train")
 #: An attribute probe for a quant layer: ``hasattr(m, "weight_quant")``, ``hasattr(m, "input_quant")``,
@@ -161,5 +218,5 @@ def test_calib_export_llm_train_find_quant_layers_by_the_protocol():
     assert len(files) > 40  # the packages were read
     found = [f"{f.relative_to(PACKAGE)}: {probe}" for f in files
              for probe in _attribute_probes(f.read_text(encoding="utf-8"))]
-    assert not found, ("test for quant layers with groupquant.nn.quant_layers.is_quant_layer / iter_quant_layers "
+    assert not found, ("test for quant layers with groupquant.nn.layers.quant_layers.is_quant_layer / iter_quant_layers "
                        f"and read them by weight_spec / set_weight / quant_gemm, not by attribute: {found}")

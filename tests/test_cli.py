@@ -121,7 +121,7 @@ def test_demo_rejects_an_empty_format_list(capsys, value):
 
 
 def test_demo_formats_take_aliases_as_canonical_names_once(monkeypatch):
-    import groupquant.cli as cli
+    import groupquant.cli.entry as cli  # the module whose parser binds the commands
 
     seen = []
     monkeypatch.setattr(cli, "cmd_demo", lambda args: seen.append(args) or 0)
@@ -159,7 +159,7 @@ def test_demo_json(capsys):
 
 
 def test_options_without_a_command_run_the_demo(capsys, monkeypatch):
-    import groupquant.cli as cli
+    import groupquant.cli.entry as cli  # the module whose parser binds the commands
 
     seen = []
     monkeypatch.setattr(cli, "cmd_demo", lambda args: seen.append(args) or 0)

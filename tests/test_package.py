@@ -20,9 +20,12 @@ HOMES = {
     "pack_model": "groupquant.export", "unpack_model": "groupquant.export", "describe": "groupquant.quantizers",
     "fake_quant": "groupquant.ops", "quantize": "groupquant.ops", "GroupQuantized": "groupquant.ops",
     "ptq": "groupquant.calib", "save": "groupquant.export", "load": "groupquant.export",
-    "qat": "groupquant.train",
+    "qat": "groupquant.calib.qat",
 }
-SUBMODULES = ("nn", "proxy", "quantizers", "quant_tensor", "calib", "eval", "train")
+# public module names -> the module each names (``gq.train`` is the qat package, ``calib/qat/``)
+SUBMODULES = {"nn": "groupquant.nn", "proxy": "groupquant.proxy", "quantizers": "groupquant.quantizers",
+              "quant_tensor": "groupquant.quant_tensor", "calib": "groupquant.calib", "eval": "groupquant.eval",
+              "train": "groupquant.calib.qat"}
 
 
 def _fresh(code: str) -> str:
@@ -46,7 +49,7 @@ def test_every_public_name_imports_with_from_import_in_a_fresh_process():
 def test_every_public_name_is_the_object_of_its_home_module(name):
     value = getattr(groupquant, name)
     if name in SUBMODULES:
-        assert value is importlib.import_module(f"groupquant.{name}")
+        assert value is importlib.import_module(SUBMODULES[name])
     elif name in HOMES:
         assert value is getattr(importlib.import_module(HOMES[name]), name)
     else:

@@ -142,6 +142,43 @@ def test_make_figures_fills_regions_from_the_block_above_and_leaves_slow_ones_in
         figures.render("<!-- figures:output -->\n<!-- /figures:output -->\n")
 
 
+def _result_files():
+    spec = importlib.util.spec_from_file_location("result_files", ROOT / "benchmarks" / "result_files.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_benchmark_saved_with_save_is_what_its_region_of_the_benchmarks_page_shows(tmp_path, monkeypatch):
+    """``--save NAME`` writes the printed table and the command without ``--save``; make_figures
+    copies that file, unchanged, into region ``bench-NAME``."""
+    results, figures = _result_files(), _make_figures()
+    for name in ("OMP_NUM_THREADS", "GROUPQUANT_BACKEND", "GROUPQUANT_CPU_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    with results.saved_output("tiny-table", "/x/benchmarks/bench_tiny.py", ["--rows", "2", "--save", "tiny-table"]):
+        print("row  ms\nA    1.5")
+    text = (tmp_path / "tiny-table.md").read_text()
+    assert text.startswith("Command: `OMP_NUM_THREADS=3 PYTHONPATH=src python benchmarks/bench_tiny.py --rows 2`\n")
+    assert text.endswith("```text\nrow  ms\nA    1.5\n```\n")
+    monkeypatch.setattr(figures, "BENCH_RESULTS", tmp_path)
+    page = "intro\n<!-- figures:bench-tiny-table -->\nstale\n<!-- /figures:bench-tiny-table -->\nend\n"
+    assert figures.render(page, fast_only=True) == \
+        f"intro\n<!-- figures:bench-tiny-table -->\n{text}<!-- /figures:bench-tiny-table -->\nend\n"
+    with pytest.raises(ValueError, match="no result file .*--save missing"):
+        figures.render("<!-- figures:bench-missing -->\n<!-- /figures:bench-missing -->\n")
+
+
+def test_every_benchmark_result_file_is_on_the_benchmarks_page_once():
+    figures = _make_figures()
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    shown = re.findall(r"<!-- figures:bench-([\w-]+) -->", page)
+    files = sorted(p.stem for p in (ROOT / "benchmarks" / "results").glob("*.md"))
+    assert sorted(shown) == files and len(files) >= 6
+    assert not any("figures:bench-" in p.read_text() for p in figures.PAGES if p.name != "benchmarks.md")
+
+
 def test_fake_quant_docstring_example():
     finder = doctest.DocTestFinder()
     tests = finder.find(api.fake_quant, "fake_quant", globs={"torch": torch, "fake_quant": gq.fake_quant})

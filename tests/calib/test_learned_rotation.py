@@ -11,7 +11,7 @@ import groupquant as gq
 from groupquant.calib.float_check import MethodRefused
 from groupquant.calib.learned_rotation import cayley, learn_rotations
 from groupquant.calib.rotate import rotate_model
-from groupquant.nn.input_rotation import InputRotation, LearnedInputRotation
+from groupquant.nn.layers.input_rotation import InputRotation, LearnedInputRotation
 from groupquant.ops.hadamard import hadamard_matrix
 
 from .tiny_models import ids, llama

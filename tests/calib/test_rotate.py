@@ -7,7 +7,7 @@ import torch
 
 import groupquant as gq
 from groupquant.calib.rotate import rotate_model
-from groupquant.nn.input_rotation import InputRotation
+from groupquant.nn.layers.input_rotation import InputRotation
 
 transformers = pytest.importorskip("transformers")
 

@@ -13,7 +13,8 @@ import torch
 import workers
 from spawn import run_ranks, skip_reason
 
-pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
+pytestmark = [pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason())),
+              pytest.mark.usefixtures("one_thread")]  # tests/conftest.py's: one torch thread per test
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,14 +41,6 @@ def ranks(all_ranks, request):
         for name in names:
             assert name not in out["errors"], f"rank {r}, {name}:\n{out['errors'][name]}"
     return all_ranks
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _assert_equal_dicts(got, want):

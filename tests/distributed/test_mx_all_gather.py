@@ -22,7 +22,7 @@ from torch import nn
 
 from groupquant.inject import ConfigError
 from groupquant.nn import DISABLED, QuantLinear, RECIPES, enable_mx_all_gather, quantize_model
-from groupquant.nn import mx_shard_weight
+from groupquant.nn.distributed import mx_shard_weight
 from groupquant.packing.shard_payload import (ShardCodec, decode_gathered, dequantize_gathered, encode_shard,
                                               shard_amax)
 from groupquant.proxy.gathered_weight import GatheredWeight

@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 import groupquant as gq
-from groupquant.nn.functional_mode import functional_quantizers
+from groupquant.nn.functional.functional_mode import functional_quantizers
 from groupquant.nn import QuantConv2d, QuantLinear
 from groupquant.quantizers import MXFloat4e2m1Weight, MXFloat8e4m3Act
 

@@ -51,15 +51,6 @@ def _accuracy(model: nn.Module, test) -> float:
         return (model(test[0]).argmax(dim=1) == test[1]).float().mean().item()
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny ops: one thread avoids contention on a shared machine (restored afterwards)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_mxfp4_mxfp8_qat_on_digits_is_close_to_float(one_thread):
     train, test = _digits()
     torch.manual_seed(0)

@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
-from ..nn.inside import in_quant_layer
+from ..nn.layers.inside import in_quant_layer
 from ..proxy.base import QuantProxy
 
 __all__ = ["MethodRefused", "Snapshot", "float_mode", "float_output", "first_tensor", "check_unchanged",

@@ -2,7 +2,7 @@
 
 The transform itself (fast Walsh-Hadamard along the last dim in blocks, the dense Sylvester and
 block-diagonal matrices) is :mod:`groupquant.ops.hadamard`, below the layers, because a quant
-layer's online rotation (:class:`groupquant.nn.input_rotation.InputRotation`) runs it. Here:
+layer's online rotation (:class:`groupquant.nn.layers.input_rotation.InputRotation`) runs it. Here:
 
 - :func:`rotate_weight_input`: ``W H`` for ``y = x W^T`` whose input becomes ``x H``;
 - :func:`rotate_weight_output`: ``H^T W`` (and ``b H``) for a linear whose output becomes ``y H``;

@@ -19,9 +19,9 @@ from typing import Any, Dict, Hashable, Optional, Tuple
 import torch
 from torch import nn
 
-from ..nn.input_rotation import ROTATION_ATTR, InputRotation
-from ..nn.inside import in_quant_layer
-from ..nn.quant_layers import is_quant_layer
+from ..nn.layers.input_rotation import ROTATION_ATTR, InputRotation
+from ..nn.layers.inside import in_quant_layer
+from ..nn.layers.quant_layers import is_quant_layer
 
 __all__ = ["HessianAccumulator", "SharedInputs", "output_error"]
 
@@ -45,7 +45,7 @@ def input_product(x: torch.Tensor) -> Product:
 def transform_key(layer: nn.Module) -> Hashable:
     """What the Hessian hook does to ``layer``'s input before the product (its online rotation, its
     input quantizer), as a key: two layers with equal keys turn one tensor into equal inputs. A
-    rotation other than a plain :class:`~groupquant.nn.input_rotation.InputRotation` and an input
+    rotation other than a plain :class:`~groupquant.nn.layers.input_rotation.InputRotation` and an input
     quantizer that is not deterministic abs-max (stochastic rounding, running or learned scales)
     are keyed by their own identity (never shared)."""
     rotation = getattr(layer, ROTATION_ATTR, None)

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from ..nn import QuantLinear
-from ..nn.input_rotation import ROTATION_ATTR, InputRotation
+from ..nn.layers.input_rotation import ROTATION_ATTR, InputRotation
 from ..nn.name_patterns import Patterns, as_patterns, matches_any
-from ..nn.quant_layers import is_quant_layer, iter_quant_layers
+from ..nn.layers.quant_layers import is_quant_layer, iter_quant_layers
 from ..ops.hadamard import fwht
 
 __all__ = ["exclude_patterns", "quant_linears", "rotate_layer", "rotation_block_size",

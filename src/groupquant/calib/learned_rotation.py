@@ -21,7 +21,7 @@ each layer's rotation is learned on its own:
   objective never gets worse than the fixed rotation's on the calibration rows.
 
 A learned layer's weight becomes ``W H R`` (float64, rounded once) and its online rotation a
-:class:`groupquant.nn.input_rotation.LearnedInputRotation` holding ``H_b R_i`` per block (the
+:class:`groupquant.nn.layers.input_rotation.LearnedInputRotation` holding ``H_b R_i`` per block (the
 state dict keeps it; ONNX export, compressed-tensors and GGUF refuse it). Only layers with a plain
 Hadamard ``InputRotation`` are learned (with ``rotate_model(fused_residual=True)`` that is
 ``down_proj``). The model's float output is checked against the one before on a probe (module
@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from ..nn.input_rotation import ROTATION_ATTR, InputRotation, LearnedInputRotation
+from ..nn.layers.input_rotation import ROTATION_ATTR, InputRotation, LearnedInputRotation
 from ..nn.name_patterns import Patterns, matches_any
 from ..ops.hadamard import hadamard_matrix
 from ..quant_tensor.base import plain

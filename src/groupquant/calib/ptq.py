@@ -27,9 +27,9 @@ from torch import nn
 
 from ..nn import quantize_model
 from ..nn.convert import REPLACEMENTS, nothing_converted, remove_functional
-from ..nn.quant_layer import QuantLayerMixin
+from ..nn.layers.quant_layer import QuantLayerMixin
 from ..nn.output_head import check_quantize_head
-from ..nn.quant_layers import iter_quant_layers
+from ..nn.layers.quant_layers import iter_quant_layers
 from ..nn.recipes import recipe as recipe_of
 from .blocks import (NotReached, call_model, capture_block_inputs, check_calibration_data, find_stacks,
                      replay_is_faithful, run_block, run_model_until)

@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Optional, Set
 import torch
 from torch import nn
 
-from ..nn.input_rotation import ROTATION_ATTR
-from ..nn.quant_layers import is_quant_layer
+from ..nn.layers.input_rotation import ROTATION_ATTR
+from ..nn.layers.quant_layers import is_quant_layer
 from .fold_check import check_groups, commutes_with_rotation
 from .graph import LlamaBlock, bert_layers, bert_norm_refusal, fold_groups, llama_blocks, llama_mismatch
 from .hadamard import rotate_weight_input, rotate_weight_output

@@ -6,7 +6,7 @@ quantizer) changes nothing in float and spreads an outlier over its block before
 scale is taken. ``H = blockdiag(H_b)`` with ``b`` the quantizer's group size, so each rotated
 block is exactly one scale group (a full-width rotation would mix groups and fight MXFP4's
 power-of-two scales: MR-GPTQ, Egiazarian et al. 2025; QuaRot, Ashkboos et al. 2024, for the
-rotations themselves). The online rotation is :class:`groupquant.nn.input_rotation.InputRotation`
+rotations themselves). The online rotation is :class:`groupquant.nn.layers.input_rotation.InputRotation`
 (a fast Walsh-Hadamard transform), which ``state_dict``, ``pack_model`` and ONNX export keep.
 
 ``fused_residual=True`` (Llama family, see :mod:`.residual`) rotates the residual stream offline
@@ -23,7 +23,7 @@ from typing import Any, Dict, List
 
 from torch import nn
 
-from ..nn.input_rotation import ROTATION_ATTR
+from ..nn.layers.input_rotation import ROTATION_ATTR
 from ..nn.name_patterns import Patterns, matches_any
 from .layer_rotation import (exclude_patterns, quant_linears, rotate_layer, rotation_block_size,
                              weight_quant_mse)

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..nn.input_rotation import ROTATION_ATTR
-from ..nn.quant_layers import is_quant_layer
+from ..nn.layers.input_rotation import ROTATION_ATTR
+from ..nn.layers.quant_layers import is_quant_layer
 from .blocks import call_model, check_calibration_data, find_stacks, run_model_until
 from .float_check import MethodRefused, Snapshot, check_unchanged
 from .fold_check import check_groups

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..formats import ElementFormat, ScaleFormat
-from ..nn.quant_layers import is_quant_layer
+from ..nn.layers.quant_layers import is_quant_layer
 from ..ops import fake_quant_spec_with_scale, round_to_format
 from .grid_rounding import LookupRounder, lookup_rounder
 

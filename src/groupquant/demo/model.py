@@ -17,7 +17,7 @@ from torch import nn
 
 from ..export import packed_state_dict
 from ..nn import QuantLinear, quantize_model, recipe
-from ..nn.grad_slots import GRAD_SLOTS
+from ..nn.gemm.grad_slots import GRAD_SLOTS
 from ..packing import PackedTensor
 from ..quant_tensor import plain
 from ..quantizers import MX_QUANTIZERS, MXQuantizerPair, mx_quantizers, quantizer_pair

@@ -16,8 +16,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from ..nn.group_quantized_weight import WeightNotGroupQuantized
-from ..nn.quant_layers import iter_quant_layers
+from ..nn.layers.group_quantized_weight import WeightNotGroupQuantized
+from ..nn.layers.quant_layers import iter_quant_layers
 
 __all__ = ["WeightBits", "Generation", "quantized_weight_bits", "model_bytes", "path_bytes", "generate"]
 

@@ -6,11 +6,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from torch import nn
 
-from .conv import QuantConv1d, QuantConv2d
-from .linear import QuantLinear
+from .layers.conv import QuantConv1d, QuantConv2d
+from .layers.linear import QuantLinear
 from .name_patterns import Patterns, as_patterns, matches_any
-from .quant_layer import QuantLayerMixin
-from .functional_mode import quantize_functional
+from .layers.quant_layer import QuantLayerMixin
+from .functional.functional_mode import quantize_functional
 from .output_head import announce_kept_heads, check_quantize_head, head_kept_float, output_heads
 from .recipes import Recipe, recipe as recipe_of
 
@@ -123,7 +123,7 @@ def quantize_model(model: nn.Module, weight_quant: Optional[type] = None, input_
         functional: also quantize the forward's functional GEMMs (``torch.matmul`` / ``bmm`` / ``@``
             between activations, ``F.scaled_dot_product_attention``, ``F.linear``) by the recipe,
             through a torch function mode entered around ``model``'s forward
-            (:mod:`groupquant.nn.functional_mode`). Default: on when the recipe quantizes
+            (:mod:`groupquant.nn.functional.functional_mode`). Default: on when the recipe quantizes
             activations (``Recipe.quantizes_activations``); off for a weight-only recipe, whose
             functional GEMMs between activations stay float anyway (pass True to quantize
             ``F.linear`` / ``F.conv*`` weights outside the converted layers; the mode runs every

@@ -1,7 +1,7 @@
 """Training recipes: named, frozen sets of quantizers for every operand of every GEMM.
 
 A :class:`Recipe` fills the forward slots (``weight_quant``, ``input_quant``) and the backward
-ones (``grad_output_quant`` and the per-GEMM overrides, see :mod:`groupquant.nn.grad_slots`).
+ones (``grad_output_quant`` and the per-GEMM overrides, see :mod:`groupquant.nn.gemm.grad_slots`).
 ``quantize_model(model, recipe="mxfp8")`` applies one; ``recipe("mxfp8").replace(grad_output_quant=
 MXFloat8e5m2Act)`` overrides slot by slot (an unknown slot is an error with a did-you-mean), and
 ``print(recipe("mxfp8"))`` / ``describe()`` shows every slot.
@@ -33,14 +33,14 @@ from ..quantizers import (MXFloat4e2m1Act, MXFloat4e2m1Weight, MXFloat6e2m3Act, 
                           MXFloat6e3m2Weight, MXFloat8e4m3Act, MXFloat8e4m3Weight, MXFloat8e5m2Act, MXInt8Act,
                           MXInt8Weight, NVFP4Act, NVFP4Weight)
 from ..ops.precision import resolve_precision
-from .backward_gemm import TOKEN_GROUPS
-from .gemm_rounding import GemmRounding
-from .grad_slots import GRAD_SLOTS, SAME, check_grad_slot
+from .gemm.backward_gemm import TOKEN_GROUPS
+from .gemm.gemm_rounding import GemmRounding
+from .gemm.grad_slots import GRAD_SLOTS, SAME, check_grad_slot
 
 __all__ = ["Recipe", "RECIPES", "recipe"]
 
 
-#: The GEMM slots a recipe fills: the forward ones and the backward table's (:mod:`.grad_slots`).
+#: The GEMM slots a recipe fills: the forward ones and the backward table's (:mod:`groupquant.nn.gemm.grad_slots`).
 _SLOTS = ("weight_quant", "input_quant", *GRAD_SLOTS)
 
 

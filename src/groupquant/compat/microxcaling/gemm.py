@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ...nn import QuantMatMul
-from ...nn.functional_quantizers import FunctionalConv, FunctionalLinear
+from ...nn.functional.functional_quantizers import FunctionalConv, FunctionalLinear
 from . import _torch
 from ._torch import native_torch
 from .module_specs import calls, mx_module

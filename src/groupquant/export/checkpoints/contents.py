@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from ...nn.input_rotation import MATRIX_KEY, ROTATION_ATTR
+from ...nn.layers.input_rotation import MATRIX_KEY, ROTATION_ATTR
 from ...packing import PackedTensor
 from ..errors import CheckpointError
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ...nn import QuantLayerMixin
-from ...nn.input_rotation import MATRIX_KEY, ROTATION_ATTR, InputRotation, LearnedInputRotation
+from ...nn.layers.input_rotation import MATRIX_KEY, ROTATION_ATTR, InputRotation, LearnedInputRotation
 from .contents import model_config, rope_settings, rotation_keys
 from ..errors import CheckpointError
 from ..inference.packed_linear import PackedLinear

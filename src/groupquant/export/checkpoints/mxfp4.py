@@ -26,7 +26,7 @@ import torch
 
 from ...formats import get_format
 from ...ops import GroupLayout
-from ...nn.group_quantized_weight import WeightNotGroupQuantized
+from ...nn.layers.group_quantized_weight import WeightNotGroupQuantized
 from ...packing import E8M0_DTYPE, PackedTensor, pack
 from ..errors import PackError
 from ..inference.packed_linear import PackedLinear

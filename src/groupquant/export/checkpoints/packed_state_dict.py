@@ -40,8 +40,8 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from ...nn.group_quantized_weight import WeightNotGroupQuantized
-from ...nn.quant_layers import is_quant_layer, iter_quant_layers
+from ...nn.layers.group_quantized_weight import WeightNotGroupQuantized
+from ...nn.layers.quant_layers import is_quant_layer, iter_quant_layers
 from ...ops import GroupLayout
 from ...packing import PackedTensor, pack
 from ...proxy import QuantProxy

@@ -25,7 +25,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 from torch import nn
 
 from ...nn import QuantLinear
-from ...nn.quant_layers import is_quant_layer, iter_quant_layers
+from ...nn.layers.quant_layers import is_quant_layer, iter_quant_layers
 from ..errors import PackError
 from .packed_linear import PackedLinear
 

@@ -16,14 +16,14 @@ to 8 bits in blocks, E{k}M0 or other minifloat scales) and keeps:
 It is a quant layer (:class:`groupquant.nn.QuantLayerMixin`) whose weight comes from packed
 storage: ``forward`` is the quant layers' one route (``QuantLayerMixin._quant_gemm``: online
 rotation, ``output_quant(F.linear(input_quant(x), W, bias_quant(b)))`` with the layer's proxies,
-the ``return_quant_tensor`` tail) with a :class:`~groupquant.nn.packed_gemm_op.PackedGemmOp`,
+the ``return_quant_tensor`` tail) with a :class:`~groupquant.nn.gemm.packed_gemm_op.PackedGemmOp`,
 whose weight is the packed storage, decoded inside the kernel
 (:func:`groupquant.ops.packed_gemm.packed_linear`), so it equals the fake-quant layer up to
 float32 summation order. ``group_quantized_weight()`` reads the packed storage back (codes and
 scale bytes bit for bit); ``quant_weight()`` is its group-wise quant tensor.
 
 Backward: the input gets its gradient ``dY @ W`` (float32 accumulation;
-:mod:`groupquant.nn.packed_gemm_op`), the packed weight none. Dtypes: the state stays float32 /
+:mod:`groupquant.nn.gemm.packed_gemm_op`), the packed weight none. Dtypes: the state stays float32 /
 bytes whatever ``.to(dtype)`` / ``.half()`` / ``.bfloat16()`` say (those set the dtype the weight
 is dequantized to); inputs may be float32, bfloat16 or float16. An in-place change of ``weight_tensor_scale`` is seen by the next
 forward. ``to_quant_linear()`` is the way back: a trainable ``QuantLinear`` with the dequantized
@@ -39,9 +39,9 @@ from torch import nn
 from ...core import QuantSpec
 from ...formats import ElementFormat
 from ...nn import QuantLayerMixin, QuantLinear
-from ...nn.input_rotation import InputRotation
-from ...nn.group_quantized_weight import WeightNotGroupQuantized
-from ...nn.packed_gemm_op import PackedGemmOp
+from ...nn.layers.input_rotation import InputRotation
+from ...nn.layers.group_quantized_weight import WeightNotGroupQuantized
+from ...nn.gemm.packed_gemm_op import PackedGemmOp
 from ...ops import FakeQuantResult, GroupLayout, GroupQuantized
 from ...ops.packed_gemm import PACKED_INPUT_DTYPES, PackedWeight
 from ...ops.packed_gemm_params import PackedGemmParams, packed_gemm_params

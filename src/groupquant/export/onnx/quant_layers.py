@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ...nn import QuantConv1d, QuantConv2d, QuantIdentity, QuantLinear, QuantReLU
-from ...nn.group_quantized_weight import WeightNotGroupQuantized
+from ...nn.layers.group_quantized_weight import WeightNotGroupQuantized
 from ...proxy import QuantProxy
 from ...quant_tensor import plain
 from ..errors import ExportError
