@@ -70,10 +70,17 @@ def quantized_weight_bits(model: nn.Module) -> WeightBits:
 
 
 def model_bytes(model: nn.Module) -> int:
-    """Bytes of the model's parameters and buffers in memory (each storage counted once, so tied
-    weights count once)."""
+    """Bytes of the model's parameters, buffers and packed layers' records (a ``PackedLinear``
+    holds its codes, scale bytes, decoding tables and bias in one record, not in buffers) in
+    memory, each storage counted once (tied weights count once)."""
+    from ..export import PackedLinear  # (only a model that was packed has any; export is heavy to import)
+
+    tensors = list(model.parameters()) + list(model.buffers())
+    for m in model.modules():
+        if isinstance(m, PackedLinear):
+            tensors += [t for t in m.state.tensors().values() if t is not None]
     seen, total = set(), 0
-    for tensor in list(model.parameters()) + list(model.buffers()):
+    for tensor in tensors:
         key = (tensor.untyped_storage().data_ptr(), tensor.device)
         if key in seen:
             continue

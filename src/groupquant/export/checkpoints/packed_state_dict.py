@@ -48,8 +48,8 @@ from ...proxy import QuantProxy
 from ..errors import PackError
 from ..inference.packed_linear import PackedLinear
 
-#: A PackedLinear's buffers that its packed weight record carries (codes, scale bytes, tensor scale).
-_PACKED_BUFFERS = ("weight_codes", "weight_scale", "weight_tensor_scale")
+#: A PackedLinear's state-dict entries that its packed weight record carries (codes, scale bytes, tensor scale).
+_PACKED_ENTRIES = ("weight_codes", "weight_scale", "weight_tensor_scale")
 
 __all__ = ["packed_state_dict", "unpacked_state_dict", "load_packed_state_dict", "FORMAT_NAME", "FORMAT_VERSION"]
 
@@ -108,7 +108,7 @@ def packed_state_dict(model: nn.Module) -> Dict[str, object]:
         holding.setdefault(f, []).append(key)
     packed: Dict[str, object] = {}
     aliases: Dict[str, str] = {}
-    own_bits: set = set()  # a PackedLinear's code and scale buffers (written as its packed weight)
+    own_bits: set = set()  # a PackedLinear's code and scale entries (written as its packed weight)
     quantizer_keys: List[str] = []
     for module, names in _module_names(model).items():
         prefixes = [_prefix(n) for n in names]
@@ -117,7 +117,7 @@ def packed_state_dict(model: nn.Module) -> Dict[str, object]:
             continue
         keys = [f"{p}weight" for p in prefixes]
         if isinstance(module, PackedLinear):
-            own_bits.update(f"{p}{b}" for p in prefixes for b in _PACKED_BUFFERS)
+            own_bits.update(f"{p}{b}" for p in prefixes for b in _PACKED_ENTRIES)
         elif keys[0] not in state or any(k not in keys for k in holding[first[keys[0]]]):
             continue  # no weight entry, or a weight tied to another module: stored float, once
         record = _group_quantized_record(module, names[0])
@@ -209,7 +209,7 @@ def load_packed_state_dict(model: nn.Module, sd: Dict[str, object], strict: bool
     if not direct:
         return model.load_state_dict(state, strict=strict)
     result = model.load_state_dict(state, strict=False)
-    loaded_bits = {f"{key[:-len('weight')]}{b}" for key in direct for b in _PACKED_BUFFERS}
+    loaded_bits = {f"{key[:-len('weight')]}{b}" for key in direct for b in _PACKED_ENTRIES}
     missing = [k for k in result.missing_keys if k not in loaded_bits]
     if strict and (missing or result.unexpected_keys):
         raise RuntimeError(f"Error(s) in loading the packed state dict into {type(model).__name__}: missing keys "
