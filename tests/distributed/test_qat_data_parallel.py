@@ -5,7 +5,7 @@ step: under DDP the same weights bit for bit and the same history (gradient clip
 every step); under ``parallel="fsdp2"`` the same bit for bit without clipping, and within a few
 float32 ulps with clipping (the norm of the sharded gradients sums its squares in another order).
 Two micro-batches per rank under FSDP2 (accumulated on the rank, reduce-scattered on the last)
-equal two under DDP bit for bit.
+equal two under DDP bit for bit; checkpointed blocks and a sharded teacher change nothing.
 """
 from __future__ import annotations
 
@@ -100,6 +100,14 @@ def test_fsdp2_accumulates_on_the_rank_and_reduces_once_as_ddp_does(ranks):
         _assert_equal_runs(out["fsdp2_acc"], out["ddp_acc"], r)
     key = "model.layers.0.mlp.up_proj.weight"
     assert not torch.equal(ranks[0]["fsdp2_acc"]["state"][key], ranks[0]["fsdp2"]["state"][key])
+
+
+def test_fsdp2_with_checkpointed_blocks_or_a_sharded_teacher_computes_the_same(ranks):
+    """Blocks recomputed in backward inside their FSDP2 units (gathered again for the recomputation),
+    and a teacher the caller sharded with fully_shard (every rank runs its forward), change nothing."""
+    for r, out in enumerate(ranks):
+        _assert_equal_runs(out["fsdp2_checkpointed"], out["fsdp2"], ("checkpointed", r))
+        _assert_equal_runs(out["fsdp2_sharded_teacher"], out["fsdp2"], ("sharded teacher", r))
 
 
 def test_a_student_sharded_by_the_caller_is_refused(ranks):
