@@ -5,9 +5,9 @@ One optimiser step (``TrainConfig``): set the step's learning rate; for each of 
 ``grad_accumulation`` micro-batches (:class:`~.data.MicroBatchOrder`) run the teacher (no
 gradient) and the student (under bfloat16 autocast when asked, blocks checkpointed when asked),
 and back-propagate ``loss / grad_accumulation`` (under DDP / FSDP2 the gradients are averaged over
-the ranks once, on the last micro-batch: :func:`~.parallel.gradient_sync`); clip the trainable parameters' gradient norm; step. Every
-``eval_every`` steps and after the last one, the held-out perplexity
-(:func:`groupquant.eval.perplexity`, float32, eval mode) is measured and fed to
+the ranks once, on the last micro-batch: :func:`~.parallel.gradient_sync`); clip the trainable
+parameters' gradient norm; step. Every ``eval_every`` steps and after the last one, the held-out
+perplexity (:func:`groupquant.eval.perplexity`, float32, eval mode) is measured and fed to
 :class:`~.history.EarlyStopping`; at the end the parameters of the best evaluation come back.
 """
 from __future__ import annotations

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator
 
 import torch
 import torch.distributed as dist
@@ -137,12 +137,11 @@ def gradient_sync(engine: nn.Module, enabled: bool) -> Iterator[None]:
         with contextlib.nullcontext() if enabled else engine.no_sync():
             yield
         return
-    set_sync: Optional[Any] = getattr(engine, "set_requires_gradient_sync", None)
-    if set_sync is None:
+    if not is_sharded(engine):
         yield
         return
-    set_sync(enabled)
+    engine.set_requires_gradient_sync(enabled)  # (recursively: every FSDP2 unit of the engine)
     try:
         yield
     finally:
-        set_sync(True)
+        engine.set_requires_gradient_sync(True)
