@@ -69,12 +69,17 @@ def check_parallel(parallel: Any, model: nn.Module) -> str:
 
 
 def _fully_shard(model: nn.Module) -> nn.Module:
-    """``model`` sharded in place with FSDP2: each repeated block (:func:`find_blocks`) a unit, then the root."""
+    """``model`` sharded in place with FSDP2: each repeated block (:func:`find_blocks`) a unit, then
+    the root, over a 1-D mesh of every rank on the model's device type (FSDP2's default mesh
+    would take CUDA whenever it is there, and move a CPU model onto it)."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     found = find_blocks(model)
     for block in (found[1] if found is not None else ()):
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return model
 
 
