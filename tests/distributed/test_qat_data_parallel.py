@@ -75,14 +75,14 @@ def test_fsdp2_with_clipping_stays_within_float32_rounding_of_one_process(ranks)
     atol = qat_worker.STEPS * 1e-3 * 8 * EPS  # lr 1e-3
     for out in ranks:
         got = out["fsdp2_clip"]
+        for key, value in one["state"].items():
+            torch.testing.assert_close(got["state"][key], value, rtol=4 * EPS, atol=atol, msg=key)
         assert got["best"] == one["best"]
         for mine, ref in zip(got["history"], one["history"], strict=True):
             assert (mine.step, mine.lr) == (ref.step, ref.lr)
             for a, b in ((mine.loss, ref.loss), (mine.perplexity, ref.perplexity), (mine.kl, ref.kl)):
                 assert (a is None) == (b is None)
                 assert a is None or math.isclose(a, b, rel_tol=64 * EPS), (mine, ref)
-        for key, value in one["state"].items():
-            torch.testing.assert_close(got["state"][key], value, rtol=4 * EPS, atol=atol, msg=key)
 
 
 def test_fsdp2_returns_the_unsharded_model_whose_packed_form_computes_the_same_logits(ranks):
