@@ -188,6 +188,8 @@ def test_the_backward_is_straight_through_unless_the_recipe_is_asked_for(tiny_lm
     (dict(distill="kl"), TypeError, "distill must be a groupquant.calib.qat.Distillation"),
     (dict(eval_data=torch.zeros(4, 4)), ValueError, "eval_data=...\\) must be 1-D integer token ids"),
     (dict(checkpoint_blocks=True, model="plain"), ValueError, "checkpoint_blocks"),
+    (dict(parallel="fsdp"), ValueError, "parallel must be None, 'ddp' or 'fsdp2', got 'fsdp'"),
+    (dict(parallel="fsdp2"), ValueError, "qat\\(parallel='fsdp2'\\) needs torch.distributed initialised"),
 ])
 def test_bad_input_is_named(tiny_lm, kwargs, error, match):
     lm = tiny_lm(layers=1)

@@ -4,17 +4,17 @@ learning-rate schedule, clipping, held-out perplexity, early stopping, a progres
 One optimiser step (``TrainConfig``): set the step's learning rate; for each of the rank's
 ``grad_accumulation`` micro-batches (:class:`~.data.MicroBatchOrder`) run the teacher (no
 gradient) and the student (under bfloat16 autocast when asked, blocks checkpointed when asked),
-and back-propagate ``loss / grad_accumulation`` (under DDP the gradients are averaged over the
-ranks once, on the last micro-batch); clip the trainable parameters' gradient norm; step. Every
-``eval_every`` steps and after the last one, the held-out perplexity
-(:func:`groupquant.eval.perplexity`, float32, eval mode) is measured and fed to
+and back-propagate ``loss / grad_accumulation`` (under DDP / FSDP2 the gradients are averaged over
+the ranks once, on the last micro-batch: :func:`~.parallel.gradient_sync`); clip the trainable
+parameters' gradient norm; step. Every ``eval_every`` steps and after the last one, the held-out
+perplexity (:func:`groupquant.eval.perplexity`, float32, eval mode) is measured and fed to
 :class:`~.history.EarlyStopping`; at the end the parameters of the best evaluation come back.
 """
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -25,6 +25,7 @@ from .checkpointing import checkpointed_blocks
 from .data import MicroBatchOrder, call, mask_of, to_device, token_ids_of
 from .distill import Distillation, distillation_loss
 from .history import EarlyStopping, StepRecord
+from .parallel import gradient_sync, world_and_rank
 from .schedule import Schedule, build_optimizer
 from .trainable import Trainable
 
@@ -53,19 +54,14 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class Models:
-    """``student``: the model being trained; ``engine``: what the forward calls (the student, or
-    its ``DistributedDataParallel`` wrapper); ``teacher``: the reference, or None."""
+    """``student``: the model being trained (under FSDP2 the sharded copy); ``engine``: what the
+    forward calls (the student, or its ``DistributedDataParallel`` wrapper); ``teacher``: the
+    reference, or None; ``release``: called after each held-out evaluation (FSDP2 reshards)."""
 
     student: nn.Module
     engine: nn.Module
     teacher: Optional[nn.Module]
-
-
-def world_and_rank() -> tuple:
-    """``(world size, rank)`` of the default process group, ``(1, 0)`` without one."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
+    release: Optional[Callable[[], None]] = None
 
 
 def _bar(total: int, enabled: bool) -> Any:
@@ -118,10 +114,8 @@ class _Stepper:
         """Forward and backward of the micro-batches ``indices``; ``[total, kl, lm, hidden]`` means
         over them and over the ranks (float64; a term that is off is 0)."""
         sums = torch.zeros(4, dtype=torch.float64)
-        ddp = isinstance(self.models.engine, nn.parallel.DistributedDataParallel)
         for j, index in enumerate(indices):
-            last = j == len(indices) - 1
-            with contextlib.nullcontext() if last or not ddp else self.models.engine.no_sync():
+            with gradient_sync(self.models.engine, j == len(indices) - 1):
                 parts = self._one(to_device(self.items[index], self.device))
                 (parts.total / len(indices)).backward()
             terms = [parts.total.detach()] + [t if t is not None else torch.zeros(()) for t in
@@ -151,7 +145,10 @@ def train_loop(models: Models, items: Sequence[Any], eval_tokens: Optional[torch
     def held_out() -> Optional[float]:
         if eval_tokens is None:
             return None
-        return perplexity(student, eval_tokens, seq_len=cfg.eval_seq_len, progress=False)
+        ppl = perplexity(student, eval_tokens, seq_len=cfg.eval_seq_len, progress=False)
+        if models.release is not None:
+            models.release()
+        return ppl
 
     last_ppl = None
     if eval_tokens is not None:

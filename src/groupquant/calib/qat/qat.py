@@ -6,9 +6,10 @@ Steps: (1) check every setting (errors name it); (2) a float ``model`` is copied
 ``teacher``; (3) the parts named by ``train`` (:mod:`.trainable`) train, everything else is frozen;
 (4) the loop (:mod:`.loop`) distils (:mod:`.distill`) with the optimiser and schedule
 (:mod:`.schedule`), measuring held-out perplexity and stopping early; under ``torch.distributed``
-with more than one rank the student runs as ``DistributedDataParallel`` and each rank takes its
-share of the micro-batches (:mod:`.data`), so the run computes what one process computes with
-``grad_accumulation * world`` micro-batches per step.
+with more than one rank the student runs as ``DistributedDataParallel`` or, with
+``parallel="fsdp2"``, as an FSDP2-sharded copy gathered back into the model at the end
+(:mod:`.parallel`), and each rank takes its share of the micro-batches (:mod:`.data`), so the run
+computes what one process computes with ``grad_accumulation * world`` micro-batches per step.
 
 By default the training backward is straight through (``backward="straight_through"``): the
 recipe's forward quantizers, float gradients, whatever the recipe quantizes in its own backward;
@@ -32,7 +33,8 @@ from ...nn.recipes import recipe as recipe_of
 from .data import check_eval_tokens, check_training_data
 from .distill import Distillation
 from .history import format_history
-from .loop import Models, TrainConfig, train_loop, world_and_rank
+from .loop import Models, TrainConfig, train_loop
+from .parallel import Parallel, check_parallel, world_and_rank
 from .schedule import Schedule
 from .trainable import frozen_except, select_trainable
 
@@ -96,8 +98,8 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
         optimizer: Any = "adamw", weight_decay: float = 0.0, grad_clip: Optional[float] = 1.0,
         grad_accumulation: int = 1, checkpoint_blocks: bool = False, autocast: Any = None,
         backward: str = "straight_through", methods: Any = None, calibration_data: Any = None, exclude: Any = None,
-        quantize_head: Optional[bool] = None, functional: Optional[bool] = None, progress: bool = True,
-        seed: int = 0) -> nn.Module:
+        quantize_head: Optional[bool] = None, functional: Optional[bool] = None, parallel: Optional[str] = None,
+        progress: bool = True, seed: int = 0) -> nn.Module:
     """Quantization-aware training by distillation (module doc); trains ``model`` in place and returns it.
 
     Args:
@@ -118,12 +120,16 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
         optimizer: "adamw", "adam", "sgd" or a callable taking parameter groups; ``weight_decay``
             applies to matrices.
         grad_clip: largest global gradient norm (None: no clipping).
-        grad_accumulation: micro-batches per optimiser step (per rank under DDP).
+        grad_accumulation: micro-batches per optimiser step (per rank under DDP / FSDP2).
         checkpoint_blocks: recompute each block in backward instead of keeping its activations.
         autocast: None (float32) or "bfloat16" for the training forward (held-out perplexity is float32).
         backward: "straight_through" (float gradients) or "recipe" (the recipe's quantized backward).
         methods, calibration_data, exclude, quantize_head, functional: :func:`groupquant.ptq`'s, for
             converting a float model (``calibration_data`` default: ``data``).
+        parallel: under torch.distributed with more than one rank, None or "ddp" (the student
+            wrapped in DistributedDataParallel) or "fsdp2" (a copy sharded with ``fully_shard``,
+            block by block, gathered back into ``model`` at the end); "ddp" / "fsdp2" need an
+            initialised process group (:mod:`groupquant.calib.qat.parallel`).
         progress: a tqdm bar (loss, last held-out perplexity) and the evaluation table at the end.
         seed: seeds the data order and torch's generator inside the call (restored afterwards).
 
@@ -141,6 +147,7 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
     if grad_clip is not None and (isinstance(grad_clip, bool) or not isinstance(grad_clip, (int, float))
                                   or not math.isfinite(grad_clip) or grad_clip <= 0):
         raise ValueError(f"qat: grad_clip must be a finite number > 0 or None, got {grad_clip!r}")
+    mode = check_parallel(parallel, model)
     if backward not in BACKWARDS:
         raise ValueError(f"qat: backward must be one of {list(BACKWARDS)}, got {backward!r}")
     distill = Distillation() if distill is None else distill
@@ -187,8 +194,10 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
                         seed=seed, functional=functional, quantize_head=quantize_head)
         trainable = select_trainable(model, train)
         with frozen_except(model, trainable):
-            engine = _data_parallel(model)
-            history, best = train_loop(Models(model, engine, teacher), items, eval_tokens, trainable, cfg)
+            run = Parallel(model, trainable, mode)
+            history, best = train_loop(Models(run.student, run.engine, teacher, run.release), items, eval_tokens,
+                                       run.trainable, cfg)
+            run.finish()
     model.qat_history = history
     model.qat_best_step = best
     if progress and eval_tokens is not None and world_and_rank()[1] == 0:
@@ -196,12 +205,3 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
         print(f"kept the parameters of step {best}")
     return model
 
-
-def _data_parallel(model: nn.Module) -> nn.Module:
-    """``DistributedDataParallel(model)`` when torch.distributed runs with more than one rank, else ``model``."""
-    world, _ = world_and_rank()
-    if world == 1:
-        return model
-    device = next(model.parameters()).device
-    ids = [device] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
