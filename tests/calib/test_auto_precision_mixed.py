@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import groupquant as gq
+from groupquant.inject import UnknownSettingError
 from groupquant.calib import knapsack
 from groupquant.calib.auto_precision import activation_bits, assign_two, auto_precision, layer_bits
 
@@ -241,6 +242,8 @@ def test_bad_budgets_pairs_and_names_are_named() -> None:
         auto_precision(_mlp(), data, candidates=[("mxfp4",)], budget_bits=5.0, progress=False)
     with pytest.raises(ValueError, match=r"candidates\[0\] \(activations\): unknown recipe 'mxfp9'; did you mean"):
         auto_precision(_mlp(), data, candidates=[("mxfp4", "mxfp9")], budget_bits=5.0, progress=False)
+    with pytest.raises(UnknownSettingError, match=r"candidates\[1\]: unknown recipe 'mxfp5'"):
+        auto_precision(_mlp(), data, candidates=["mxfp4", "mxfp5"], budget_bits=5.0, progress=False)
     with pytest.raises(ValueError, match=r"candidates\[0\]: the weights of a pair must be a recipe name"):
         auto_precision(_mlp(), data, candidates=[(("mxfp4", "mxfp4"), "mxfp8")], budget_bits=5.0, progress=False)
     with pytest.raises(ValueError, match=r"candidates name 'w=mxfp4,a=mxfp8' more than once"):

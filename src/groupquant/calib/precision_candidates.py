@@ -24,6 +24,7 @@ from typing import Any, Tuple, Union
 
 import torch
 
+from ..inject import UnknownSettingError
 from ..nn.recipes import Recipe
 from ..nn.recipes import recipe as recipe_of
 from ..quantizers.resolve import quantizer_spec
@@ -37,6 +38,13 @@ Candidate = Union[str, Recipe]
 
 def _name(given: Any) -> str:
     return FLOAT if given == FLOAT else recipe_of(given).name
+
+
+def _named(err: Exception, where: str) -> Exception:
+    """``err`` with ``where`` in front; an unknown recipe stays an UnknownSettingError (its did-you-mean kept)."""
+    if isinstance(err, UnknownSettingError):
+        return UnknownSettingError("candidates", f"{where}: {err.problem}", err.suggestion)
+    return ValueError(f"{where}: {err}")
 
 
 def resolve_candidate(given: Any, where: str) -> Tuple[str, Candidate]:
@@ -54,7 +62,7 @@ def resolve_candidate(given: Any, where: str) -> Tuple[str, Candidate]:
             try:
                 sides.append(_name(item))
             except (ValueError, TypeError) as err:
-                raise ValueError(f"{where} ({side}): {err}") from None
+                raise _named(err, f"{where} ({side})") from None
         weights, acts = given
         if weights == FLOAT and acts == FLOAT:
             return FLOAT, FLOAT
@@ -67,7 +75,7 @@ def resolve_candidate(given: Any, where: str) -> Tuple[str, Candidate]:
     try:
         r = recipe_of(given)
     except (ValueError, TypeError) as err:
-        raise ValueError(f"{where}: {err}") from None
+        raise _named(err, where) from None
     return r.name, r
 
 
