@@ -233,8 +233,10 @@ def test_bad_budgets_pairs_and_names_are_named() -> None:
         with pytest.raises(ValueError, match=r"activation_budget_bits must be a positive number of bits per "
                                              r"activation element"):
             auto_precision(_mlp(), data, candidates=PAIRS, budget_bits=5.0, activation_budget_bits=bad, progress=False)
+    training = _mlp().train()
     with pytest.raises(ValueError, match=r"activation_budget_bits=4.0 is below the cheapest activations \(4.2500"):
-        auto_precision(_mlp(), data, candidates=PAIRS, budget_bits=5.0, activation_budget_bits=4.0, progress=False)
+        auto_precision(training, data, candidates=PAIRS, budget_bits=5.0, activation_budget_bits=4.0, progress=False)
+    assert training.training and type(training[0]) is torch.nn.Linear  # refused after the sensitivity pass: unchanged
     with pytest.raises(ValueError, match=r"candidates\[1\]: a pair must be \(weights, activations\).*3 item"):
         auto_precision(_mlp(), data, candidates=[("mxfp4", "mxfp4"), ("mxfp4", "mxfp8", "mxfp8")], budget_bits=5.0,
                        progress=False)

@@ -224,9 +224,9 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
             except ValueError as err:
                 raise ValueError(f"auto_precision: budget_bits={budget_bits} with activation_budget_bits="
                                  f"{activation_budget_bits}: {err}") from None
-    finally:
+    except BaseException:
         model.train(was_training)
-    model.eval()
+        raise
     table = _table(names, sizes, labels, sens, chosen, bits, act)
     used = sum(b[c] for b, c in zip(bits, chosen)) / sum(sizes)
     table += f"\naverage {used:.4f} bits per weight (budget {budget_bits})"
