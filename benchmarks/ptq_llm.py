@@ -4,6 +4,7 @@ recipe and method, and all-MiniLM-L6-v2's embedding cosine to float, in one run.
     PYTHONPATH=src python benchmarks/ptq_llm.py [--recipes mxfp4 nvfp4 ...] [--methods rtn default smooth+rotate ...]
         [--tokens 4096] [--calibration-tokens 2048] [--markdown table.md] [--no-minilm] [--no-smollm2]
         [--auto-budget 5.0 --auto-candidates mxfp4_weight_only mxfp8_weight_only] [--functional] [--prose]
+        [--auto-budget 4.25 --auto-candidates mxfp4:mxfp4 mxfp4:mxfp8 --auto-activation-budgets 4.25 5.0]
 
 Text: Python standard-library docstrings (``groupquant.eval.python_docstrings``), split into
 disjoint evaluation / calibration documents (``groupquant.eval.token_sets``); perplexity over
@@ -20,6 +21,10 @@ A method is ``default`` (``groupquant.ptq``'s default methods for the recipe), `
 ``rotate_fused`` (``rotate_model(fused_residual=True)``), and, once ``groupquant.ptq`` exists,
 ``gptq`` / ``scale_search``: a method without ``rotate_fused`` then runs through ``groupquant.ptq``.
 Columns: perplexity ratio to float, minutes of calibration, minutes of evaluation.
+
+``--auto-budget`` also runs ``groupquant.calib.auto_precision`` over ``--auto-candidates`` (recipe
+names, or ``weights:activations`` pairs such as ``mxfp4:mxfp8``: MXFP4 weights, MXFP8 inputs), once
+per ``--auto-activation-budgets`` value (bits per activation element; none: no activation budget).
 """
 from __future__ import annotations
 
@@ -76,13 +81,20 @@ def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: Lis
     return q
 
 
+def auto_candidates(given: List[str]) -> List:
+    """``--auto-candidates`` as auto_precision takes them: ``"w:a"`` is the pair ``("w", "a")``."""
+    return [tuple(c.split(":")) if ":" in c else c for c in given]
+
+
 def auto_precision_model(model: torch.nn.Module, calibration: List, candidates: List[str], budget: float,
-                         methods: List[str]) -> torch.nn.Module:
+                         methods: List[str], activation_budget: Optional[float] = None) -> torch.nn.Module:
     """A copy of ``model`` with formats chosen per layer by ``auto_precision`` under ``budget`` bits
-    per weight, then calibrated by ``methods`` (layer methods)."""
+    per weight (and ``activation_budget`` bits per activation element), then calibrated by
+    ``methods`` (layer methods)."""
     q = copy.deepcopy(model)
-    gq.calib.auto_precision(q, calibration, candidates=candidates, budget_bits=budget, exclude=["lm_head"],
-                            methods=methods, progress=False)
+    gq.calib.auto_precision(q, calibration, candidates=auto_candidates(candidates), budget_bits=budget,
+                            activation_budget_bits=activation_budget, exclude=["lm_head"], methods=methods,
+                            progress=False)
     return q
 
 
@@ -97,7 +109,6 @@ def smollm2_rows(recipes: List[str], methods: List[str], tokens: int, calibratio
         texts["prose"] = prose_tokens(tok, tokens // SEQ_LEN)
     t = time.perf_counter()
     floats = {name: perplexity(model, ids, seq_len=SEQ_LEN, progress=False) for name, ids in texts.items()}
-    base = floats["docstrings"]
     print(f"SmolLM2-135M-Instruct float perplexity {', '.join(f'{k} {v:.3f}' for k, v in floats.items())} "
           f"({tokens // SEQ_LEN} x {SEQ_LEN} tokens, {(time.perf_counter() - t) / 60:.1f} min)", flush=True)
     rows = []
@@ -115,17 +126,26 @@ def smollm2_rows(recipes: List[str], methods: List[str], tokens: int, calibratio
                   f"  eval {row['eval_min']:5.1f} min", flush=True)
             rows.append(row)
             del q
-    if auto:
+    for act_budget in (auto.get("activation_budgets") or [None]) if auto else []:
         t0 = time.perf_counter()
-        q = auto_precision_model(model, calibration, auto["candidates"], auto["budget"], auto["methods"])
+        q = auto_precision_model(model, calibration, auto["candidates"], auto["budget"], auto["methods"], act_budget)
         t1 = time.perf_counter()
-        ppl = perplexity(q, sets.evaluation, seq_len=SEQ_LEN, progress=False)
+        r = {name: perplexity(q, ids, seq_len=SEQ_LEN, progress=False) / floats[name] for name, ids in texts.items()}
         label = f"auto_precision {auto['budget']} bits of {'/'.join(auto['candidates'])}"
-        row = dict(model="SmolLM2-135M", recipe=label, method="+".join(auto["methods"]) or "rtn", value=ppl / base,
-                   calib_min=(t1 - t0) / 60, eval_min=(time.perf_counter() - t1) / 60)
-        print(f"{label} ({q.precision_table.splitlines()[-1].strip()}): ppl ratio {ppl / base:7.3f}  "
+        label += "" if act_budget is None else f", {act_budget} bits per activation"
+        row = dict(model="SmolLM2-135M", recipe=label, method="+".join(auto["methods"]) or "rtn", value=r["docstrings"],
+                   prose=r.get("prose"), calib_min=(t1 - t0) / 60, eval_min=(time.perf_counter() - t1) / 60)
+        other = f"  prose {r['prose']:7.3f}" if prose else ""
+        print(f"{label} ({q.precision_table.splitlines()[-1].strip()}): ppl ratio {r['docstrings']:7.3f}{other}  "
               f"calib {row['calib_min']:5.1f} min", flush=True)
+        if act_budget is not None:
+            counts = {}
+            for chosen in q.precision_assignment.values():
+                counts[chosen] = counts.get(chosen, 0) + 1
+            wide = [n for n, c in q.precision_assignment.items() if c.endswith("a=mxfp8")]
+            print(f"  layers per candidate {counts}; wider activations: {', '.join(wide)}", flush=True)
         rows.append(row)
+        del q
     return rows
 
 
@@ -174,6 +194,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--auto-budget", type=float, help="also run auto_precision at this many bits per weight")
     parser.add_argument("--auto-candidates", nargs="+", default=["nvfp4_weight_only", "mxfp8_weight_only"])
     parser.add_argument("--auto-methods", nargs="*", default=["scale_search", "gptq"])
+    parser.add_argument("--auto-activation-budgets", nargs="+", type=float,
+                        help="auto_precision's activation_budget_bits, one run per value (default: none)")
     parser.add_argument("--prose", action="store_true",
                         help="also evaluate SmolLM2 on prose (Python's language reference), text unlike the calibration's")
     parser.add_argument("--functional", action="store_true",
@@ -185,7 +207,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     rows = []
     if not args.no_smollm2:
         auto = None if args.auto_budget is None else dict(budget=args.auto_budget, candidates=args.auto_candidates,
-                                                          methods=args.auto_methods)
+                                                          methods=args.auto_methods,
+                                                          activation_budgets=args.auto_activation_budgets)
         rows += smollm2_rows(args.recipes, args.methods, args.tokens, args.calibration_tokens, auto, args.prose)
     if not args.no_minilm:
         rows += minilm_rows(args.minilm_recipes, args.methods)
