@@ -20,6 +20,9 @@ A method is ``default`` (``groupquant.ptq``'s default methods for the recipe), `
 (SmoothQuant, alpha searched), ``rotate`` (block Hadamard per layer, online rotation),
 ``rotate_fused`` (``rotate_model(fused_residual=True)``), and, once ``groupquant.ptq`` exists,
 ``gptq`` / ``scale_search``: a method without ``rotate_fused`` then runs through ``groupquant.ptq``.
+A method may end in ``+correct_upstream`` (e.g. ``rtn+correct_upstream``, ``default+correct_upstream``):
+the experimental error correction against the float model's outputs (docs/calibration-upstream.md)
+after the other steps.
 Columns: perplexity ratio to float, minutes of calibration, minutes of evaluation.
 
 ``--auto-budget`` also runs ``groupquant.calib.auto_precision`` over ``--auto-candidates`` (recipe
@@ -58,9 +61,16 @@ FUNCTIONAL = {"on": False}  # --functional: attention's matmuls quantized by the
 
 def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: List,
               exclude: List[str]) -> torch.nn.Module:
-    """A converted and calibrated copy of ``model``."""
-    functional = FUNCTIONAL["on"]
+    """A converted and calibrated copy of ``model``. A method ending in ``+correct_upstream`` runs
+    :func:`groupquant.calib.correct_upstream` against ``model`` after the other steps (each layer
+    keeps the best of its weight, round to nearest and the corrected fit on the float-output
+    objective, so the step never makes a layer worse on it)."""
     steps = method.split("+")
+    if steps[-1] == "correct_upstream":
+        q = calibrate(model, recipe, "+".join(steps[:-1]) or "rtn", calibration, exclude)
+        gq.calib.correct_upstream(q, model, calibration)
+        return q
+    functional = FUNCTIONAL["on"]
     ptq = getattr(gq, "ptq", None)
     if ptq is not None and "rotate_fused" not in steps:
         if steps[0] == "default":
