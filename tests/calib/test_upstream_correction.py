@@ -48,3 +48,25 @@ def test_correction_is_never_worse_than_round_to_nearest_and_brings_logits_close
 def test_models_of_other_shapes_are_refused():
     with pytest.raises(ValueError, match="the quantized model has 2 blocks and the float model 1"):
         correct_upstream(gq.quantize_model(_tiny(2), recipe="mxfp4", quantize_head=False), _tiny(1), _data(1))
+
+
+@pytest.mark.parametrize("methods, said", [(["rotate"], "carries an online input rotation"),
+                                           ({"rotate": {"fused_residual": True}}, "carries an online input rotation"),
+                                           (["smooth"], "ptq ran smooth")])
+def test_rotated_or_smoothed_models_are_refused(methods, said):
+    """Their layers act on inputs in another basis or scale than the float model's: the fit's
+    round to nearest and ridge (both of the float weight) would be of the wrong weight."""
+    float_model = _tiny()
+    q = gq.ptq(copy.deepcopy(float_model), _data(2), recipe="mxfp4", methods=methods, quantize_head=False,
+               progress=False)
+    before = {n: p.detach().clone() for n, p in q.named_parameters()}
+    with pytest.raises(ValueError, match=said):
+        correct_upstream(q, float_model, _data(2))
+    assert all(torch.equal(p, before[n]) for n, p in q.named_parameters())  # refused before any change
+
+
+def test_a_model_calibrated_without_a_change_of_basis_is_corrected():
+    float_model = _tiny()
+    q = gq.ptq(copy.deepcopy(float_model), _data(2), recipe="mxfp4", methods=["gptq"], quantize_head=False,
+               progress=False)
+    assert len(correct_upstream(q, float_model, _data(2))) == 14

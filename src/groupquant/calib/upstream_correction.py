@@ -9,8 +9,16 @@ block the paired input moments (:mod:`.paired_moments`) are accumulated item by 
 and rounds by GPTQ (kept only where it beats round to nearest and the layer's current weight on
 that objective). The corrected block's outputs feed the next block.
 
-Measured on tiny models only (``tests/calib/test_upstream_correction.py``); not one of ``ptq``'s
-methods, nor a default, until it is measured on a real model.
+Refused (ValueError) on a model whose layers were rotated or smoothed (``ptq``'s ``rotate``,
+``learn_rotations``, ``smooth``): its weights then act on inputs in another basis or scale than the
+float model's, so round to nearest of the float weight and the ridge toward it mean nothing.
+
+Measured on SmolLM2-135M (docs/calibration-upstream.md): with 4 x 512 calibration tokens it makes
+the model far worse (MXFP4 W + A, round to nearest then this: 452x float perplexity, round to
+nearest alone 4.2x) although every layer's own objective falls: the objective is measured on the
+calibration tokens the fit was made on, and 2k tokens are too few for fits of 576 to 1536 inputs
+(an early layer's inputs are functions of the token alone: a few hundred distinct rows). Not one of
+``ptq``'s methods, nor a default.
 """
 from __future__ import annotations
 
@@ -19,6 +27,8 @@ from typing import Any, List
 import torch
 from torch import nn
 
+from ..nn.layers.input_rotation import ROTATION_ATTR
+from ..nn.layers.quant_layers import iter_quant_layers
 from .blocks import capture_block_inputs, check_calibration_data, find_blocks, run_block
 from .float_target import correct_layer
 from .paired_moments import PairedAccumulator
@@ -26,6 +36,23 @@ from .ptq import _quant_linears
 from .report import LayerReport
 
 __all__ = ["correct_upstream"]
+
+
+#: ``ptq`` methods after which a layer's weight no longer acts on the float model's inputs
+_BASIS_METHODS = ("rotate", "learn_rotations", "smooth")
+
+
+def _check_same_basis(model: nn.Module) -> None:
+    """ValueError when ``model``'s layers carry an online input rotation or its calibration report
+    says they were smoothed or rotated (module doc)."""
+    rotated = [name for name, m in iter_quant_layers(model) if getattr(m, ROTATION_ATTR, None) is not None]
+    changed = sorted({r.method for r in getattr(model, "calibration_report", None) or ()
+                      if r.method in _BASIS_METHODS and not r.detail.startswith("not ")})
+    if rotated or changed:
+        what = f"layer {rotated[0]} carries an online input rotation" if rotated else f"ptq ran {', '.join(changed)}"
+        raise ValueError(f"correct_upstream: {what}, so the quantized layers no longer act on the float model's "
+                         "inputs; convert the float model without smooth / rotate / learn_rotations (e.g. "
+                         "ptq(..., methods=['scale_search', 'gptq'])) before correcting it")
 
 
 def _blocks(model: nn.Module, which: str) -> Any:
@@ -46,6 +73,7 @@ def correct_upstream(model: nn.Module, float_model: nn.Module, calibration_data:
     toward the float weight (:func:`.float_target.float_target_weight`; measured on a tiny Llama, 1.0
     generalised best of 0.01, 0.1, 1.0); ``percdamp``, ``act_order``, ``batch_size``: GPTQ's."""
     items = check_calibration_data(calibration_data)
+    _check_same_basis(model)
     prefix, blocks = _blocks(model, "quantized")
     _, float_blocks = _blocks(float_model, "float")
     if len(blocks) != len(float_blocks):
