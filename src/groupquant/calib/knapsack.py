@@ -1,10 +1,11 @@
 """Multiple-choice knapsacks of :func:`groupquant.calib.auto_precision`: one candidate per layer,
 least total sensitivity, integer costs within a capacity.
 
-:func:`assign`: one cost per choice (weight storage bits). :func:`assign_two`: two costs per choice
-(weight bits and activation bits), each with its own capacity. Both are dynamic programmes over the
-integer costs, exact unless the table would exceed :data:`MAX_STATES` states, when the costs are
-rounded up to a coarser unit (every answer then still fits, but may not be the optimum).
+:func:`assign_two`: two costs per choice (weight bits and activation bits), each with its own
+capacity; :func:`assign`: one cost per choice (weight storage bits), the same programme with a
+single activation state. A dynamic programme over the integer costs, exact unless the table would
+exceed :data:`MAX_STATES` states, when the costs are rounded up to a coarser unit (every answer
+then still fits, but may not be the optimum).
 
 :func:`assign_two` first subtracts each layer's cheapest cost from its costs and from the capacity
 (every assignment pays those anyway), then divides by the gcd of what is left: a dimension in which
@@ -28,42 +29,9 @@ def assign(costs: Sequence[Sequence[int]], sensitivity: Sequence[Sequence[float]
            capacity: int) -> Tuple[List[int], bool]:
     """The candidate index per layer minimising ``sum(sensitivity[l][c])`` subject to
     ``sum(costs[l][c]) <= capacity`` (integers), and whether the answer is exact (False when the
-    costs had to be coarsened, module doc). A ValueError when even the cheapest choice does not fit."""
-    cheapest = sum(min(row) for row in costs)
-    if cheapest > capacity:
-        raise ValueError(f"budget of {capacity} bits is below the cheapest assignment ({cheapest} bits)")
-    unit = 0
-    for row in costs:
-        for c in row:
-            unit = math.gcd(unit, int(c))
-    unit = max(unit, 1)
-    exact = capacity // unit <= MAX_STATES
-    if not exact:
-        unit = -(-capacity // MAX_STATES)
-    cost = [[-(-int(c) // unit) for c in row] for row in costs]
-    cap = capacity // unit
-    if sum(min(row) for row in cost) > cap:  # coarsening made it infeasible: fall back to the cheapest choice
-        return [int(np.argmin(row)) for row in costs], False
-    dp = np.full(cap + 1, np.inf)
-    dp[0] = 0.0
-    choice = np.zeros((len(cost), cap + 1), dtype=np.int16)
-    for layer, (row, sens) in enumerate(zip(cost, sensitivity)):
-        new = np.full(cap + 1, np.inf)
-        for index, (k, s) in enumerate(zip(row, sens)):
-            if k > cap:
-                continue
-            cand = np.full(cap + 1, np.inf)
-            cand[k:] = dp[: cap + 1 - k] + float(s)
-            better = cand < new
-            new[better] = cand[better]
-            choice[layer, better] = index
-        dp = new
-    at = int(np.argmin(dp))
-    out = [0] * len(cost)
-    for layer in range(len(cost) - 1, -1, -1):
-        out[layer] = int(choice[layer, at])
-        at -= cost[layer][out[layer]]
-    return out, exact
+    costs had to be coarsened, module doc): :func:`assign_two` with activations that cost nothing.
+    A ValueError when even the cheapest choice does not fit."""
+    return assign_two(costs, [[0] * len(row) for row in costs], sensitivity, capacity, 0)
 
 
 def _reduced(costs: Sequence[Sequence[int]], capacity: int) -> Tuple[List[List[int]], int, int]:
@@ -99,9 +67,9 @@ def assign_two(weight_costs: Sequence[Sequence[int]], activation_costs: Sequence
     ``sum(weight_costs[l][c]) <= weight_capacity`` and ``sum(activation_costs[l][c]) <=
     activation_capacity`` (integers), and whether the answer is exact (module doc).
 
-    When coarsened, the answer is the better of the table's and of every uniform choice (one
-    candidate index for all layers) that fits, so it is never worse than the best feasible uniform
-    choice. A ValueError names the budget that even the cheapest choices miss, or says that no
+    When coarsened, the answer is the best of the table's, of every uniform choice (one candidate
+    index for all layers) and of each layer's fewest weight bits, among those that fit: never worse
+    than the best feasible uniform choice. A ValueError names the budget that even the cheapest choices miss, or says that no
     choice meets both."""
     for name, costs, cap in (("weight", weight_costs, weight_capacity),
                              ("activation", activation_costs, activation_capacity)):
@@ -130,11 +98,10 @@ def assign_two(weight_costs: Sequence[Sequence[int]], activation_costs: Sequence
         return picks, True
     options = [] if picks is None else [picks]
     count = min(len(row) for row in sensitivity) if sensitivity else 0
-    for index in range(count):
-        uniform = [index] * len(sensitivity)
-        if (_total(uniform, weight_costs) <= weight_capacity
-                and _total(uniform, activation_costs) <= activation_capacity):
-            options.append(uniform)
+    cheapest = [min(range(len(row)), key=row.__getitem__) for row in weight_costs]  # each layer's fewest weight bits
+    for pick in [[index] * len(sensitivity) for index in range(count)] + [cheapest]:
+        if _total(pick, weight_costs) <= weight_capacity and _total(pick, activation_costs) <= activation_capacity:
+            options.append(pick)
     if not options:
         raise ValueError("no assignment was found within both the weight and the activation budget (costs "
                          f"coarsened to fit {MAX_STATES} states); raise a budget")

@@ -142,7 +142,8 @@ def gradient_sync(engine: nn.Module, enabled: bool) -> Iterator[None]:
         with contextlib.nullcontext() if enabled else engine.no_sync():
             yield
         return
-    if not is_sharded(engine):
+    from torch.distributed.fsdp import FSDPModule
+    if not isinstance(engine, FSDPModule):  # (the FSDP2 engine is sharded at its root: _fully_shard)
         yield
         return
     engine.set_requires_gradient_sync(enabled)  # (recursively: every FSDP2 unit of the engine)
