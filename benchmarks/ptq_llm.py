@@ -2,7 +2,7 @@
 recipe and method, and all-MiniLM-L6-v2's embedding cosine to float, in one run.
 
     PYTHONPATH=src python benchmarks/ptq_llm.py [--recipes mxfp4 nvfp4 ...] [--methods rtn default smooth+rotate ...]
-        [--tokens 4096] [--calibration-tokens 2048] [--markdown table.md] [--no-minilm] [--no-smollm2]
+        [--tokens 4096] [--calibration-tokens 16384] [--markdown table.md] [--no-minilm] [--no-smollm2]
         [--auto-budget 5.0 --auto-candidates mxfp4_weight_only mxfp8_weight_only] [--functional] [--prose]
         [--auto-budget 4.25 --auto-candidates mxfp4:mxfp4 mxfp4:mxfp8 --auto-activation-budgets 4.25 5.0]
 
@@ -196,7 +196,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--recipes", nargs="*", default=RECIPES)
     parser.add_argument("--methods", nargs="+", default=METHODS)
     parser.add_argument("--tokens", type=int, default=8 * SEQ_LEN, help="evaluation tokens (multiple of 512)")
-    parser.add_argument("--calibration-tokens", type=int, default=8 * SEQ_LEN)
+    parser.add_argument("--calibration-tokens", type=int, default=32 * SEQ_LEN,
+                        help="calibration tokens (default 32 x 512, the calibration set of issue 31)")
     parser.add_argument("--minilm-recipes", nargs="+", default=["mxfp4"])
     parser.add_argument("--no-minilm", action="store_true")
     parser.add_argument("--no-smollm2", action="store_true")

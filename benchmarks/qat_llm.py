@@ -2,7 +2,7 @@
 ``groupquant.qat`` side by side, perplexity ratio to float on two kinds of held-out text, with times.
 
     PYTHONPATH=src python benchmarks/qat_llm.py [--recipes mxfp4 nvfp4 ...] [--steps 100] [--seq-len 256]
-        [--train-windows 64] [--calibration-tokens 2048] [--eval-windows 4] [--lr 2e-5] [--warmup 10]
+        [--train-windows 64] [--calibration-tokens 16384] [--eval-windows 4] [--lr 2e-5] [--warmup 10]
         [--eval-every 20] [--patience 3] [--autocast bfloat16] [--markdown table.md] [--curve curve.csv]
 
 Text: Python standard-library docstrings (``groupquant.eval.python_docstrings``) split by
@@ -66,7 +66,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--seq-len", type=int, default=256, help="tokens per training window")
     p.add_argument("--train-windows", type=int, default=64)
-    p.add_argument("--calibration-tokens", type=int, default=2048)
+    p.add_argument("--calibration-tokens", type=int, default=16384, help="ptq's calibration tokens (32 x 512)")
     p.add_argument("--eval-windows", type=int, default=4, help="windows of 512 tokens per evaluation text")
     p.add_argument("--val-windows", type=int, default=2, help="windows of 512 tokens for early stopping")
     p.add_argument("--lr", type=float, default=2e-5)
@@ -84,7 +84,8 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     model, tok = load_smollm2()
     sets = token_sets(python_docstrings(), tok, seq_len=EVAL_SEQ, evaluation_windows=args.eval_windows + args.val_windows,
-                      calibration_windows=max(1, args.train_windows * args.seq_len // EVAL_SEQ))
+                      calibration_windows=max(1, args.train_windows * args.seq_len // EVAL_SEQ,
+                                              args.calibration_tokens // EVAL_SEQ))
     held_out = sets.evaluation[:args.eval_windows * EVAL_SEQ]
     validation = sets.evaluation[args.eval_windows * EVAL_SEQ:]
     train = sets.calibration.reshape(-1, args.seq_len)[:args.train_windows]

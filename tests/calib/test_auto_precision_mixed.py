@@ -256,3 +256,38 @@ def test_bad_budgets_pairs_and_names_are_named() -> None:
                                          r"both"):
         auto_precision(_mlp(), data, candidates=[("mxfp4", "mxfp8"), ("mxfp8", "mxfp4")], budget_bits=4.25,
                        activation_budget_bits=4.25, progress=False)
+
+
+def test_model_level_methods_run_on_the_mixed_model_as_ptq_runs_them() -> None:
+    """auto_precision(methods=[smooth, rotate, scale_search, gptq]) is the plain assignment followed by
+    smooth_model, rotate_model and the layer methods, composed by hand: the same logits bit for bit."""
+    from groupquant.calib.ptq import calibrate
+    from groupquant.calib.rotate import rotate_model
+    from groupquant.calib.smooth import smooth_model
+    from . import tiny_models as tm
+    items = [tm.ids(seed=s) for s in range(2)]
+    kwargs = dict(candidates=PAIRS, budget_bits=4.25, activation_budget_bits=5.0, exclude=["lm_head"], progress=False)
+    model = auto_precision(tm.llama(), items, methods=["smooth", "rotate", "scale_search", "gptq"], **kwargs)
+    by_hand = auto_precision(tm.llama(), items, **kwargs)
+    assert model.precision_assignment == by_hand.precision_assignment
+    assert len(set(model.precision_assignment.values())) == 2  # a mixed model
+    torch.manual_seed(0)
+    smooth_model(by_hand, items, progress=False, exclude=["lm_head"])
+    rotate_model(by_hand, seed=0, exclude=["lm_head"], probe=items[0])
+    calibrate(by_hand, items, {"scale_search": {}, "gptq": {}}, progress=False)
+    probe = tm.ids(seed=7)
+    with torch.no_grad():
+        assert torch.equal(model(probe).logits, by_hand(probe).logits)
+    rotated = [n for n, m in model.named_modules() if getattr(m, "input_rotation", None) is not None]
+    assert rotated and {r.method for r in model.calibration_report} >= {"smooth", "rotate", "scale_search", "gptq"}
+
+
+def test_a_model_level_method_that_does_not_apply_is_refused_before_any_change() -> None:
+    from groupquant.calib.float_check import MethodRefused
+    model = _mlp()  # no norm to fold a smoothing scale into
+    with pytest.raises(MethodRefused, match=r"'smooth'.*nothing was changed"):
+        auto_precision(model, [torch.randn(4, 64)], candidates=PAIRS, budget_bits=5.0, methods=["smooth", "gptq"],
+                       progress=False)
+    assert all(type(m) in (torch.nn.Linear, torch.nn.ReLU, torch.nn.Sequential) for m in model.modules())
+    with pytest.raises(TypeError, match=r"auto_precision: seed must be an int"):
+        auto_precision(_mlp(), [torch.randn(4, 64)], candidates=PAIRS, budget_bits=5.0, seed=1.5, progress=False)

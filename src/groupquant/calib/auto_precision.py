@@ -22,8 +22,12 @@ layer may keep 4-bit weights and move only its activations
    :data:`MAX_STATES` states, when the costs are rounded up to a coarser unit (every answer still
    within the budgets).
 3. Conversion: each layer is converted with its recipe (linear layers only: function-mode
-   quantization of attention GEMMs is not applied), optionally followed by ``methods``
-   (``scale_search`` / ``gptq``) run block by block as in :func:`groupquant.ptq`.
+   quantization of attention GEMMs is not applied), optionally followed by ``methods``: the
+   model-level ones (``smooth``, ``rotate``, ``learn_rotations``) on the mixed model, then the
+   layer ones (``scale_search`` / ``gptq``) block by block, each as :func:`groupquant.ptq` runs it
+   (a model-level method that does not apply to the float model is refused before anything
+   changes). The sensitivities of step 1 are those of the float model's layers, without the
+   smoothing or rotation: the assignment does not know what they will win back per layer.
 
 Activation elements are weighted by the tokens each layer saw on the calibration data, so the
 budget is the average over the input elements the layers really quantize: in a decoder where every
@@ -47,10 +51,10 @@ from ..nn.convert import unconvertible_weight_layers
 from ..nn.name_patterns import as_patterns, matches_any
 from ..nn.output_head import announce_kept_heads, check_quantize_head, head_kept_float, output_heads
 from .blocks import call_model, check_calibration_data
-from .methods import LAYER_METHODS, resolve_methods
+from .methods import LAYER_METHODS, MODEL_METHODS, resolve_methods
 from .knapsack import MAX_STATES, assign, assign_two
 from .precision_candidates import FLOAT, activation_bits, layer_bits, resolve_candidate
-from .ptq import _progress, calibrate
+from .ptq import _plan_model_methods, _progress, _run_model_method, calibrate
 
 __all__ = ["auto_precision", "assign", "assign_two", "layer_bits", "activation_bits", "MAX_STATES"]
 
@@ -152,7 +156,7 @@ def _smallest(costs: List[List[int]], elements: int, labels: List[str]) -> Tuple
 
 def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Sequence[Any], budget_bits: float,
                    activation_budget_bits: Optional[float] = None, exclude: Any = None, methods: Any = (),
-                   progress: bool = True, quantize_head: Optional[bool] = None) -> nn.Module:
+                   progress: bool = True, quantize_head: Optional[bool] = None, seed: int = 0) -> nn.Module:
     """Convert ``model`` (in place) with one candidate per linear layer, the assignment of least
     total sensitivity within ``budget_bits`` average bits per weight and, when given,
     ``activation_budget_bits`` average bits per activation element (module doc).
@@ -169,23 +173,30 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
             elements it saw on the calibration data (tokens x in_features); None (default): no
             activation budget, the weight budget alone as before; ``math.inf``: no limit.
         exclude: module-name patterns (fnmatch) left in float and outside the budget (e.g. ``"lm_head"``).
-        methods: layer calibration methods run after the conversion (``"gptq"``, ``"scale_search"``).
+        methods: calibration methods run after the conversion, as :func:`groupquant.ptq`'s
+            ``methods`` (names, or a dict name -> options): ``smooth`` / ``rotate`` /
+            ``learn_rotations`` on the mixed model, then ``scale_search`` (or ``two_level_search``) /
+            ``gptq`` per layer. Default: none (round to nearest).
         progress: progress bars, and print the per-layer table.
         quantize_head: as :func:`groupquant.quantize_model`: a language model's output head (tied to
             an embedding, or ``get_output_embeddings()``) is left float and outside the budget unless
             True; None says so in one line.
+        seed: seeds torch's generator for the model-level methods (as :func:`groupquant.ptq`).
 
     Returns the model with ``model.precision_assignment`` (layer name -> candidate label: the recipe
     name, ``"float"``, or ``"w=<weights>,a=<activations>"`` for a pair), ``model.precision_sensitivity``
-    (layer name -> candidate label -> sensitivity) and ``model.precision_table`` (the printed table).
+    (layer name -> candidate label -> sensitivity), ``model.precision_table`` (the printed table) and,
+    when ``methods`` ran, ``model.calibration_report`` (as :func:`groupquant.ptq`'s).
     """
     items = check_calibration_data(calibration_data)
     labels, candidates = _resolve_candidates(candidates)
     _check_budget(budget_bits, "budget_bits", "weight", optional=False)
     _check_budget(activation_budget_bits, "activation_budget_bits", "activation element", optional=True)
-    layer_methods = resolve_methods(list(methods) if not isinstance(methods, (str, dict)) else methods, None)
-    if any(name not in LAYER_METHODS for name in layer_methods):
-        raise ValueError(f"auto_precision: methods may only be {', '.join(LAYER_METHODS)}, got {list(layer_methods)}")
+    chosen_methods = resolve_methods(list(methods) if not isinstance(methods, (str, dict)) else methods, None)
+    layer_methods = {name: opts for name, opts in chosen_methods.items() if name in LAYER_METHODS}
+    model_methods = {name: opts for name, opts in chosen_methods.items() if name in MODEL_METHODS}
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"auto_precision: seed must be an int, got {seed!r}")
     check_quantize_head(quantize_head, "auto_precision")
     patterns = as_patterns(exclude, "exclude")
     layers = {name: m for name, m in model.named_modules() if type(m) is nn.Linear and not matches_any(name, patterns)}
@@ -212,6 +223,8 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
     was_training = model.training
     model.eval()
     try:
+        if model_methods:  # one that does not apply is refused here, before the model changes
+            _plan_model_methods(model, items, dict(model_methods), named=True)
         sens, tokens = _sensitivities(model, items, layers, candidates, progress)
         act = None
         if activation_budget_bits is None:
@@ -238,8 +251,15 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
         picked = [n for n, k in zip(names, chosen) if k == index]
         if picked and c != FLOAT:
             quantize_model(model, recipe=c, include=picked, functional=False)
+    reports = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for name, opts in model_methods.items():
+            reports += _run_model_method(model, name, opts, items, progress, seed, exclude, named=True)
     if layer_methods:
-        calibrate(model, items, layer_methods, progress)
+        reports += calibrate(model, items, layer_methods, progress)
+    if chosen_methods:
+        model.calibration_report = reports
     model.train(was_training)
     model.precision_assignment = {n: labels[k] for n, k in zip(names, chosen)}
     model.precision_sensitivity = {n: dict(zip(labels, sens[n])) for n in names}
