@@ -5,6 +5,7 @@ recipe and method, and all-MiniLM-L6-v2's embedding cosine to float, in one run.
         [--tokens 4096] [--calibration-tokens 16384] [--markdown table.md] [--no-minilm] [--no-smollm2]
         [--auto-budget 5.0 --auto-candidates mxfp4_weight_only mxfp8_weight_only] [--functional] [--prose]
         [--auto-budget 4.25 --auto-candidates mxfp4:mxfp4 mxfp4:mxfp8 --auto-activation-budgets 4.25 5.0]
+        [--input-scale-rounding even]
 
 Text: Python standard-library docstrings (``groupquant.eval.python_docstrings``), split into
 disjoint evaluation / calibration documents (``groupquant.eval.token_sets``); perplexity over
@@ -28,6 +29,8 @@ Columns: perplexity ratio to float, minutes of calibration, minutes of evaluatio
 ``--auto-budget`` also runs ``groupquant.calib.auto_precision`` over ``--auto-candidates`` (recipe
 names, or ``weights:activations`` pairs such as ``mxfp4:mxfp8``: MXFP4 weights, MXFP8 inputs), once
 per ``--auto-activation-budgets`` value (bits per activation element; none: no activation budget).
+``--input-scale-rounding`` gives every recipe's input quantizer another power-of-two scale rule
+(``groupquant.ScaleRounding``; docs/calibration.md: measured, not adopted).
 """
 from __future__ import annotations
 
@@ -57,6 +60,19 @@ SEQ_LEN = 512
 
 
 FUNCTIONAL = {"on": False}  # --functional: attention's matmuls quantized by the recipe too
+INPUT_ROUNDING: Dict[str, Optional[str]] = {"rule": None}  # --input-scale-rounding
+
+
+def recipe_for(name: str):
+    """The recipe ``name``, or with ``--input-scale-rounding`` a copy whose input quantizer takes that
+    power-of-two scale rule (``even``, ``rceil``, ...) instead of its own (OCP's ``floor`` for MX)."""
+    rule = INPUT_ROUNDING["rule"]
+    r = gq.nn.recipe(name)
+    if rule is None or r.input_quant is None:
+        return name
+    from groupquant.quantizers.settings import ScaleRounding
+    quant = type(f"{r.input_quant.__name__}_{rule}", (r.input_quant,), {"scale_rounding": ScaleRounding(rule)})
+    return r.replace(input_quant=quant)
 
 
 def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: List,
@@ -77,13 +93,13 @@ def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: Lis
             methods = None if len(steps) == 1 else list(gq.calib.methods.DEFAULT_METHODS[recipe]) + steps[1:]
         else:
             methods = [s for s in steps if s != "rtn"]
-        return ptq(copy.deepcopy(model), calibration, recipe=recipe, methods=methods, exclude=exclude, progress=False,
-                   functional=functional)
+        return ptq(copy.deepcopy(model), calibration, recipe=recipe_for(recipe), methods=methods, exclude=exclude,
+                   progress=False, functional=functional)
     unknown = [s for s in steps if s not in _DIRECT]
     if unknown:
         raise SystemExit(f"method {method!r}: {unknown} need groupquant.ptq (not in this build) and cannot be "
                          "combined with rotate_fused here")
-    q = gq.quantize_model(copy.deepcopy(model), recipe=recipe, functional=functional, exclude=exclude)
+    q = gq.quantize_model(copy.deepcopy(model), recipe=recipe_for(recipe), functional=functional, exclude=exclude)
     if "smooth" in steps:
         smooth_model(q, calibration, progress=False)
     if "rotate" in steps or "rotate_fused" in steps:
@@ -207,12 +223,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--auto-methods", nargs="*", default=["scale_search", "gptq"])
     parser.add_argument("--auto-activation-budgets", nargs="+", type=float,
                         help="auto_precision's activation_budget_bits, one run per value (default: none)")
+    parser.add_argument("--input-scale-rounding", choices=["floor", "ceil", "even", "rceil"],
+                        help="every recipe's input quantizer with this power-of-two scale rule (MX: OCP's floor by default)")
     parser.add_argument("--prose", action="store_true",
                         help="also evaluate SmolLM2 on prose (Python's language reference), text unlike the calibration's")
     parser.add_argument("--functional", action="store_true",
                         help="also quantize the functional GEMMs (attention's matmuls) by the recipe")
     args = parser.parse_args(argv)
     FUNCTIONAL["on"] = args.functional
+    INPUT_ROUNDING["rule"] = args.input_scale_rounding
     if args.tokens < SEQ_LEN:
         parser.error(f"--tokens must be at least {SEQ_LEN} (one window)")
     rows = []
