@@ -252,15 +252,17 @@ def auto_precision(model: nn.Module, calibration_data: Any, *, candidates: Seque
         if picked and c != FLOAT:
             quantize_model(model, recipe=c, include=picked, functional=False)
     reports = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for name, opts in model_methods.items():
-            reports += _run_model_method(model, name, opts, items, progress, seed, exclude, named=True)
-    if layer_methods:
-        reports += calibrate(model, items, layer_methods, progress)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for name, opts in model_methods.items():
+                reports += _run_model_method(model, name, opts, items, progress, seed, exclude, named=True)
+        if layer_methods:
+            reports += calibrate(model, items, layer_methods, progress)
+    finally:
+        model.train(was_training)
     if chosen_methods:
         model.calibration_report = reports
-    model.train(was_training)
     model.precision_assignment = {n: labels[k] for n, k in zip(names, chosen)}
     model.precision_sensitivity = {n: dict(zip(labels, sens[n])) for n in names}
     model.precision_table = table
