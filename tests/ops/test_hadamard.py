@@ -60,3 +60,46 @@ def test_block_size_must_be_a_power_of_two(b):
 def test_block_size_must_divide_the_features():
     with pytest.raises(ValueError, match="block_size=32 does not divide the 48 features"):
         fwht(torch.randn(2, 48), 32)
+
+
+@pytest.mark.parametrize("b", [2, 4, 32, 128])
+def test_gradient_is_the_transposed_dense_matrix_in_float64(b):
+    g = torch.Generator().manual_seed(b)
+    x = torch.randn(5, 2 * b, generator=g, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(5, 2 * b, generator=g, dtype=torch.float64)
+    fwht(x, b).backward(upstream)
+    dense = torch.block_diag(*[sylvester_by_entries(b)] * 2)
+    torch.testing.assert_close(x.grad, upstream @ dense.T, rtol=0, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda t: fwht(t, b), (x.detach().clone().requires_grad_(True),))
+
+
+def _stacked_reference(x: torch.Tensor, b: int) -> torch.Tensor:
+    """The butterfly written as torch ops that autograd records (the form the transform had before
+    its in-place passes): the same additions, in the same order."""
+    n = x.shape[-1]
+    y = x.reshape(-1, n // b, b)
+    h = 1
+    while h < b:
+        pairs = y.reshape(y.shape[0], n // b, b // (2 * h), 2, h)
+        y = torch.stack((pairs[..., 0, :] + pairs[..., 1, :], pairs[..., 0, :] - pairs[..., 1, :]), dim=-2).reshape(y.shape)
+        h *= 2
+    return (y * (1.0 / math.sqrt(b))).reshape(x.shape)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("b", [2, 8, 32, 64])
+def test_in_place_passes_round_like_the_butterfly_bit_for_bit(b, dtype):
+    """Values over many binades, NaN / Inf, a non-contiguous input; with and without autograd."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(6, 4 * b, generator=g) * torch.exp2(torch.randint(-20, 20, (6, 4 * b), generator=g).float())
+    x[0, 3], x[1, 5], x[2, 0] = float("nan"), float("inf"), float("-inf")
+    x = x.to(dtype)
+    for t in (x, x.T.contiguous().T, x[:, :].clone().requires_grad_(True)):
+        assert torch.equal(fwht(t, b).detach().view(torch.int16 if dtype != torch.float32 else torch.int32),
+                           _stacked_reference(t.detach(), b).view(torch.int16 if dtype != torch.float32 else torch.int32))
+
+
+def test_compiled_transform_equals_eager_bit_for_bit():
+    x = torch.randn(8, 96) * torch.exp2(torch.arange(96).float() % 24 - 12)
+    compiled = torch.compile(lambda t: fwht(t, 32), backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(x), fwht(x, 32))
