@@ -5,7 +5,7 @@ recipe and method, and all-MiniLM-L6-v2's embedding cosine to float, in one run.
         [--tokens 4096] [--calibration-tokens 16384] [--markdown table.md] [--no-minilm] [--no-smollm2]
         [--auto-budget 5.0 --auto-candidates mxfp4_weight_only mxfp8_weight_only] [--functional] [--prose]
         [--auto-budget 4.25 --auto-candidates mxfp4:mxfp4 mxfp4:mxfp8 --auto-activation-budgets 4.25 5.0]
-        [--input-scale-rounding even]
+        [--input-scale-rounding even] [--gptq-options asymmetric=true percdamp=0.1]
 
 Text: Python standard-library docstrings (``groupquant.eval.python_docstrings``), split into
 disjoint evaluation / calibration documents (``groupquant.eval.token_sets``); perplexity over
@@ -30,7 +30,9 @@ Columns: perplexity ratio to float, minutes of calibration, minutes of evaluatio
 names, or ``weights:activations`` pairs such as ``mxfp4:mxfp8``: MXFP4 weights, MXFP8 inputs), once
 per ``--auto-activation-budgets`` value (bits per activation element; none: no activation budget).
 ``--input-scale-rounding`` gives every recipe's input quantizer another power-of-two scale rule
-(``groupquant.ScaleRounding``; docs/calibration.md: measured, not adopted).
+(``groupquant.ScaleRounding``; docs/calibration.md: measured, not adopted). ``--gptq-options``
+sets options of the ``gptq`` step of every ``ptq`` run (``asymmetric=true``: GPTAQ's target,
+``groupquant.calib.asymmetric``).
 """
 from __future__ import annotations
 
@@ -61,6 +63,24 @@ SEQ_LEN = 512
 
 FUNCTIONAL = {"on": False}  # --functional: attention's matmuls quantized by the recipe too
 INPUT_ROUNDING: Dict[str, Optional[str]] = {"rule": None}  # --input-scale-rounding
+GPTQ_OPTIONS: Dict[str, object] = {}  # --gptq-options
+
+
+def gptq_options(given: List[str]) -> Dict[str, object]:
+    """``--gptq-options`` (``name=value``: ``asymmetric=true``, ``percdamp=0.1``) as ptq's options."""
+    out: Dict[str, object] = {}
+    for item in given:
+        key, _, value = item.partition("=")
+        low = value.lower()
+        out[key] = low == "true" if low in ("true", "false") else float(value) if "." in value else int(value)
+    return out
+
+
+def with_gptq_options(methods):
+    """``methods`` (None: the recipe's default, or a list) with ``--gptq-options`` on its gptq step."""
+    if not GPTQ_OPTIONS or methods is None or "gptq" not in methods:
+        return methods
+    return {m: (dict(GPTQ_OPTIONS) if m == "gptq" else {}) for m in methods}
 
 
 def recipe_for(name: str):
@@ -93,6 +113,9 @@ def calibrate(model: torch.nn.Module, recipe: str, method: str, calibration: Lis
             methods = None if len(steps) == 1 else list(gq.calib.methods.DEFAULT_METHODS[recipe]) + steps[1:]
         else:
             methods = [s for s in steps if s != "rtn"]
+        if GPTQ_OPTIONS and methods is None:
+            methods = list(gq.calib.methods.DEFAULT_METHODS[recipe])
+        methods = with_gptq_options(methods)
         return ptq(copy.deepcopy(model), calibration, recipe=recipe_for(recipe), methods=methods, exclude=exclude,
                    progress=False, functional=functional)
     unknown = [s for s in steps if s not in _DIRECT]
@@ -225,6 +248,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="auto_precision's activation_budget_bits, one run per value (default: none)")
     parser.add_argument("--input-scale-rounding", choices=["floor", "ceil", "even", "rceil"],
                         help="every recipe's input quantizer with this power-of-two scale rule (MX: OCP's floor by default)")
+    parser.add_argument("--gptq-options", nargs="+", default=[],
+                        help="options of every ptq run's gptq step, name=value (asymmetric=true percdamp=0.1)")
     parser.add_argument("--prose", action="store_true",
                         help="also evaluate SmolLM2 on prose (Python's language reference), text unlike the calibration's")
     parser.add_argument("--functional", action="store_true",
@@ -232,6 +257,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     FUNCTIONAL["on"] = args.functional
     INPUT_ROUNDING["rule"] = args.input_scale_rounding
+    GPTQ_OPTIONS.update(gptq_options(args.gptq_options))
     if args.tokens < SEQ_LEN:
         parser.error(f"--tokens must be at least {SEQ_LEN} (one window)")
     rows = []

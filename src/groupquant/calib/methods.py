@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
+from .float_target import PairedMoments, float_target_weight, target_error
 from .gptq import gptq_quantize
 from .hessian import output_error
 from .report import LayerReport
@@ -33,7 +34,7 @@ ORDER = MODEL_METHODS + LAYER_METHODS
 
 #: Options each method takes (``methods={"gptq": {"percdamp": 0.1}}``).
 OPTIONS: Dict[str, Tuple[str, ...]] = {
-    "gptq": ("percdamp", "batch_size", "act_order"),
+    "gptq": ("percdamp", "batch_size", "act_order", "asymmetric"),
     "scale_search": ("below", "above"),
     "two_level_search": ("tensor_factors", "four_over_six", "pins"),
     "rotate": ("fused_residual",),
@@ -96,14 +97,27 @@ def model_method(name: str) -> Callable[..., Any]:
         raise ValueError(f"methods: {name!r} is not available in this installation ({err})") from None
 
 
+def _gptq_options(opts: Mapping[str, Any]) -> Dict[str, Any]:
+    """GPTQ's own options of the ``gptq`` method (``asymmetric`` is the feed's: :mod:`.asymmetric`)."""
+    asymmetric = opts.get("asymmetric", False)
+    if not isinstance(asymmetric, bool):
+        raise ValueError(f"gptq asymmetric must be True or False, got {asymmetric!r}")
+    return {k: v for k, v in opts.items() if k != "asymmetric"}
+
+
 @torch.no_grad()
-def calibrate_layer(name: str, layer: nn.Module, h: torch.Tensor,
-                    methods: Mapping[str, Mapping[str, Any]]) -> List[LayerReport]:
+def calibrate_layer(name: str, layer: nn.Module, h: torch.Tensor, methods: Mapping[str, Mapping[str, Any]],
+                    moments: Optional[PairedMoments] = None) -> List[LayerReport]:
     """Run the layer methods in ``methods`` on one quant linear layer whose inputs have second
     moment ``h``; store the result as the layer's weight (on the grid, a fixed point of the layer's
     quantizer) unless round to nearest is at least as good on ``tr((W-Q) H (W-Q)^T)``, in which case
     the weight is left as it was. One report per method (a layer the methods cannot handle gets one
-    ``skipped`` report saying why)."""
+    ``skipped`` report saying why).
+
+    ``moments`` (the paired moments of asymmetric GPTQ, :mod:`.asymmetric`; ``h`` is then their
+    ``qq``): GPTQ rounds the damped least-squares target :func:`.float_target.float_target_weight`
+    (ridge = GPTQ's ``percdamp``) and every candidate is judged on :func:`.float_target.target_error`,
+    the error against the float layer on the float model's inputs."""
     asked = [m for m in LAYER_METHODS if m in methods]
     if not asked:
         return []
@@ -115,11 +129,16 @@ def calibrate_layer(name: str, layer: nn.Module, h: torch.Tensor,
                          "activations on the calibration data)")
     w = layer.weight.detach().float()
     o = w.shape[0]
-    rtn_error = output_error(w, layer_fake_quant(layer, w), h, o)
+    if moments is None:
+        error = lambda q: output_error(w, q, h, o)  # noqa: E731
+        unit = "mean squared output error vs float weight on calibration inputs"
+    else:
+        error = lambda q: target_error(q, w, moments)  # noqa: E731
+        unit = "mean squared output error vs the float layer on the float model's inputs (asymmetric)"
+    rtn_error = error(layer_fake_quant(layer, w))
     grid = rule_grid(layer)
     reports: List[LayerReport] = []
     best_q, best_error, before = None, rtn_error, rtn_error
-    unit = "mean squared output error vs float weight on calibration inputs"
     for method in asked:
         opts = methods[method]
         if method == "scale_search":
@@ -129,8 +148,12 @@ def calibrate_layer(name: str, layer: nn.Module, h: torch.Tensor,
             grid = two_level_layer_grid(layer, w, h, grid, **opts)
             q = settle(layer, grid.quantize(w))
         else:
-            q = settle(layer, gptq_quantize(w, h, grid, **opts))
-        err = output_error(w, q, h, o)
+            gptq_opts = _gptq_options(opts)
+            target = w
+            if moments is not None:
+                target = float_target_weight(w, moments, ridge=gptq_opts.get("percdamp", 0.01)).float()
+            q = settle(layer, gptq_quantize(target, h, grid, **gptq_opts))
+        err = error(q)
         reports.append(LayerReport(name, method, before, err, unit))
         before = err
         if err < best_error:

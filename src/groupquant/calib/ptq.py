@@ -11,8 +11,10 @@ language model's output head stays float unless ``quantize_head=True``); (2) mod
 (:mod:`groupquant.calib.blocks`): the block's quant linear layers accumulate their input second
 moments ``H`` on the calibration data (inputs computed by the already-calibrated earlier blocks),
 each layer runs ``scale_search`` then ``gptq`` (:func:`groupquant.calib.methods.calibrate_layer`),
-and the calibrated block's outputs become the next block's inputs; then the quant linear layers
-outside every stack, on the whole model's forward.
+and the calibrated block's outputs become the next block's inputs (with ``gptq``'s ``asymmetric``
+option, :mod:`groupquant.calib.asymmetric` feeds a block's layers group by group against a float
+pass instead); then the quant linear layers outside every stack, on the whole model's forward
+(plain GPTQ there).
 
 The reports (:class:`~groupquant.calib.report.LayerReport`, one per layer and method) are kept on
 the model as ``model.calibration_report`` (a list, the model-level methods' first) and printed as
@@ -20,7 +22,7 @@ a table when ``progress`` is on.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 from torch import nn
@@ -33,7 +35,8 @@ from ..nn.layers.quant_layers import iter_quant_layers
 from ..nn.recipes import recipe as recipe_of
 from .blocks import (NotReached, call_model, capture_block_inputs, check_calibration_data, find_stacks,
                      replay_is_faithful, run_block, run_model_until)
-from .float_check import MethodRefused
+from .asymmetric import PairedSums, asymmetric_block
+from .float_check import MethodRefused, float_mode
 from .fold_check import check_groups
 from .graph import fold_groups
 from .hessian import HessianAccumulator, SharedInputs
@@ -84,12 +87,46 @@ def _shared_weights(model: nn.Module) -> Dict[int, List[str]]:
     return {k: v for k, v in holders.items() if len(v) > 1}
 
 
-def _calibrate_unit(model: nn.Module, unit: nn.Module, prefix: str, feed: Any,
+def _calibrate_layers(layers: Dict[str, nn.Module], accumulators: Dict[str, Any],
+                      layer_methods: Dict[str, Dict[str, Any]]) -> List[LayerReport]:
+    """Calibrate each of ``layers`` from its accumulator (a :class:`HessianAccumulator`, or the
+    :class:`PairedSums` of asymmetric GPTQ); a layer no calibration token reached is reported skipped."""
+    for name, acc in accumulators.items():
+        acc.check_finite(name)
+    reports: List[LayerReport] = []
+    for name, layer in layers.items():
+        acc = accumulators[name]
+        if acc.tokens == 0:
+            reports.append(LayerReport(name, "+".join(layer_methods), float("nan"), float("nan"),
+                                       "skipped: no calibration token reached this layer"))
+            continue
+        moments = acc.moments() if isinstance(acc, PairedSums) else None
+        reports.extend(calibrate_layer(name, layer, acc.hessian(), layer_methods, moments=moments))
+    return reports
+
+
+def _hessian_run(feed: Callable[[], Any], layer_methods: Dict[str, Dict[str, Any]]) -> Callable[..., List[LayerReport]]:
+    """Accumulate ``H`` for the given layers over ``feed()`` (q / k / v, gate / up reading one tensor
+    share its product: :class:`SharedInputs`), then calibrate them."""
+    def run(layers: Dict[str, nn.Module]) -> List[LayerReport]:
+        shared_inputs = SharedInputs()
+        accumulators = {name: HessianAccumulator(layer, shared_inputs).attach() for name, layer in layers.items()}
+        try:
+            feed()
+        finally:
+            for acc in accumulators.values():
+                acc.detach()
+        return _calibrate_layers(layers, accumulators, layer_methods)
+    return run
+
+
+def _calibrate_unit(unit: nn.Module, prefix: str, run: Callable[[Dict[str, nn.Module]], List[LayerReport]],
                     layer_methods: Dict[str, Dict[str, Any]], shared: Dict[int, List[str]],
                     only: Optional[Dict[str, nn.Module]] = None) -> List[LayerReport]:
-    """Accumulate H for the quant linears of ``unit`` (or ``only`` those) with ``feed()``, then
-    calibrate each; a layer whose weight another module holds too (``shared``) is left round to
-    nearest: rewriting it would change that module (the embedding of a tied head)."""
+    """Calibrate the quant linears of ``unit`` (or ``only`` those) with ``run`` (:func:`_hessian_run`,
+    or asymmetric GPTQ's :func:`.asymmetric.asymmetric_block`); a layer whose weight another module
+    holds too (``shared``) is left round to nearest: rewriting it would change that module (the
+    embedding of a tied head)."""
     layers = dict(only) if only is not None else _quant_linears(unit, prefix)
     skipped = {}
     for name, layer in list(layers.items()):
@@ -97,25 +134,9 @@ def _calibrate_unit(model: nn.Module, unit: nn.Module, prefix: str, feed: Any,
         if others:
             skipped[name] = f"skipped: weight tied to {', '.join(others)} (calibrating it would change them too)"
             del layers[name]
-    shared_inputs = SharedInputs()  # q / k / v (gate / up) read one tensor: its product is computed once
-    accumulators = {name: HessianAccumulator(layer, shared_inputs).attach() for name, layer in layers.items()}
-    try:
-        feed()
-    finally:
-        for acc in accumulators.values():
-            acc.detach()
     reports = [LayerReport(name, "+".join(layer_methods), float("nan"), float("nan"), why)
                for name, why in skipped.items()]
-    for name, acc in accumulators.items():
-        acc.check_finite(name)
-    for name, layer in layers.items():
-        acc = accumulators[name]
-        if acc.tokens == 0:
-            reports.append(LayerReport(name, "+".join(layer_methods), float("nan"), float("nan"),
-                                       "skipped: no calibration token reached this layer"))
-            continue
-        reports.extend(calibrate_layer(name, layer, acc.hessian(), layer_methods))
-    return reports
+    return reports + run(layers)
 
 
 def _calibrate_stack(model: nn.Module, prefix: str, blocks: nn.ModuleList, items: List[Any],
@@ -131,13 +152,29 @@ def _calibrate_stack(model: nn.Module, prefix: str, blocks: nn.ModuleList, items
                             f"skipped: the model's forward on the calibration data never runs {prefix}")
                 for name in _quant_linears(blocks, prefix)]
     faithful = replay_is_faithful(model, blocks, items[0], inputs[0])
+    asymmetric = bool(layer_methods.get("gptq", {}).get("asymmetric", False))
+    if asymmetric:
+        if not faithful:
+            raise ValueError(f"gptq asymmetric=True: replaying the blocks of {prefix} does not reproduce the model, and "
+                             "the float pass of asymmetric GPTQ needs that replay; use asymmetric=False")
+        with float_mode(model):
+            floated = capture_block_inputs(model, blocks[0], items)
     reports: List[LayerReport] = []
     for index, block in enumerate(blocks):
-        if faithful:
+        name = f"{prefix}.{index}"
+        if asymmetric:
+            def run(layers: Dict[str, nn.Module], block: nn.Module = block) -> List[LayerReport]:
+                nonlocal floated
+                done, floated = asymmetric_block(model, block, layers, inputs, floated,
+                                                 lambda group, sums: _calibrate_layers(group, sums, layer_methods))
+                return done
+            reports.extend(_calibrate_unit(block, name, run, layer_methods, shared))
+        elif faithful:
             feed = lambda: run_block(model, block, inputs)  # noqa: E731
+            reports.extend(_calibrate_unit(block, name, _hessian_run(feed, layer_methods), layer_methods, shared))
         else:
             feed = lambda: run_model_until(model, block, items)  # noqa: E731
-        reports.extend(_calibrate_unit(model, block, f"{prefix}.{index}", feed, layer_methods, shared))
+            reports.extend(_calibrate_unit(block, name, _hessian_run(feed, layer_methods), layer_methods, shared))
         if faithful and index + 1 < len(blocks):
             inputs = run_block(model, block, inputs)
         bar.update()
@@ -158,7 +195,7 @@ def calibrate(model: nn.Module, items: List[Any], layer_methods: Dict[str, Dict[
     feed_all = lambda: [call_model(model, it, i) for i, it in enumerate(items)]  # noqa: E731
     if not stacks:
         bar = _progress(1, progress, "calibrating")
-        reports = _calibrate_unit(model, model, "", feed_all, layer_methods, shared)
+        reports = _calibrate_unit(model, "", _hessian_run(feed_all, layer_methods), layer_methods, shared)
         bar.update()
         bar.close()
         return reports
@@ -172,7 +209,7 @@ def calibrate(model: nn.Module, items: List[Any], layer_methods: Dict[str, Dict[
     inside = {id(m) for _, blocks in stacks for m in blocks.modules()}
     outside = {name: m for name, m in _quant_linears(model, "").items() if id(m) not in inside}
     if outside:
-        reports.extend(_calibrate_unit(model, model, "", feed_all, layer_methods, shared, only=outside))
+        reports.extend(_calibrate_unit(model, "", _hessian_run(feed_all, layer_methods), layer_methods, shared, only=outside))
     return reports
 
 
