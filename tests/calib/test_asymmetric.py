@@ -120,10 +120,13 @@ def test_equal_inputs_give_plain_gptq():
     assert not torch.equal(plain.get_submodule(name).weight, asym.get_submodule(name).weight)
 
 
-def test_a_non_bool_asymmetric_is_named():
-    with pytest.raises(ValueError, match="asymmetric must be True or False"):
-        gq.ptq(llama(), _data(1), recipe="mxfp4", methods={"gptq": {"asymmetric": "yes"}}, quantize_head=False,
-               progress=False)
+def test_a_non_bool_asymmetric_is_named_before_the_model_changes():
+    model = llama()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with pytest.raises(ValueError, match="gptq asymmetric must be True or False, got 'yes'"):
+        gq.ptq(model, _data(1), recipe="mxfp4", methods={"smooth": {}, "gptq": {"asymmetric": "yes"}},
+               quantize_head=False, progress=False)
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
 
 
 def test_each_group_sees_the_groups_before_it_calibrated():

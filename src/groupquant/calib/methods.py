@@ -78,6 +78,9 @@ def resolve_methods(methods: Any, recipe_name: Optional[str]) -> Dict[str, Dict[
         for key in opts:
             if key not in OPTIONS[name]:
                 raise ValueError(f"methods: {name!r} has no option {key!r}; options: {', '.join(OPTIONS[name])}")
+    asymmetric = given.get("gptq", {}).get("asymmetric", False)
+    if not isinstance(asymmetric, bool):
+        raise ValueError(f"methods: gptq asymmetric must be True or False, got {asymmetric!r}")
     if "scale_search" in given and "two_level_search" in given:
         raise ValueError("methods: 'two_level_search' replaces 'scale_search' (it searches the block scales too); "
                          "name one of them")
@@ -99,9 +102,6 @@ def model_method(name: str) -> Callable[..., Any]:
 
 def _gptq_options(opts: Mapping[str, Any]) -> Dict[str, Any]:
     """GPTQ's own options of the ``gptq`` method (``asymmetric`` is the feed's: :mod:`.asymmetric`)."""
-    asymmetric = opts.get("asymmetric", False)
-    if not isinstance(asymmetric, bool):
-        raise ValueError(f"gptq asymmetric must be True or False, got {asymmetric!r}")
     return {k: v for k, v in opts.items() if k != "asymmetric"}
 
 
