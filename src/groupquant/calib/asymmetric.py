@@ -34,17 +34,13 @@ import torch
 from torch import nn
 
 from ..nn.layers.inside import in_quant_layer
-from .blocks import BlockInput, run_block
+from .blocks import BlockInput, _Captured, run_block
 from .float_check import float_mode
 from .float_target import PairedMoments
 from .hessian import HessianAccumulator, transform_key
 from .report import LayerReport
 
 __all__ = ["PairedSums", "asymmetric_block"]
-
-
-class _Done(Exception):
-    """Raised by a hook to end a quantized pass once the layers being calibrated have run."""
 
 
 class _ItemInputs:
@@ -167,14 +163,15 @@ class PairedSums(HessianAccumulator):
 
 
 def _stop_after(layers: Dict[str, nn.Module], calls: Dict[str, int]) -> List[Any]:
-    """Hooks raising :class:`_Done` once every layer of ``layers`` has run ``calls[name]`` times."""
+    """Hooks raising blocks' stop signal (``_Captured``) once every layer of ``layers`` has run
+    ``calls[name]`` times: the quantized pass ends there."""
     left = dict(calls)
 
     def hook(name: str) -> Any:
         def after(module: nn.Module, args: tuple, output: Any) -> None:
             left[name] -= 1
             if all(v <= 0 for v in left.values()):
-                raise _Done()
+                raise _Captured()
         return after
     return [layer.register_forward_hook(hook(name)) for name, layer in layers.items()]
 
@@ -214,7 +211,7 @@ def asymmetric_block(model: nn.Module, block: nn.Module, layers: Dict[str, nn.Mo
                 stops = _stop_after(members, {name: len(recorded.get(name, ())) for name in group})
                 try:
                     run_block(model, block, [q_in])
-                except _Done:
+                except _Captured:
                     pass
                 finally:
                     for handle in stops:
