@@ -25,8 +25,8 @@ def _ppl(model, lm):
     return perplexity(model, lm.held_out, seq_len=32, progress=False)
 
 
-def test_qat_lowers_the_distillation_loss_and_beats_ptq_on_held_out_text(tiny_lm):
-    recipe = "mxfp4"
+@pytest.mark.parametrize("recipe", ["mxfp4", "nvfp4"])
+def test_qat_lowers_the_distillation_loss_and_beats_ptq_on_held_out_text(tiny_lm, recipe):
     lm = tiny_lm()
     teacher = copy.deepcopy(lm.model)
     ptq_model = gq.ptq(copy.deepcopy(lm.model), lm.data, recipe=recipe, progress=False)
@@ -37,7 +37,7 @@ def test_qat_lowers_the_distillation_loss_and_beats_ptq_on_held_out_text(tiny_lm
     assert len(history) == 49 and all(r.loss is not None and r.kl == r.loss for r in history[1:])
     before, after = _mean_kl(ptq_model, teacher, lm.data), _mean_kl(trained, teacher, lm.data)
     print(f"{recipe}: mean KL ptq {before:.4f}, qat {after:.4f}")
-    assert after < 0.95 * before  # measured 0.564 -> 0.514 (0.91x)
+    assert after < 0.95 * before  # measured mxfp4 0.564 -> 0.514 (0.91x), nvfp4 0.415 -> 0.333 (0.80x)
     best = min(r.perplexity for r in history if r.perplexity is not None)
     assert trained.qat_best_step > 0 and best < history[0].perplexity
     assert _ppl(trained, lm) == best  # the best evaluation's parameters are the ones kept
