@@ -2,7 +2,7 @@
 ``groupquant.qat`` side by side, perplexity ratio to float on two kinds of held-out text, with times.
 
     PYTHONPATH=src python benchmarks/qat_llm.py [--recipes mxfp4 nvfp4 ...] [--steps 100] [--seq-len 256]
-        [--train-windows 64] [--calibration-tokens 16384] [--eval-windows 4] [--lr 2e-5] [--warmup 10]
+        [--train-windows 64] [--calibration-tokens 16384] [--eval-windows 4] [--lr 2e-5 [2e-4 ...]] [--warmup 10]
         [--eval-every 20] [--patience 3] [--autocast bfloat16] [--markdown table.md] [--curve curve.csv]
 
 Text: Python standard-library docstrings (``groupquant.eval.python_docstrings``) split by
@@ -16,6 +16,9 @@ ptq's). A second evaluation text of another kind: the prose of Python's language
 ``--functional``. Columns: perplexity ratio to float on each text, minutes of
 calibration / training, and qat's steps run and the step kept (early stopping on the validation
 windows). ``--curve`` writes qat's history (step, loss, learning rate, validation perplexity).
+Several ``--lr`` values train one qat model per peak learning rate from the same ptq model (a
+learning-rate sweep: ptq runs once; each qat row's minutes are ptq's plus its own training), and
+``--curve`` then writes one file per rate (``curve-lr0.0002.csv``).
 """
 from __future__ import annotations
 
@@ -69,7 +72,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--calibration-tokens", type=int, default=16384, help="ptq's calibration tokens (32 x 512)")
     p.add_argument("--eval-windows", type=int, default=4, help="windows of 512 tokens per evaluation text")
     p.add_argument("--val-windows", type=int, default=2, help="windows of 512 tokens for early stopping")
-    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--lr", type=float, nargs="+", default=[2e-5], help="peak learning rate(s): one qat run each")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--eval-every", type=int, default=20)
     p.add_argument("--patience", type=int, default=3)
@@ -79,7 +82,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                    help="also quantize the functional GEMMs (attention's matmuls), as ptq_llm.py --functional")
     p.add_argument("--progress", action="store_true", help="qat's progress bar")
     p.add_argument("--markdown")
-    p.add_argument("--curve", help="write qat's history (the last recipe's) to this CSV file")
+    p.add_argument("--curve", help="write qat's history (the last recipe's) to this CSV file (one per --lr)")
     args = p.parse_args(argv)
 
     model, tok = load_smollm2()
@@ -95,31 +98,34 @@ def main(argv: Optional[List[str]] = None) -> None:
     floats = {name: perplexity(model, ids, seq_len=EVAL_SEQ, progress=False) for name, ids in texts.items()}
     print(f"SmolLM2-135M float perplexity: docstrings {floats['docstrings']:.3f}, prose {floats['prose']:.3f} "
           f"({args.eval_windows} x {EVAL_SEQ} tokens each); qat: {len(train_items)} x {args.seq_len} training tokens, "
-          f"{args.steps} steps, lr {args.lr}; ptq: {args.calibration_tokens} calibration tokens", flush=True)
+          f"{args.steps} steps, lr {' / '.join(map(str, args.lr))}; ptq: {args.calibration_tokens} calibration tokens", flush=True)
     functional = None if args.functional else False
     rows = []
-    history = None
+    histories: Dict[float, list] = {}
     for recipe in args.recipes:
         t = time.perf_counter()
         rtn = gq.quantize_model(copy.deepcopy(model), recipe=recipe, quantize_head=False, functional=functional)
         rows.append(row(recipe, "rtn", ratios(rtn, texts, floats), (time.perf_counter() - t) / 60))
         del rtn
         t = time.perf_counter()
-        q = gq.ptq(copy.deepcopy(model), calibration, recipe=recipe, quantize_head=False, progress=False,
-                   functional=functional)
+        calibrated = gq.ptq(copy.deepcopy(model), calibration, recipe=recipe, quantize_head=False, progress=False,
+                            functional=functional)
         ptq_minutes = (time.perf_counter() - t) / 60
-        rows.append(row(recipe, "ptq", ratios(q, texts, floats), ptq_minutes))
-        t = time.perf_counter()  # qat trains the ptq model on (its minutes include ptq's)
-        q = gq.qat(q, train_items, teacher=model, steps=args.steps, lr=args.lr, warmup_steps=args.warmup,
-                   eval_data=validation, eval_every=args.eval_every, eval_seq_len=EVAL_SEQ, patience=args.patience,
-                   grad_accumulation=args.grad_accumulation, autocast=args.autocast, progress=args.progress)
-        minutes = ptq_minutes + (time.perf_counter() - t) / 60
-        history = q.qat_history
-        steps_run = history[-1].step
-        rows.append(row(recipe, "qat", ratios(q, texts, floats), minutes,
-                        f"({steps_run} steps, kept step {q.qat_best_step})"))
-        print(gq.train.format_history(history), flush=True)
-        del q
+        rows.append(row(recipe, "ptq", ratios(calibrated, texts, floats), ptq_minutes))
+        for lr in args.lr:
+            t = time.perf_counter()  # qat trains the ptq model on (its minutes include ptq's)
+            q = gq.qat(copy.deepcopy(calibrated) if len(args.lr) > 1 else calibrated, train_items, teacher=model,
+                       steps=args.steps, lr=lr, warmup_steps=args.warmup, eval_data=validation,
+                       eval_every=args.eval_every, eval_seq_len=EVAL_SEQ, patience=args.patience,
+                       grad_accumulation=args.grad_accumulation, autocast=args.autocast, progress=args.progress)
+            minutes = ptq_minutes + (time.perf_counter() - t) / 60
+            histories[lr] = q.qat_history
+            lr_note = f"lr {lr}, " if len(args.lr) > 1 else ""
+            rows.append(row(recipe, "qat", ratios(q, texts, floats), minutes,
+                            f"({lr_note}{q.qat_history[-1].step} steps, kept step {q.qat_best_step})"))
+            print(gq.train.format_history(q.qat_history), flush=True)
+            del q
+        del calibrated
     lines = ["| recipe | method | docstrings ppl / float | prose ppl / float | minutes | |", "|---|---|---:|---:|---:|---|"]
     lines += [f"| `{r['recipe']}` | {r['method']} | {r['docstrings']:.3f}x | {r['prose']:.3f}x | {r['minutes']:.1f} | "
               f"{r['extra']} |" for r in rows]
@@ -128,8 +134,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(table)
-    if args.curve and history is not None:
-        with open(args.curve, "w", newline="") as f:
+    for lr, history in histories.items() if args.curve else ():
+        path = args.curve
+        if len(args.lr) > 1:
+            stem, ext = os.path.splitext(args.curve)
+            path = f"{stem}-lr{lr}{ext}"
+        with open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["step", "loss", "lr", "validation_perplexity"])
             for r in history:

@@ -116,7 +116,9 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
         distill: a :class:`~groupquant.calib.qat.Distillation` (default: KL on the logits, temperature 1).
         train: parts that train (:mod:`groupquant.calib.qat.trainable`; None: weights, norms, learned
             scales and rotation parameters where the model has them; embeddings and head frozen).
-        lr, warmup_steps, schedule, min_lr_ratio: the :class:`~groupquant.calib.qat.Schedule`.
+        lr, warmup_steps, schedule, min_lr_ratio: the :class:`~groupquant.calib.qat.Schedule`. A short run
+            from a ptq model (whose weights sit on their grid) needs a peak ``lr`` that moves weights by
+            half a grid step over the run: 2e-4 for a few hundred steps on SmolLM2-135M (docs/qat.md).
         optimizer: "adamw", "adam", "sgd" or a callable taking parameter groups; ``weight_decay``
             applies to matrices.
         grad_clip: largest global gradient norm (None: no clipping).
