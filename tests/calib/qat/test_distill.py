@@ -64,6 +64,36 @@ def test_hidden_state_loss_is_the_mean_relative_squared_error():
         hidden_state_loss(s[:2], t)
 
 
+def test_hidden_state_loss_with_a_mask_leaves_padding_out():
+    g = torch.Generator().manual_seed(5)
+    t = [torch.randn(2, 4, 3, generator=g) * 2 ** torch.arange(-3, 3.0)[:3] for _ in range(2)]
+    s = [x + 0.2 * torch.randn(2, 4, 3, generator=g) for x in t]
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]])
+    kept = [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    want = sum(sum(float((a[b, i].double() - c[b, i].double()).pow(2).sum()) for b, i in kept)
+               / sum(float(c[b, i].double().pow(2).sum()) for b, i in kept) for a, c in zip(s, t)) / 2
+    assert hidden_state_loss(s, t, mask).item() == pytest.approx(want, rel=1e-5)
+    padded = [x.clone() for x in s]
+    padded[0][0, 3] += 1e3  # a padding position: no effect
+    assert hidden_state_loss(padded, t, mask).item() == pytest.approx(want, rel=1e-5)
+    assert hidden_state_loss(padded, t).item() > 10 * want
+
+
+def test_hidden_states_alone_need_no_logits():
+    g = torch.Generator().manual_seed(6)
+    t = [torch.randn(1, 3, 4, generator=g) for _ in range(2)]
+    s = [x + 0.1 for x in t]
+
+    class Out:  # an encoder's output: hidden states, no logits
+        def __init__(self, hidden):
+            self.hidden_states = hidden
+    parts = distillation_loss(Out(s), Out(t), None, None, Distillation(kl_weight=0.0, hidden_weight=2.0))
+    assert parts.kl is None and parts.lm is None
+    assert parts.total.item() == pytest.approx(2 * hidden_state_loss(s, t).item(), rel=1e-6)
+    with pytest.raises(TypeError, match="no logits"):
+        distillation_loss(Out(s), Out(t), None, None, Distillation(kl_weight=1.0, hidden_weight=1.0))
+
+
 def test_the_total_mixes_the_terms_by_their_weights():
     g = torch.Generator().manual_seed(4)
     s, t = torch.randn(1, 4, 6, generator=g), torch.randn(1, 4, 6, generator=g)

@@ -183,6 +183,7 @@ def test_the_backward_is_straight_through_unless_the_recipe_is_asked_for(tiny_lm
     (dict(grad_accumulation=0), ValueError, "grad_accumulation must be an int >= 1"),
     (dict(grad_clip=-1.0), ValueError, "grad_clip must be a finite number > 0 or None"),
     (dict(autocast="float16"), ValueError, "autocast must be None or 'bfloat16'"),
+    (dict(dropout=0.1), TypeError, "dropout must be True or False, got 0.1"),
     (dict(backward="quantized"), ValueError, "backward must be one of"),
     (dict(lr=float("nan")), ValueError, "lr must be a finite number > 0"),
     (dict(distill="kl"), TypeError, "distill must be a groupquant.calib.qat.Distillation"),
@@ -228,3 +229,44 @@ def test_dict_items_with_an_attention_mask_and_separate_calibration_data(tiny_lm
     with pytest.raises(ValueError, match="qat\\(calibration_data=...\\) item 0: token ids must lie in"):
         gq.qat(tiny_lm(layers=1).model, lm.data, recipe="mxfp4", calibration_data=[torch.full((1, 4), 99)], steps=1,
                progress=False)
+
+
+def _mean_pooled(model, item):
+    """Mean of the last hidden states over the kept positions (a sentence embedding), float32, eval mode."""
+    model.eval()
+    with torch.no_grad():
+        h = model(**item).last_hidden_state
+    keep = item["attention_mask"].unsqueeze(-1).float()
+    return (h * keep).sum(1) / keep.sum(1)
+
+
+def test_an_encoder_without_logits_distils_its_hidden_states_with_dropout_off():
+    import transformers
+    cfg = transformers.BertConfig(vocab_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=128, max_position_embeddings=32, initializer_range=0.2)
+    torch.manual_seed(0)
+    teacher = transformers.BertModel(cfg, add_pooling_layer=False).eval()
+    g = torch.Generator().manual_seed(1)
+
+    def batch():
+        ids = torch.randint(1, 64, (4, 16), generator=g)
+        mask = torch.ones_like(ids)
+        mask[1, 10:] = mask[3, 5:] = 0  # padded rows
+        return {"input_ids": ids, "attention_mask": mask}
+    items, held_out = [batch() for _ in range(16)], batch()
+    ptq_model = gq.ptq(copy.deepcopy(teacher), items, recipe="mxfp4", progress=False)
+    how = Distillation(kl_weight=0.0, hidden_weight=1.0)
+    trained = gq.qat(copy.deepcopy(ptq_model), items, teacher=teacher, steps=30, lr=5e-4, warmup_steps=3,
+                     distill=how, progress=False)
+    noisy = gq.qat(copy.deepcopy(ptq_model), items, teacher=teacher, steps=3, lr=5e-4, distill=how, dropout=True,
+                   progress=False)
+    assert {m.p for m in trained.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}  # given back
+    assert min(r.loss for r in noisy.qat_history) > 2 * max(r.loss for r in trained.qat_history)  # BERT's dropout
+    history = trained.qat_history
+    assert all(r.kl is None and r.lm is None and r.loss == r.hidden for r in history)
+    reference = _mean_pooled(teacher, held_out)
+    cos = {name: torch.nn.functional.cosine_similarity(_mean_pooled(m, held_out), reference).mean().item()
+           for name, m in (("ptq", ptq_model), ("qat", trained))}
+    print(f"hidden loss {history[0].loss:.4f} -> {history[-1].loss:.4f}; held-out cosine {cos}")
+    assert sum(r.loss for r in history[-5:]) < 0.9 * sum(r.loss for r in history[:5])  # measured 0.0565 -> 0.0469
+    assert cos["qat"] > cos["ptq"]  # measured 0.9824 -> 0.9841

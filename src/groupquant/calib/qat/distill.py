@@ -101,13 +101,19 @@ def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor, mask: Optiona
     return _masked_mean(per_position, None if mask is None else mask[:, 1:])
 
 
-def hidden_state_loss(student: Sequence[torch.Tensor], teacher: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Mean over layers of ``||h_s - h_t||^2 / ||h_t||^2`` (float32); the two lists must match in length."""
+def hidden_state_loss(student: Sequence[torch.Tensor], teacher: Sequence[torch.Tensor],
+                      mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Mean over layers of ``||h_s - h_t||^2 / ||h_t||^2`` (float32) over the positions ``mask``
+    (``[batch, seq_len]``, nonzero = kept; padding drops out) keeps, every position without one; the
+    two lists must match in length."""
     if len(student) != len(teacher) or not student:
         raise ValueError(f"hidden-state matching: the student gives {len(student)} hidden states and the teacher "
                          f"{len(teacher)}; they must be the same model family with the same number of layers")
-    terms = [(s.float() - t.float()).square().sum() / t.float().square().sum().clamp_min(1e-12)
-             for s, t in zip(student, teacher)]
+    terms = []
+    for s, t in zip(student, teacher):
+        keep = 1.0 if mask is None else mask.to(device=s.device, dtype=torch.float32).unsqueeze(-1)
+        err = ((s.float() - t.float()).square() * keep).sum()
+        terms.append(err / (t.float().square() * keep).sum().clamp_min(1e-12))
     return torch.stack(terms).mean()
 
 
@@ -133,10 +139,14 @@ def hidden_of(output: Any) -> Sequence[torch.Tensor]:
 def distillation_loss(student_out: Any, teacher_out: Any, input_ids: Optional[torch.Tensor],
                       mask: Optional[torch.Tensor], how: Distillation) -> LossParts:
     """The loss of one micro-batch (module doc) from the two models' outputs; ``input_ids`` are
-    needed for the language-model term, ``teacher_out`` when :attr:`Distillation.needs_teacher`."""
-    s = logits_of(student_out)
-    total = s.new_zeros((), dtype=torch.float32)
+    needed for the language-model term, ``teacher_out`` when :attr:`Distillation.needs_teacher`.
+    With only the hidden-state term the models need no logits (an encoder such as BERT)."""
     kl = lm = hidden = None
+    if how.kl_weight > 0 or how.lm_weight > 0:
+        s = logits_of(student_out)
+    else:
+        s = hidden_of(student_out)[-1]
+    total = s.new_zeros((), dtype=torch.float32)
     if how.kl_weight > 0:
         t = logits_of(teacher_out).to(s.device)
         if t.shape != s.shape:
@@ -151,6 +161,6 @@ def distillation_loss(student_out: Any, teacher_out: Any, input_ids: Optional[to
         lm = next_token_loss(s, input_ids.to(s.device), mask)
         total = total + how.lm_weight * lm
     if how.hidden_weight > 0:
-        hidden = hidden_state_loss(hidden_of(student_out), [h.to(s.device) for h in hidden_of(teacher_out)])
+        hidden = hidden_state_loss(hidden_of(student_out), [h.to(s.device) for h in hidden_of(teacher_out)], mask)
         total = total + how.hidden_weight * hidden
     return LossParts(total, *(None if x is None else x.detach() for x in (kl, lm, hidden)))

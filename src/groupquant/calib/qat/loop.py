@@ -24,6 +24,7 @@ from ...eval import perplexity
 from .checkpointing import checkpointed_blocks
 from .data import MicroBatchOrder, call, mask_of, to_device, token_ids_of
 from .distill import Distillation, distillation_loss
+from .dropout import dropout_off
 from .history import EarlyStopping, StepRecord
 from .parallel import gradient_sync, world_and_rank
 from .schedule import Schedule, build_optimizer
@@ -44,6 +45,7 @@ class TrainConfig:
     grad_clip: Optional[float] = 1.0
     grad_accumulation: int = 1
     checkpoint_blocks: bool = False
+    dropout: bool = False
     autocast: Optional[torch.dtype] = None
     eval_every: Optional[int] = None
     eval_seq_len: Optional[int] = None
@@ -162,7 +164,7 @@ def train_loop(models: Models, items: Sequence[Any], eval_tokens: Optional[torch
         teacher.eval()
     student.train()
     try:
-        with checkpointed_blocks(student, cfg.checkpoint_blocks):
+        with checkpointed_blocks(student, cfg.checkpoint_blocks), dropout_off(student, not cfg.dropout):
             for step in range(cfg.steps):
                 lr = cfg.schedule.lr_at(step, cfg.steps)
                 for group in opt.param_groups:

@@ -55,6 +55,12 @@ def _int_at_least(name: str, value: Any, low: int, allow_none: bool = False) -> 
     return value
 
 
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"qat: {name} must be True or False, got {value!r}")
+    return value
+
+
 def _is_converted(model: nn.Module) -> bool:
     """Whether ``model`` holds groupquant quant layers (or the functional mode of a recipe)."""
     return "_groupquant_functional" in model.__dict__ or any(isinstance(m, QuantLayerMixin) for m in model.modules())
@@ -96,7 +102,7 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
         patience: Optional[int] = None, distill: Optional[Distillation] = None, train: Any = None,
         lr: float = 1e-5, warmup_steps: int = 0, schedule: str = "cosine", min_lr_ratio: float = 0.1,
         optimizer: Any = "adamw", weight_decay: float = 0.0, grad_clip: Optional[float] = 1.0,
-        grad_accumulation: int = 1, checkpoint_blocks: bool = False, autocast: Any = None,
+        grad_accumulation: int = 1, checkpoint_blocks: bool = False, dropout: bool = False, autocast: Any = None,
         backward: str = "straight_through", methods: Any = None, calibration_data: Any = None, exclude: Any = None,
         quantize_head: Optional[bool] = None, functional: Optional[bool] = None, parallel: Optional[str] = None,
         progress: bool = True, seed: int = 0) -> nn.Module:
@@ -124,6 +130,8 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
         grad_clip: largest global gradient norm (None: no clipping).
         grad_accumulation: micro-batches per optimiser step (per rank under DDP / FSDP2).
         checkpoint_blocks: recompute each block in backward instead of keeping its activations.
+        dropout: keep the model's dropout while training (default False: every dropout module's
+            probability is 0 during the run, :mod:`groupquant.calib.qat.dropout`).
         autocast: None (float32) or "bfloat16" for the training forward (held-out perplexity is float32).
         backward: "straight_through" (float gradients) or "recipe" (the recipe's quantized backward).
         methods, calibration_data, exclude, quantize_head, functional: :func:`groupquant.ptq`'s, for
@@ -183,7 +191,8 @@ def qat(model: nn.Module, data: Any, *, recipe: Union[str, Recipe, None] = None,
         calib_items = check_training_data(calibration_data, vocab, "calibration_data")
     cfg = TrainConfig(steps=steps, distill=distill, schedule=cfg_schedule, optimizer=optimizer,
                       weight_decay=weight_decay, grad_clip=grad_clip, grad_accumulation=grad_accumulation,
-                      checkpoint_blocks=bool(checkpoint_blocks), autocast=autocast_dtype,
+                      checkpoint_blocks=bool(checkpoint_blocks), dropout=_flag("dropout", dropout),
+                      autocast=autocast_dtype,
                       eval_every=eval_every or max(1, steps // 10), eval_seq_len=eval_seq_len, patience=patience,
                       progress=progress, seed=seed)
     with torch.random.fork_rng(devices=_device_rng(model)):
