@@ -4,6 +4,7 @@
     PYTHONPATH=src python benchmarks/qat_llm.py [--recipes mxfp4 nvfp4 ...] [--steps 100] [--seq-len 256]
         [--train-windows 64] [--calibration-tokens 16384] [--eval-windows 4] [--lr 2e-5 [2e-4 ...]] [--warmup 10]
         [--eval-every 20] [--patience 3] [--autocast bfloat16] [--markdown table.md] [--curve curve.csv]
+        [--methods smooth+rotate+scale_search+gptq]
 
 Text: Python standard-library docstrings (``groupquant.eval.python_docstrings``) split by
 ``groupquant.eval.token_sets`` into held-out documents (``--eval-windows`` windows of 512 tokens for
@@ -18,7 +19,8 @@ calibration / training, and qat's steps run and the step kept (early stopping on
 windows). ``--curve`` writes qat's history (step, loss, learning rate, validation perplexity).
 Several ``--lr`` values train one qat model per peak learning rate from the same ptq model (a
 learning-rate sweep: ptq runs once; each qat row's minutes are ptq's plus its own training), and
-``--curve`` then writes one file per rate (``curve-lr0.0002.csv``).
+``--curve`` then writes one file per rate (``curve-lr0.0002.csv``). ``--methods`` gives ptq's methods
+(``+``-joined, as ``ptq_llm.py``; default: the recipe's defaults).
 """
 from __future__ import annotations
 
@@ -81,6 +83,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--functional", action="store_true",
                    help="also quantize the functional GEMMs (attention's matmuls), as ptq_llm.py --functional")
     p.add_argument("--progress", action="store_true", help="qat's progress bar")
+    p.add_argument("--methods", default="default", help="ptq's methods, '+'-joined (default: the recipe's)")
     p.add_argument("--markdown")
     p.add_argument("--curve", help="write qat's history (the last recipe's) to this CSV file (one per --lr)")
     args = p.parse_args(argv)
@@ -108,10 +111,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         rows.append(row(recipe, "rtn", ratios(rtn, texts, floats), (time.perf_counter() - t) / 60))
         del rtn
         t = time.perf_counter()
+        methods = None if args.methods == "default" else args.methods.split("+")
         calibrated = gq.ptq(copy.deepcopy(model), calibration, recipe=recipe, quantize_head=False, progress=False,
-                            functional=functional)
+                            functional=functional, methods=methods)
         ptq_minutes = (time.perf_counter() - t) / 60
-        rows.append(row(recipe, "ptq", ratios(calibrated, texts, floats), ptq_minutes))
+        label = "" if methods is None else f" ({args.methods})"
+        rows.append(row(recipe, "ptq" + label, ratios(calibrated, texts, floats), ptq_minutes))
         for lr in args.lr:
             t = time.perf_counter()  # qat trains the ptq model on (its minutes include ptq's)
             q = gq.qat(copy.deepcopy(calibrated) if len(args.lr) > 1 else calibrated, train_items, teacher=model,
@@ -121,7 +126,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             minutes = ptq_minutes + (time.perf_counter() - t) / 60
             histories[lr] = q.qat_history
             lr_note = f"lr {lr}, " if len(args.lr) > 1 else ""
-            rows.append(row(recipe, "qat", ratios(q, texts, floats), minutes,
+            rows.append(row(recipe, "qat" + label, ratios(q, texts, floats), minutes,
                             f"({lr_note}{q.qat_history[-1].step} steps, kept step {q.qat_best_step})"))
             print(gq.train.format_history(q.qat_history), flush=True)
             del q
