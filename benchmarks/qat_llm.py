@@ -37,6 +37,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import groupquant as gq  # noqa: E402
+from groupquant.calib.qat import Distillation  # noqa: E402
 from groupquant.eval import perplexity, python_docstrings, token_sets  # noqa: E402
 from llm_models import load_smollm2  # noqa: E402
 
@@ -84,6 +85,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                    help="also quantize the functional GEMMs (attention's matmuls), as ptq_llm.py --functional")
     p.add_argument("--progress", action="store_true", help="qat's progress bar")
     p.add_argument("--methods", default="default", help="ptq's methods, '+'-joined (default: the recipe's)")
+    p.add_argument("--hidden-weight", type=float, default=0.0,
+                   help="weight of the hidden-state term beside the KL on the logits (Distillation.hidden_weight)")
     p.add_argument("--markdown")
     p.add_argument("--curve", help="write qat's history (the last recipe's) to this CSV file (one per --lr)")
     args = p.parse_args(argv)
@@ -117,15 +120,17 @@ def main(argv: Optional[List[str]] = None) -> None:
         ptq_minutes = (time.perf_counter() - t) / 60
         label = "" if methods is None else f" ({args.methods})"
         rows.append(row(recipe, "ptq" + label, ratios(calibrated, texts, floats), ptq_minutes))
+        distill = Distillation(hidden_weight=args.hidden_weight)
         for lr in args.lr:
             t = time.perf_counter()  # qat trains the ptq model on (its minutes include ptq's)
             q = gq.qat(copy.deepcopy(calibrated) if len(args.lr) > 1 else calibrated, train_items, teacher=model,
                        steps=args.steps, lr=lr, warmup_steps=args.warmup, eval_data=validation,
-                       eval_every=args.eval_every, eval_seq_len=EVAL_SEQ, patience=args.patience,
+                       eval_every=args.eval_every, eval_seq_len=EVAL_SEQ, patience=args.patience, distill=distill,
                        grad_accumulation=args.grad_accumulation, autocast=args.autocast, progress=args.progress)
             minutes = ptq_minutes + (time.perf_counter() - t) / 60
             histories[lr] = q.qat_history
             lr_note = f"lr {lr}, " if len(args.lr) > 1 else ""
+            lr_note += f"hidden weight {args.hidden_weight}, " if args.hidden_weight else ""
             rows.append(row(recipe, "qat" + label, ratios(q, texts, floats), minutes,
                             f"({lr_note}{q.qat_history[-1].step} steps, kept step {q.qat_best_step})"))
             print(gq.train.format_history(q.qat_history), flush=True)
