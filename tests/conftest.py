@@ -28,7 +28,7 @@ if os.environ.get("CI"):
 TORCH_INTERNALS_PATHS = ("ops/test_native.py", "ops/test_native_group_dim.py", "ops/test_compile_constant.py",
                          "ops/test_device_parity.py", "distributed/", "export/test_onnx_model.py",
                          "export/test_onnx_nvfp4.py", "export/test_onnx_quant_layers.py",
-                         "export/test_onnx_weight.py", "export/test_onnx_act_quant.py", "csrc/")
+                         "export/test_onnx_weight.py", "export/test_onnx_act_quant.py", "csrc/test_check_messages.py")
 #: Words in a test's name that mark it elsewhere (torch.compile of layers, recipes and ops).
 TORCH_INTERNALS_WORDS = ("compile", "fullgraph", "dynamo", "torch_export")
 

@@ -128,7 +128,7 @@ GQ_HD uint16_t float_to_fp16_bits(float f) {
 // (Special), nan_code (-1: none), even_bits (mantissa width scale_mode='even' rounds amax to),
 // negative_zero (the format encodes -0), saturating (false: overflow gives Inf / NaN), exp_max (cap
 // of the shared exponent for this input dtype)); the derived ones are filled by
-// make_format_params (csrc/ops.cpp).
+// derive_format_constants (below), after make_format_params (csrc/ops.cpp) checked the fields.
 struct FormatParams {
   GQ_FORMAT_FIELDS(GQ_DECLARE_FIELD)
   // derived
@@ -140,6 +140,33 @@ struct FormatParams {
   float rceil_sig;         // 2 * frexp(max_normal).mantissa, in [1, 2)
   int32_t rceil_shift;     // frexp(max_normal).exponent - 1
 };
+
+// Fills the derived constants of f from its fields (host only; the op checks the fields first:
+// make_format_params in ops.cpp).
+inline void derive_format_constants(FormatParams& f) {
+  if (f.is_float) {
+    f.qemin = f.emin;
+    f.qmant = f.mantissa_bits;
+    f.low = f.is_signed ? -f.max_normal : 0.0f;
+    f.high = f.max_normal;
+    f.min_normal = exp2i(f.emin);
+  } else {
+    f.qemin = 127;  // pins the quantum to 2^-frac_bits
+    f.qmant = 127 + f.frac_bits;
+    f.low = static_cast<float>(f.qmin) * exp2i(-f.frac_bits);
+    f.high = static_cast<float>(f.qmax) * exp2i(-f.frac_bits);
+    f.min_normal = 0.0f;
+  }
+  // beyond max normal: the bound itself (saturating), else Inf (IEEE formats) or NaN
+  const float overflow = f.special == kSpecialIeee ? INFINITY : quiet_nan();
+  f.high_to = f.saturating ? f.high : overflow;
+  f.low_to = (f.saturating || !f.is_signed) ? f.low : -overflow;
+  f.int_up = exp2i(f.frac_bits);
+  int e = 0;
+  const double m = std::frexp(static_cast<double>(f.max_normal), &e);
+  f.rceil_sig = static_cast<float>(2.0 * m);
+  f.rceil_shift = e - 1;
+}
 
 // ---- shared scale of one block (shared_scale.py) -----------------------------------------
 

@@ -32,7 +32,7 @@ std::string num(int32_t v) { return std::to_string(v); }
 std::string num(float v) { return std::to_string(v); }
 std::string num(bool v) { return v ? "true" : "false"; }
 
-// Checks the format fields (already unpacked into f) and fills the derived constants.
+// Checks the format fields (already unpacked into f), then fills the derived constants.
 void make_format_params(FormatParams& f) {
   TORCH_CHECK_VALUE(f.exp_max >= -127 - 126 && f.exp_max <= kE8M0MaxExp,
                     "groupquant: exp_max must be at most 127, got ", num(f.exp_max));
@@ -69,28 +69,7 @@ void make_format_params(FormatParams& f) {
                     ", scale_bias ", num(f.scale_bias), ", exp_max ", num(f.exp_max), ", scale_nan_code ",
                     num(f.scale_nan_code), ", scale_mantissa_bits ", num(f.scale_mantissa_bits), ", scale_min ",
                     num(f.scale_min), ", scale_max ", num(f.scale_max), ", tensor_scale ", num(f.tensor_scale), ")");
-  if (f.is_float) {
-    f.qemin = f.emin;
-    f.qmant = f.mantissa_bits;
-    f.low = f.is_signed ? -f.max_normal : 0.0f;
-    f.high = f.max_normal;
-    f.min_normal = exp2i(f.emin);
-  } else {
-    f.qemin = 127;  // pins the quantum to 2^-frac_bits
-    f.qmant = 127 + f.frac_bits;
-    f.low = static_cast<float>(f.qmin) * exp2i(-f.frac_bits);
-    f.high = static_cast<float>(f.qmax) * exp2i(-f.frac_bits);
-    f.min_normal = 0.0f;
-  }
-  // beyond max normal: the bound itself (saturating), else Inf (IEEE formats) or NaN
-  const float overflow = f.special == kSpecialIeee ? INFINITY : quiet_nan();
-  f.high_to = f.saturating ? f.high : overflow;
-  f.low_to = (f.saturating || !f.is_signed) ? f.low : -overflow;
-  f.int_up = exp2i(f.frac_bits);
-  int e = 0;
-  const double m = std::frexp(static_cast<double>(f.max_normal), &e);
-  f.rceil_sig = static_cast<float>(2.0 * m);
-  f.rceil_shift = e - 1;
+  derive_format_constants(f);
 }
 
 int32_t dtype_code(at::ScalarType t) {
