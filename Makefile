@@ -59,8 +59,16 @@ bench: $(call stamp,$(DEMO_EXTRAS))
 	$(BIN)/python benchmarks/bench_fake_quant.py
 
 # Wheels a lent GPU machine (no network) needs, for benchmarks/gpu_session.sh: carry .wheels there.
+# Wheels for the lent GPU machines (no network; Python 3.12, torch 2.11 + CUDA 13 and transformers
+# already there): what groupquant, its CUDA tests and bench_cuda.py need that the machine lacks.
+GPU_WHEELS ?= "dependencies==2.0.1" "torchao==0.18.0" "gguf==0.19.0" "compressed-tensors==0.20.1" \
+	"loguru==0.7.3" "pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types==0.8.0" "typing-inspection==0.4.5"
+GPU_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64,--platform $(p))
+
 gpu-wheels: $(BIN)/python
-	$(BIN)/pip download -q --no-deps -d .wheels "dependencies==2.0.1" "torchao==0.18.0"
+	rm -rf .wheels
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		$(GPU_PLATFORMS) -d .wheels $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) .wheels build src/*.egg-info .pytest_cache .hypothesis

@@ -92,8 +92,9 @@ def torchao_fns(x: torch.Tensor, label: str) -> Dict[str, Callable[[], object]]:
     return fns
 
 
-def ops_table(n: int, reps: int) -> None:
-    """Table 1 (see the module doc)."""
+def ops_table(n: int, reps: int, peer_dtypes: List[str]) -> None:
+    """Table 1 (see the module doc); torchao's columns for the dtypes in ``peer_dtypes`` (each
+    torchao row compiles two graphs, 10 - 30 s each)."""
     print(f"\n## fake_quant / quantize, {n} x {n}, median ms of {reps} (CUDA events); ratio to x.clone()\n")
     print("| format | dtype | grouped along | clone ms | fake quant ms | / clone | quantize ms | / clone | peers |")
     print("|---|---|---|---:|---:|---:|---:|---:|---|")
@@ -106,7 +107,7 @@ def ops_table(n: int, reps: int) -> None:
                 kwargs = dict(kw, dim=dim)
                 fns = {"clone": lambda: x.clone(), "fake": lambda: gq.fake_quant(x, **kwargs),
                        "quantize": lambda: gq.quantize(x, **kwargs)}
-                peers = torchao_fns(x, label) if dim == -1 else {}
+                peers = torchao_fns(x, label) if dim == -1 and dname in peer_dtypes else {}
                 t = interleaved({**fns, **peers}, reps)
                 peer_text = ", ".join(f"{k} {v:.3f}" for k, v in t.items() if k.startswith("torchao")) or "-"
                 print(f"| {label} | {dname} | {'last dim' if dim == -1 else 'dim 0'} | {t['clone']:.3f} | "
@@ -180,6 +181,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--features", type=int, default=4096, help="K of the Linear(K, K) of table 2")
     parser.add_argument("--batch", type=int, default=8192, help="tokens of table 2")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--peer-dtypes", nargs="*", default=["bf16"], choices=sorted(DTYPES),
+                        help="the dtypes of table 1 that get torchao's compiled columns (default: bf16)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_cuda.py needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -189,7 +192,7 @@ def main(argv: Optional[List[str]] = None) -> None:
           f"CUDA {torch.version.cuda}, groupquant backend {gq.ops.native.backend()} "
           f"(CUDA kernels: {gq.ops.native.native_available(torch.device('cuda'))})")
     if both or args.ops:
-        ops_table(args.size, args.reps)
+        ops_table(args.size, args.reps, args.peer_dtypes)
     if both or args.train:
         train_table(args.features, args.batch, args.reps)
 

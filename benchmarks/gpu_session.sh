@@ -1,36 +1,46 @@
 #!/usr/bin/env bash
 # Everything the GPU checks of issue 23 need, in one call on a lent GPU machine (the `device` tool),
 # with logs under $OUT. Prepare here first (the GPU machine has no network):
-#     make gpu-wheels          # dependencies 2.0.1 and torchao 0.18 wheels into .wheels/
+#     make gpu-wheels          # the missing packages as wheels for its Python 3.12 into .wheels/
 # then run, carrying .wheels:
-#     bash benchmarks/gpu_session.sh            (run(command=..., carry=[".wheels"]))
-# Steps, each timed and logged: install the carried wheels into the machine's Python (torch comes
-# with the machine), build the extension with its CUDA kernels, run every test that touches CUDA
-# (CPU vs CUDA bit for bit, CUDA layers, packed and scale formats on CUDA), then bench_cuda.py.
-# A failing step does not stop the next one: each step's exit code is in $OUT/summary.txt.
+#     bash benchmarks/gpu_session.sh            (run(command=..., carry=[".wheels"], timeout_s=600))
+# Steps, each timed and logged to $OUT/<step>.log: install the carried wheels into /tmp/site (the
+# machine's own Python, which holds torch 2.11 + CUDA and transformers, stays as it is), build the
+# extension with its CUDA kernels, run every test that touches CUDA (CPU vs CUDA bit for bit, CUDA
+# layers, workflows, compile), then bench_cuda.py and ptq_speed.py (SmolLM2-135M's architecture).
+# A failing step does not stop the next one: each step's exit code is in $OUT/summary.txt. Steps
+# run in the order of what matters most (parity, the two speed tables, ptq, the wider test sets);
+# the whole list may not fit one 600 s call: `bash benchmarks/gpu_session.sh STEP...` runs only the
+# named steps (after env, wheels and build, which reuses the build of a machine still warm), for a
+# second call straight after the first.
 set -uo pipefail
 OUT=${OUT:-/tmp/groupquant-gpu}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD/src" GROUPQUANT_BUILD_DIR="$PWD/build/gpu" PYTHONUNBUFFERED=1
+export GROUPQUANT_BUILD_DIR="$PWD/build/gpu" PYTHONUNBUFFERED=1
 mkdir -p "$GROUPQUANT_BUILD_DIR"
 summary="$OUT/summary.txt"
-: > "$summary"
+touch "$summary"
+wanted=("$@")
 
-step() {  # step NAME COMMAND...: run, log to $OUT/NAME.log, record rc and seconds
+step() {  # step NAME COMMAND...: run (unless other steps were named), log to $OUT/NAME.log, record rc and seconds
   local name=$1; shift
+  if [ ${#wanted[@]} -gt 0 ] && [[ ! " env wheels build ${wanted[*]} " =~ " $name " ]]; then return; fi
   local t0=$SECONDS
   "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
-  echo "$name rc=$rc ${SECONDS}s-${t0}s=$((SECONDS - t0))s" | tee -a "$summary"
+  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$summary"
 }
 
-step env bash -c 'nvidia-smi; python -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"'
-step wheels bash -c 'ls .wheels && python -m pip install --no-index --no-deps .wheels/*.whl'
-step build python -c "import torch; from groupquant.ops import native; print(native.load(), native.native_available(torch.device('cuda')), native._state)"
-step cuda_tests python -m pytest -q -rs -x --no-header -p no:cacheprovider \
+step env bash -c 'nvidia-smi; python3 -c "import sys, torch; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; python3 -m pip list 2>/dev/null | grep -iE "^(torch|transformers|numpy|pytest|hypothesis|ml.dtypes|safetensors|triton) "'
+step wheels bash -c 'ls .wheels && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .wheels/*.whl'
+export PYTHONPATH="$PWD/src:/tmp/site"
+step build python3 -c "import torch; from groupquant.ops import native; print(native.load(), native.native_available(torch.device('cuda')), native._state)"
+step cuda_tests python3 -m pytest -q -rs -x --no-header -p no:cacheprovider \
     tests/ops/test_device_parity.py tests/nn/test_cuda_layers.py tests/cuda
-step cuda_named_tests python -m pytest -q -rs --no-header -p no:cacheprovider -k "cuda or CUDA or device" tests
-step compile_tests python -m pytest -q -rs --no-header -p no:cacheprovider -k "compile" tests/ops tests/nn tests/export
-step bench timeout 420 python benchmarks/bench_cuda.py
+step bench_ops timeout 240 python3 benchmarks/bench_cuda.py --ops
+step bench_train timeout 150 python3 benchmarks/bench_cuda.py --train
+step ptq_speed timeout 150 python3 benchmarks/ptq_speed.py --device cuda --random-weights
+step cuda_named_tests python3 -m pytest -q -rs --no-header -p no:cacheprovider -k "cuda or CUDA or device" tests
+step compile_tests python3 -m pytest -q -rs --no-header -p no:cacheprovider -k "compile" tests/ops tests/nn tests/export
 cat "$summary"

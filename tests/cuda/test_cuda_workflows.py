@@ -76,7 +76,7 @@ def test_generate_from_a_packed_cuda_model() -> None:
 
 @pytest.mark.parametrize("fmt", ["safetensors", "compressed-tensors", "gguf"])
 def test_save_of_a_cuda_model_loads_as_the_cpu_model(tmp_path, fmt: str) -> None:
-    pytest.importorskip("safetensors")
+    pytest.importorskip({"compressed-tensors": "compressed_tensors", "gguf": "gguf"}.get(fmt, "safetensors"))
     recipe = "mxfp4_weight_only" if fmt != "compressed-tensors" else "nvfp4_weight_only"
     cpu = gq.quantize_model(_tiny_llama(), recipe=recipe)
     gq.save(copy.deepcopy(cpu).cuda(), tmp_path / "m", format=fmt)
