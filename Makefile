@@ -23,7 +23,7 @@ OLDEST_TEST_PACKAGES ?= pytest hypothesis ml_dtypes "onnx>=1.23" "onnxruntime>=1
 # $(call stamp,a,b) -> $(VENV)/.installed-a-b: the extras installed, '-' for ','
 stamp = $(VENV)/.installed-$(subst $(comma),-,$(1))
 
-.PHONY: demo test test-oldest-torch bench gpu-wheels clean
+.PHONY: demo test test-oldest-torch bench gpu-wheels cuda-build-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,12 @@ gpu-wheels: $(BIN)/python
 	rm -rf .wheels
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		$(GPU_PLATFORMS) -d .wheels $(GPU_WHEELS)
+
+# The CUDA build (every source, linked against torch 2.11+cu130's CUDA libraries, loaded) on a machine
+# with nvcc but no GPU: benchmarks/cuda_build_check.py, in the oldest-torch environment.
+cuda-build-check: $(OLDEST_VENV)/.installed
+	CUDA_HOME=$${CUDA_HOME:-/usr/local/cuda} TORCH_CUDA_ARCH_LIST=$${TORCH_CUDA_ARCH_LIST:-9.0} \
+		$(OLDEST_BIN)/python benchmarks/cuda_build_check.py
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) .wheels build src/*.egg-info .pytest_cache .hypothesis
