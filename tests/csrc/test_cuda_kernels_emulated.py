@@ -24,22 +24,13 @@ import pytest
 import torch
 
 import emulated_cuda
+from device_schemes import DTYPES, ROUNDINGS, SCHEMES
 from groupquant.formats import E8M0, IntFormat, get_format
 from groupquant.ops import make_spec, native
 from groupquant.ops.codes import code_dtype
 from groupquant.ops.kernel_params import op_params
 from groupquant.ops.reference import tensor_scale_for
 
-#: (format, keywords), as tests/ops/test_device_parity.py: the MX formats, NVFP4 two- and
-#: single-level, the other scale formats and power-of-two rules
-SCHEMES = [("fp8_e4m3", {}), ("fp8_e5m2", {}), ("fp6_e3m2", {}), ("fp6_e2m3", {}), ("fp4_e2m1", {}),
-           ("int8", {}), ("nvfp4", {}), ("nvfp4", {"tensor_scale": False}),
-           ("fp4_e2m1", {"scale_mode": "float", "scale_format": "ue4m3", "block_size": 16}),
-           ("fp8_e4m3", {"scale_mode": "float", "scale_format": "bfloat16"}),
-           ("fp8_e4m3", {"scale_mode": "float"}), ("fp4_e2m1", {"scale_mode": "rceil"}),
-           ("fp6_e2m3", {"scale_mode": "even", "scale_format": "e5m0"}), ("int8", {"scale_mode": "ceil"})]
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-ROUNDINGS = ("even", "nearest", "floor", "stochastic")
 
 
 @pytest.fixture(scope="module", autouse=True)

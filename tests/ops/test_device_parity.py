@@ -17,17 +17,9 @@ from groupquant.formats.bits import divide
 from groupquant.ops import make_spec, native
 from groupquant.ops.native_ops import native_fake_quant, native_quantize
 from groupquant.ops.shared_scale import tensor_scale_divisor
+from device_schemes import DTYPES, ROUNDINGS, SCHEMES
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-#: (format, keywords): the MX formats, NVFP4 two- and single-level, other scale formats and rules
-SCHEMES = [("fp8_e4m3", {}), ("fp8_e5m2", {}), ("fp6_e3m2", {}), ("fp6_e2m3", {}), ("fp4_e2m1", {}),
-           ("int8", {}), ("nvfp4", {}), ("nvfp4", {"tensor_scale": False}),
-           ("fp4_e2m1", {"scale_mode": "float", "scale_format": "ue4m3", "block_size": 16}),
-           ("fp8_e4m3", {"scale_mode": "float", "scale_format": "bfloat16"}),
-           ("fp8_e4m3", {"scale_mode": "float"}), ("fp4_e2m1", {"scale_mode": "rceil"}),
-           ("fp6_e2m3", {"scale_mode": "even", "scale_format": "e5m0"}), ("int8", {"scale_mode": "ceil"})]
-ROUNDINGS = ("even", "nearest", "floor", "stochastic")
 
 
 def _issue_input(dtype: torch.dtype, draws: int = 2, n: int = 1024) -> list:
