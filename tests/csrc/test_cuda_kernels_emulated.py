@@ -25,7 +25,7 @@ import torch
 
 import emulated_cuda
 from device_schemes import DTYPES, ROUNDINGS, SCHEMES
-from groupquant.formats import E8M0, IntFormat, get_format
+from groupquant.formats import E8M0, FloatFormat, IntFormat
 from groupquant.ops import make_spec, native
 from groupquant.ops.codes import code_dtype
 from groupquant.ops.kernel_params import op_params
@@ -140,13 +140,13 @@ def test_block_sizes_from_one_lane_to_several_runs_a_lane(dtype: torch.dtype) ->
         _check(z, "fp6_e2m3", f"middle dim block {block} {dtype}", dim=1, block_size=block)
 
 
-def test_wide_integer_codes() -> None:
-    # int16 (signed > 8 bits) and int32 (unsigned > 8 bits) codes, stored one element at a time
+def test_wide_codes_and_unsigned_formats() -> None:
+    # codes wider than a byte, stored one element at a time: int16 (a signed 12-bit integer) and
+    # int32 (a 16-bit minifloat E6M9, an unsigned 10-bit integer); an unsigned 5-bit integer (uint8)
     x = _adversarial(16, 64, torch.float32, seed=6)
-    for fmt in (IntFormat(name="int12", bit_width=12, signed=True),
-                IntFormat(name="uint10", bit_width=10, signed=False)):
+    for fmt in (FloatFormat(6, 9), IntFormat(12, signed=True), IntFormat(10, signed=False), IntFormat(5, signed=False)):
         for dim in (-1, 0):
-            _check(x.abs() if not fmt.signed else x, fmt, f"{fmt.name} dim={dim}", dim=dim)
+            _check(x if fmt.signed else x.abs(), fmt, f"{fmt} dim={dim}", dim=dim)
 
 
 def test_the_inputs_the_cuda_path_was_caught_on() -> None:
