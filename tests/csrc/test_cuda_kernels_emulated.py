@@ -28,9 +28,8 @@ from device_schemes import DTYPES, ROUNDINGS, SCHEMES
 from groupquant.formats import E8M0, FloatFormat, IntFormat
 from groupquant.ops import make_spec, native
 from groupquant.ops.codes import code_dtype
-from groupquant.ops.kernel_params import op_params
+from groupquant.ops.kernel_params import field_index, op_params
 from groupquant.ops.reference import tensor_scale_for
-
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,7 +76,7 @@ def _check(x: torch.Tensor, fmt, what: str, unaligned: Tuple[str, ...] = (), **k
     spec = make_spec(x, fmt, **kw)
     params = op_params(spec, x.dtype)
     ts = tensor_scale_for(x, spec)
-    dim, block = kw.get("dim", -1), params[1]
+    dim, block = kw.get("dim", -1), params[field_index("block_size")]
     out, mask, scale = torch.ops.groupquant.group_fake_quant(x, params, True, True, ts)
     e_out, e_mask, e_scale = (_empty_like(t, n, unaligned) for t, n in ((out, "out"), (mask, "mask"), (scale, "scale")))
     emulated_cuda.group_op(x, params, dim=dim, block_size=block, tensor_scale=ts, out=e_out, mask=e_mask, scale=e_scale)
@@ -159,24 +158,34 @@ def test_the_inputs_the_cuda_path_was_caught_on() -> None:
 
 # ---- the packed GEMM ------------------------------------------------------------------------------
 
-def _packed(fmt: str, n: int, k: int, block: int = 32, seed: int = 0):
+def _packed(fmt: str, n: int, k: int, seed: int = 0):
+    """The packed weight the kernels read, of an ``[n, k]`` weight whose rows span 12 binades:
+    an MX format in blocks of 32 (E8M0 scales), or NVFP4 through ``pack_model`` (UE4M3 scales in
+    blocks of 16 and the tensor scale, ``has_global_scale``)."""
     import groupquant as gq
     from groupquant.ops.packed_gemm import PackedWeight
     from groupquant.ops.packed_gemm_params import packed_gemm_params
     from groupquant.ops.packed_tables import element_value_table, scale_table
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=g) * torch.exp2(torch.randint(-6, 6, (n, 1), generator=g).float())
-    p = gq.pack(gq.quantize(w, fmt, block_size=block))
+    if fmt == "nvfp4":
+        layer = torch.nn.Linear(k, n, bias=False)
+        layer.weight.data.copy_(w)
+        packed = gq.pack_model(gq.quantize_model(torch.nn.Sequential(layer), recipe="nvfp4_weight_only",
+                                                 quantize_head=True))
+        return packed[0].state.kernel
+    p = gq.pack(gq.quantize(w, fmt, block_size=32))
     return PackedWeight(p.data.reshape(-1).view(torch.uint8), p.scale.view(torch.uint8).reshape(n, -1),
                         element_value_table(p.fmt), scale_table(E8M0), packed_gemm_params(p.fmt, n, k, p.block_size))
 
 
-@pytest.mark.parametrize("fmt", ["fp4_e2m1", "fp6_e3m2", "fp8_e4m3", "int8"])
+@pytest.mark.parametrize("fmt", ["fp4_e2m1", "fp6_e3m2", "fp8_e4m3", "int8", "nvfp4"])
 def test_packed_decode_and_linear(fmt: str) -> None:
     from groupquant.ops.packed_gemm import reference_packed_decode
-    n, k = 37, 200  # out features not a multiple of the 8 warps a block, in features padded to 224
+    n, k = 37, 200  # out features not a multiple of the 8 warps a block, in features padded (224 / 208)
     w = _packed(fmt, n, k)
     p = w.params
+    assert p.has_global_scale == (fmt == "nvfp4")
     width = p.num_blocks * p.block_size
     dst = torch.full((n, width), 77.0)
     emulated_cuda.packed_op(p.pack(), w.data, w.scale, w.value_table, w.scale_table, dst=dst)
