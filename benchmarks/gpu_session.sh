@@ -36,7 +36,7 @@ step env bash -c 'nvidia-smi; python3 -c "import sys, torch; print(sys.version);
 step wheels bash -c 'ls .wheels && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .wheels/*.whl'
 export PYTHONPATH="$PWD/src:/tmp/site"
 step build python3 -c "import torch; from groupquant.ops import native; print(native.load(), native.native_available(torch.device('cuda')), native._state)"
-step cuda_tests python3 -m pytest -q -rs --no-header --durations=10 -p no:cacheprovider \
+step cuda_tests timeout 240 python3 -m pytest -q -rs --no-header --durations=10 -p no:cacheprovider \
     tests/ops/test_device_parity.py tests/nn/test_cuda_layers.py tests/cuda
 step bench_ops timeout 240 python3 benchmarks/bench_cuda.py --ops
 step bench_train timeout 150 python3 benchmarks/bench_cuda.py --train
@@ -44,8 +44,8 @@ step ptq_speed timeout 150 python3 benchmarks/ptq_speed.py --device cuda --rando
 # the wider sets: only the files that name CUDA or a device (collecting the whole tree takes minutes)
 named=$(grep -rlE --include="test_*.py" "cuda|def test_\w*device" tests | grep -v emulated | sort)
 compiled=$(grep -rlE --include="test_*.py" "def test_\w*(compile|fullgraph)" tests/ops tests/nn tests/export | sort)
-step cuda_named_tests python3 -m pytest -q -rs --no-header -p no:cacheprovider --continue-on-collection-errors \
+step cuda_named_tests timeout 180 python3 -m pytest -q -rs --no-header -p no:cacheprovider --continue-on-collection-errors \
     -k "cuda or CUDA or device" $named
-step compile_tests python3 -m pytest -q -rs --no-header -p no:cacheprovider --continue-on-collection-errors \
+step compile_tests timeout 180 python3 -m pytest -q -rs --no-header -p no:cacheprovider --continue-on-collection-errors \
     -k "compile or fullgraph" $compiled
 cat "$summary"
