@@ -11,7 +11,9 @@ Python, ``torch.aminmax``; ``nvfp4-1l``: the single-level variant, ``tensor_scal
 rate (GB/s: one read of x and one write of the result) of the native op, the PyTorch reference
 and torch.compile of the reference, with x.clone() (the same traffic, no arithmetic) as the
 memory floor measured in the same run; the ratio "x clone" is the figure to read. The table is
-measured with torch.set_flush_denormal(True), then the native op alone again without it. The
+measured with torch.set_flush_denormal(True), then the native op alone again without it. A last
+table times quantize (codes and scales, what packing and export store) along the last dim and dim 0
+(``--quantize-only``: that table alone). The
 native op and clone are timed alternately (the machine may be shared: both see the same load).
 With --peers also Brevitas / torchao / microxcaling, where importable (not dependencies).
 """
@@ -28,7 +30,7 @@ import torch
 
 import groupquant as gq
 from groupquant.ops import make_spec, reference_fake_quant
-from groupquant.ops.native_ops import native_fake_quant
+from groupquant.ops.native_ops import native_fake_quant, native_quantize
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the benchmarks' shared helpers
 from result_files import add_save_argument, saved_output  # noqa: E402
@@ -146,6 +148,23 @@ def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers
         print(f"{dname}: " + "; ".join(cells))
 
 
+def run_quantize_table(size: int, reps: int, formats: List[str]) -> None:
+    """quantize (codes, scales: what packing and export store) along the last dim and along dim 0,
+    each timed alternately with x.clone() (flush-to-zero off)."""
+    print("\nquantize (codes + scales), native op: ms (x clone)")
+    print(f"{'dtype':5} {'format':9} {'last dim':>17} {'dim 0':>17}")
+    for dname, dtype in DTYPES.items():
+        x = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
+        for fmt in formats:
+            cells = []
+            for dim in (-1, 0):
+                kwargs = dict(SCHEME_ROWS.get(fmt, {"fmt": fmt}))
+                spec = make_spec(x, kwargs.pop("fmt"), dim=dim, **kwargs)
+                ms, clone_ms = paired_ms(lambda: native_quantize(x, spec), lambda: x.clone(), reps)
+                cells.append(f"{ms:7.1f} ({ms / clone_ms:5.2f}x)")
+            print(f"{dname:5} {fmt:9} {cells[0]:>17} {cells[1]:>17}", flush=True)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=4096, help="the tensor is size x size")
@@ -154,6 +173,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="MX format names and/or " + ", ".join(SCHEME_ROWS))
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile of the reference")
     parser.add_argument("--peers", action="store_true", help="also time Brevitas / torchao / microxcaling if importable")
+    parser.add_argument("--quantize-only", action="store_true", help="only the quantize (codes + scales) table")
     add_save_argument(parser)
     args = parser.parse_args(argv)
     with saved_output(args.save, __file__, argv):
@@ -167,7 +187,9 @@ def _run(args: argparse.Namespace) -> None:
     if args.peers:
         found = sorted({name for fmt in args.formats if fmt not in SCHEME_ROWS for name in peer_functions(fmt)})
         print("peers importable: " + (", ".join(found) if found else "none (brevitas, torchao, microxcaling)"))
-    run_table(args.size, args.reps, args.formats, not args.no_compile, args.peers)
+    if not args.quantize_only:
+        run_table(args.size, args.reps, args.formats, not args.no_compile, args.peers)
+    run_quantize_table(args.size, args.reps, args.formats)
 
 
 if __name__ == "__main__":

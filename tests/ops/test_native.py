@@ -152,6 +152,17 @@ def test_large_blocks_and_wide_inner_dims_take_the_chunked_paths() -> None:
             check_against_reference(x, FORMATS["int8"], block, dim, rounding, "float")
 
 
+def test_quantize_along_the_last_dim_goes_in_runs_of_blocks() -> None:
+    # runs of whole blocks up to the CPU tile (2048 elements) and across rows; a short block (the
+    # last of a row) ends a run and its padding codes follow it; many runs per parallel task
+    for shape, block in [((64, 128), 16), ((70, 100), 32), ((9, 1000), 300), ((3, 2100), 2048)]:
+        x = make_input(shape, -1, torch.bfloat16, seed=5)
+        for rounding in ("even", "stochastic"):
+            check_against_reference(x, FORMATS["fp4_e2m1"], block, -1, rounding, "ceil")
+            check_against_reference(x, FORMATS["int8"], block, -1, rounding, "float")
+            check_against_reference(x.float(), FORMATS["e6m9"], block, -1, rounding, "even")
+
+
 def test_public_api_runs_native_and_matches_reference_with_gradients() -> None:
     assert gq.ops.backend() == "native"
     x = make_input((6, 96), -1, torch.float32, seed=11).nan_to_num(0.0, 0.0, 0.0) * 100

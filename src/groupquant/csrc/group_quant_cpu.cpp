@@ -3,7 +3,8 @@
 // rounding kind and how the scale applies (ScaleApply) are template parameters).
 //
 // Work is cut into tiles: for the last-dim case (inner == 1) a tile is a run of consecutive blocks
-// of at most kTile elements (contiguous in memory, across rows too); for grouping along a leading
+// of at most kTile elements (contiguous in memory, across rows too; with codes, a run ends after a
+// block whose codes are padded); for grouping along a leading
 // or middle dim (inner > 1) a tile is one block of rows times a chunk of at most kColumns
 // contiguous columns, and every loop runs along the columns. Per tile: amax of each block from the
 // bits (integer max; for inner > 1 a running max per column over the block's rows), the blocks'
@@ -175,15 +176,30 @@ struct Driver {
     for (int64_t i = 0; i < n; ++i) buf[i] = v;
   }
 
-  // Fake-quant, grouping along the last dim (inner == 1): runs of consecutive blocks per tile.
-  static void fake_rows(const Job& job) {
+  // The codes of the padding positions of a short block (bs - len of them, from code index at),
+  // each the code of an input 0 in a block with scale sc.
+  static void pad_codes(const Job& job, const BlockScale& sc, int64_t len, int64_t at, float* vals) {
+    const int64_t bs = job.block_size;
+    fill(vals, std::min(bs - len, kTile), padding_value<Apply>(sc, job));
+    for (int64_t off = len; off < bs; off += kTile) encode_any(vals, std::min(kTile, bs - off), job, at + off - len);
+  }
+
+  // Grouping along the last dim (inner == 1), fake-quant and quantize: a work item is a run of
+  // consecutive blocks of at most kTile elements (contiguous in x, across rows too): amax of each
+  // block, their scales in one loop over the blocks (which vectorizes), then one pass over the
+  // run's elements. Block b's codes start at b * block_size, so with codes a run ends after a short
+  // block (the last of a row, whose padding codes follow it). A block longer than kTile is done
+  // alone, in chunks.
+  static void rows(const Job& job) {
     const int64_t bs = job.block_size, k = job.num_blocks, dim = job.dim_size;
     const int64_t total = job.outer * k;
     const int64_t grain = std::max<int64_t>(1, kGrainElements / bs);
+    const bool codes = job.codes != nullptr;
     at::parallel_for(0, total, grain, [&](int64_t b0, int64_t b1) {
       const KeepDenormals keep;
       alignas(64) float scale_buf[kTile];
       alignas(64) float inv_buf[kTile];
+      alignas(64) float vals[kTile];
       alignas(64) uint32_t amax_blk[kTile];
       alignas(64) int32_t len_blk[kTile];
       alignas(64) float scale_blk[kTile];
@@ -193,73 +209,49 @@ struct Driver {
       int64_t o = b0 / k, kb = b0 % k;
       int64_t b = b0;
       while (b < b1) {
-        const int64_t start = o * dim + kb * bs;
-        const int64_t b_first = b;  // index of the first block of this run (its scale's index)
+        const int64_t start = o * dim + kb * bs;  // first element of the run in x
+        const int64_t b_first = b;                // first block of the run (its scale's index)
         int64_t len = std::min(bs, dim - kb * bs);
         if (len > kTile) {  // one large block, in chunks
           const BlockScale sc = block_scale(amax_span<S>(x + start, len), job.fmt, job.scale_mode, job.g());
           if (job.scale != nullptr) job.scale[b_first] = sc.scale;
+          if (job.scale_codes != nullptr) job.scale_codes[b_first] = sc.code;
           fill(scale_buf, kTile, sc.scale);
           fill(inv_buf, kTile, sc.inv);
           for (int64_t off = 0; off < len; off += kTile) {
-            span(job, start + off, std::min(kTile, len - off), scale_buf, inv_buf, nullptr);
+            const int64_t n = std::min(kTile, len - off);
+            span(job, start + off, n, scale_buf, inv_buf, vals);
+            if (codes) encode_any(vals, n, job, b_first * bs + off);
           }
+          if (codes && len < bs) pad_codes(job, sc, len, b_first * bs + len, vals);
           ++b;
           if (++kb == k) { kb = 0; ++o; }
           continue;
         }
-        // a run of whole blocks: amax of each, then their scales (a loop over blocks that
-        // vectorizes), then the per-element scale buffers
         int64_t filled = 0, nb = 0;
-        while (b < b1 && filled + len <= kTile) {
+        bool short_last = false;
+        while (b < b1 && filled + len <= kTile && !short_last) {
           amax_blk[nb] = amax_span<S>(x + start + filled, len);
           len_blk[nb++] = static_cast<int32_t>(len);
           filled += len;
+          short_last = codes && len < bs;
           ++b;
           if (++kb == k) { kb = 0; ++o; }
           len = std::min(bs, dim - kb * bs);
         }
         block_scales(amax_blk, nb, job, scale_blk, inv_blk, code_blk);
         if (job.scale != nullptr) std::copy(scale_blk, scale_blk + nb, job.scale + b_first);
+        if (job.scale_codes != nullptr) std::copy(code_blk, code_blk + nb, job.scale_codes + b_first);
         for (int64_t t = 0, off = 0; t < nb; off += len_blk[t], ++t) {
           fill(scale_buf + off, len_blk[t], scale_blk[t]);
           if (Apply != kApplyDiv) fill(inv_buf + off, len_blk[t], inv_blk[t]);
         }
-        span(job, start, filled, scale_buf, inv_buf, nullptr);
-      }
-    });
-  }
-
-  // Quantize with inner == 1 (grouping along the last dim): one block per work item.
-  static void last_dim_blocks(const Job& job) {
-    const int64_t bs = job.block_size, k = job.num_blocks, dim = job.dim_size;
-    const int64_t total = job.outer * k;
-    const int64_t grain = std::max<int64_t>(1, kGrainElements / bs);
-    at::parallel_for(0, total, grain, [&](int64_t i0, int64_t i1) {
-      const KeepDenormals keep;
-      alignas(64) float scale_buf[kTile];
-      alignas(64) float inv_buf[kTile];
-      alignas(64) float vals[kTile];
-      const T* x = static_cast<const T*>(job.x);
-      for (int64_t ob = i0; ob < i1; ++ob) {
-        const int64_t o = ob / k, kb = ob % k;
-        const int64_t j0 = kb * bs, len = std::min(bs, dim - j0);
-        const int64_t base = o * dim + j0;  // first element in x
-        const int64_t code_base = ob * bs;  // first code
-        const BlockScale sc = block_scale(amax_span<S>(x + base, len), job.fmt, job.scale_mode, job.g());
-        if (job.scale != nullptr) job.scale[ob] = sc.scale;
-        if (job.scale_codes != nullptr) job.scale_codes[ob] = sc.code;
-        for (int64_t off = 0; off < len; off += kTile) {
-          const int64_t n = std::min(kTile, len - off);
-          fill(scale_buf, n, sc.scale);
-          fill(inv_buf, n, sc.inv);
-          span(job, base + off, n, scale_buf, inv_buf, vals);
-          if (job.codes != nullptr) encode_any(vals, n, job, code_base + off);
-        }
-        if (job.codes != nullptr && len < bs) {
-          fill(vals, std::min(bs - len, kTile), padding_value<Apply>(sc, job));
-          for (int64_t off = len; off < bs; off += kTile) {
-            encode_any(vals, std::min(kTile, bs - off), job, code_base + off);
+        span(job, start, filled, scale_buf, inv_buf, vals);
+        if (codes) {
+          encode_any(vals, filled, job, b_first * bs);
+          if (short_last) {
+            const BlockScale sc{scale_blk[nb - 1], inv_blk[nb - 1], 0};
+            pad_codes(job, sc, len_blk[nb - 1], b_first * bs + filled, vals);
           }
         }
       }
@@ -321,8 +313,7 @@ struct Driver {
 
   static void run(const Job& job) {
     if (job.inner > 1) columns(job);
-    else if (job.codes == nullptr) fake_rows(job);
-    else last_dim_blocks(job);
+    else rows(job);
   }
 };
 
