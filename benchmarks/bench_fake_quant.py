@@ -105,22 +105,23 @@ def peer_functions(fmt: str) -> Dict[str, Callable[[torch.Tensor], torch.Tensor]
     return peers
 
 
-def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers: bool) -> None:
+def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers: bool, reference: bool = True) -> None:
     print("torch.set_flush_denormal(True)")
     torch.set_flush_denormal(True)
-    header = (f"{'dtype':5} {'format':9} {'native ms':>9} {'GB/s':>6} {'clone ms':>8} {'x clone':>7} {'ref ms':>8} "
-              f"{'x native':>8}"
-              + (f" {'compiled ms':>11} {'x native':>8}" if compile_ref else ""))
+    header = (f"{'dtype':5} {'format':9} {'native ms':>9} {'GB/s':>6} {'clone ms':>8} {'x clone':>7} "
+              + (f"{'ref ms':>8} {'x native':>8}" if reference else "")
+              + (f" {'compiled ms':>11} {'x native':>8}" if compile_ref and reference else ""))
     for dname, dtype in DTYPES.items():
         x = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
         print(f"\n{header}")
         for fmt in formats:
             spec = row_spec(x, fmt)
             nat, clone_ms = paired_ms(lambda: native_fake_quant(x, spec), lambda: x.clone(), reps)
-            ref = median_ms(lambda: reference_fake_quant(x, spec), max(1, reps // 3))
-            line = (f"{dname:5} {fmt:9} {nat:9.1f} {gbps(x, nat):6.2f} {clone_ms:8.1f} {nat / clone_ms:7.2f} "
-                    f"{ref:8.1f} {ref / nat:8.1f}")
-            if compile_ref:
+            line = f"{dname:5} {fmt:9} {nat:9.1f} {gbps(x, nat):6.2f} {clone_ms:8.1f} {nat / clone_ms:7.2f} "
+            if reference:
+                ref = median_ms(lambda: reference_fake_quant(x, spec), max(1, reps // 3))
+                line += f"{ref:8.1f} {ref / nat:8.1f}"
+            if compile_ref and reference:
                 try:
                     torch._dynamo.reset()
                     compiled = torch.compile(lambda t, s=spec: reference_fake_quant(t, s)[0], fullgraph=True)
@@ -174,6 +175,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile of the reference")
     parser.add_argument("--peers", action="store_true", help="also time Brevitas / torchao / microxcaling if importable")
     parser.add_argument("--quantize-only", action="store_true", help="only the quantize (codes + scales) table")
+    parser.add_argument("--native-only", action="store_true", help="no reference (nor compiled reference) columns")
     add_save_argument(parser)
     args = parser.parse_args(argv)
     with saved_output(args.save, __file__, argv):
@@ -188,7 +190,7 @@ def _run(args: argparse.Namespace) -> None:
         found = sorted({name for fmt in args.formats if fmt not in SCHEME_ROWS for name in peer_functions(fmt)})
         print("peers importable: " + (", ".join(found) if found else "none (brevitas, torchao, microxcaling)"))
     if not args.quantize_only:
-        run_table(args.size, args.reps, args.formats, not args.no_compile, args.peers)
+        run_table(args.size, args.reps, args.formats, not args.no_compile, args.peers, not args.native_only)
     run_quantize_table(args.size, args.reps, args.formats)
 
 

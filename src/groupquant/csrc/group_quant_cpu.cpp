@@ -35,6 +35,7 @@ constexpr int64_t kGrainElements = 1 << 15;  // elements per parallel task, at l
 
 struct F32 {
   using T = float;
+  using Bits = uint32_t;  // holds abs_bits
   static float load(T v) { return v; }
   static T store(float v) { return v; }
   static uint32_t abs_bits(T v) { return f2u(v) & 0x7FFFFFFFu; }
@@ -43,6 +44,7 @@ struct F32 {
 
 struct BF16 {
   using T = uint16_t;
+  using Bits = uint16_t;
   static float load(T v) { return bf16_bits_to_float(v); }
   static T store(float v) { return float_to_bf16_bits(v); }
   static uint32_t abs_bits(T v) { return v & 0x7FFFu; }
@@ -51,6 +53,7 @@ struct BF16 {
 
 struct F16 {
   using T = uint16_t;
+  using Bits = uint16_t;
   static float load(T v) { return fp16_bits_to_float(v); }
   static T store(float v) { return float_to_fp16_bits(v); }
   static uint32_t abs_bits(T v) { return v & 0x7FFFu; }  // ordered like |x| (NaN above Inf)
@@ -70,6 +73,32 @@ uint32_t amax_span(const typename S::T* __restrict x, int64_t n) {
 #pragma omp simd reduction(max : m)
   for (int64_t i = 0; i < n; ++i) m = std::max(m, S::abs_bits(x[i]));
   return S::widen_abs(m);
+}
+
+// Largest |x| of each of nb consecutive blocks of BS elements (float32 bits), BS known at compile
+// time so that a block's loop is whole vectors (16 bfloat16 values are half of an AVX-512 register:
+// with the length unknown, such a loop ran one element at a time).
+template <class S, int BS>
+void amax_blocks_of(const typename S::T* __restrict x, int64_t nb, uint32_t* __restrict amax) {
+  using Bits = typename S::Bits;  // the max in the storage's width: 16 lanes of 16 bits, not of 32
+  for (int64_t t = 0; t < nb; ++t) {
+    Bits m = 0;
+#pragma omp simd reduction(max : m)
+    for (int i = 0; i < BS; ++i) m = std::max(m, static_cast<Bits>(S::abs_bits(x[t * BS + i])));
+    amax[t] = S::widen_abs(m);
+  }
+}
+
+// Largest |x| of each of nb consecutive blocks of bs elements (float32 bits); NVFP4's and MX's
+// block sizes (16, 32) take the loops of amax_blocks_of.
+template <class S>
+void amax_blocks(const typename S::T* x, int64_t nb, int64_t bs, uint32_t* amax) {
+  switch (bs) {
+    case 16: amax_blocks_of<S, 16>(x, nb, amax); break;
+    case 32: amax_blocks_of<S, 32>(x, nb, amax); break;
+    default:
+      for (int64_t t = 0; t < nb; ++t) amax[t] = amax_span<S>(x + t * bs, bs);
+  }
 }
 
 // Quantize n contiguous elements, element i with scale[i] / inv[i] (and the per-tensor g, two-level);
@@ -228,16 +257,20 @@ struct Driver {
           if (++kb == k) { kb = 0; ++o; }
           continue;
         }
-        int64_t filled = 0, nb = 0;
+        int64_t filled = 0, nb = 0, whole = 0;  // whole: the leading blocks of bs elements
         bool short_last = false;
         while (b < b1 && filled + len <= kTile && !short_last) {
-          amax_blk[nb] = amax_span<S>(x + start + filled, len);
+          whole += (whole == nb && len == bs) ? 1 : 0;
           len_blk[nb++] = static_cast<int32_t>(len);
           filled += len;
           short_last = codes && len < bs;
           ++b;
           if (++kb == k) { kb = 0; ++o; }
           len = std::min(bs, dim - kb * bs);
+        }
+        amax_blocks<S>(x + start, whole, bs, amax_blk);
+        for (int64_t t = whole, off = whole * bs; t < nb; off += len_blk[t], ++t) {
+          amax_blk[t] = amax_span<S>(x + start + off, len_blk[t]);
         }
         block_scales(amax_blk, nb, job, scale_blk, inv_blk, code_blk);
         if (job.scale != nullptr) std::copy(scale_blk, scale_blk + nb, job.scale + b_first);
