@@ -13,7 +13,7 @@ and torch.compile of the reference, with x.clone() (the same traffic, no arithme
 memory floor measured in the same run; the ratio "x clone" is the figure to read. The table is
 measured with torch.set_flush_denormal(True), then the native op alone again without it. A last
 table times quantize (codes and scales, what packing and export store) along the last dim and dim 0
-(``--quantize-only``: that table alone). The
+(``--quantize-only``: that table alone; ``--native-only``: no reference columns). The
 native op and clone are timed alternately (the machine may be shared: both see the same load).
 With --peers also Brevitas / torchao / microxcaling, where importable (not dependencies).
 """
@@ -41,10 +41,10 @@ SCHEME_ROWS: Dict[str, Dict[str, object]] = {"nvfp4": {"fmt": "nvfp4"},
                                               "nvfp4-1l": {"fmt": "nvfp4", "tensor_scale": False}}
 
 
-def row_spec(x: torch.Tensor, row: str):
-    """The GroupSpec of a benchmark row: an MX format name, or one of :data:`SCHEME_ROWS`."""
+def row_spec(x: torch.Tensor, row: str, dim: int = -1):
+    """The GroupSpec of a benchmark row (an MX format name, or one of :data:`SCHEME_ROWS`), grouped along dim."""
     kwargs = dict(SCHEME_ROWS.get(row, {"fmt": row}))
-    return make_spec(x, kwargs.pop("fmt"), **kwargs)
+    return make_spec(x, kwargs.pop("fmt"), dim=dim, **kwargs)
 
 
 def median_ms(fn: Callable[[], object], reps: int) -> float:
@@ -152,6 +152,7 @@ def run_table(size: int, reps: int, formats: List[str], compile_ref: bool, peers
 def run_quantize_table(size: int, reps: int, formats: List[str]) -> None:
     """quantize (codes, scales: what packing and export store) along the last dim and along dim 0,
     each timed alternately with x.clone() (flush-to-zero off)."""
+    torch.set_flush_denormal(False)
     print("\nquantize (codes + scales), native op: ms (x clone)")
     print(f"{'dtype':5} {'format':9} {'last dim':>17} {'dim 0':>17}")
     for dname, dtype in DTYPES.items():
@@ -159,8 +160,7 @@ def run_quantize_table(size: int, reps: int, formats: List[str]) -> None:
         for fmt in formats:
             cells = []
             for dim in (-1, 0):
-                kwargs = dict(SCHEME_ROWS.get(fmt, {"fmt": fmt}))
-                spec = make_spec(x, kwargs.pop("fmt"), dim=dim, **kwargs)
+                spec = row_spec(x, fmt, dim)
                 ms, clone_ms = paired_ms(lambda: native_quantize(x, spec), lambda: x.clone(), reps)
                 cells.append(f"{ms:7.1f} ({ms / clone_ms:5.2f}x)")
             print(f"{dname:5} {fmt:9} {cells[0]:>17} {cells[1]:>17}", flush=True)

@@ -4,9 +4,9 @@
 //
 // Work is cut into tiles: for the last-dim case (inner == 1) a tile is a run of consecutive blocks
 // of at most kTile elements (contiguous in memory, across rows too; with codes, a run ends after a
-// block whose codes are padded); for grouping along a leading
-// or middle dim (inner > 1) a tile is one block of rows times a chunk of at most kColumns
-// contiguous columns, and every loop runs along the columns. Per tile: amax of each block from the
+// block whose codes are padded); for grouping along a leading or middle dim (inner > 1) a tile is
+// one block of rows times a chunk of at most kColumns contiguous columns, and every loop runs along
+// the columns. Per tile: amax of each block from the
 // bits (integer max; for inner > 1 a running max per column over the block's rows), the blocks'
 // shared scales in one loop, then one pass over the elements (the tile still in cache) that
 // quantizes and stores.
