@@ -134,3 +134,15 @@ def test_nbytes_counts_the_state_not_the_tables():
     assert packed.nbytes == 12 * 48 // 2 + 12 * 3 + 12 * 4 + 4
     sd = packed.state_dict()
     assert packed.nbytes == sum(sd[k].numel() * sd[k].element_size() for k in OLD_KEYS)
+
+
+def test_a_layer_made_from_a_weight_on_another_device_keeps_its_whole_record_there():
+    """The value and scale tables go where the codes are (a CUDA model packed by pack_model once
+    reached the op with CPU tables): here the other device is 'meta', which needs no GPU (and no
+    tensor scale, whose value the record reads)."""
+    from groupquant.packing import pack
+    for wq in (Q.MXFloat4e2m1Weight, Q.MXInt8Weight):
+        packed = pack(quant_layer(wq).group_quantized_weight("fc")).to("meta")
+        record = PackedLinear.from_packed(packed).state
+        devices = {name: t.device.type for name, t in record.tensors().items() if t is not None}
+        assert set(devices.values()) == {"meta"}, devices

@@ -31,12 +31,12 @@ def _scales_with_weight(norm: nn.Module, x: torch.Tensor, out: torch.Tensor) -> 
     """Whether ``norm``'s output on ``x`` becomes ``out / s`` when its weight (and bias) are divided
     by a per-feature ``s`` (the fold ``smooth`` makes); the norm's parameters are put back."""
     w = norm.weight
-    s = torch.linspace(0.5, 2.0, w.shape[-1], dtype=torch.float64)
+    s = torch.linspace(0.5, 2.0, w.shape[-1], dtype=torch.float64, device=w.device)
     saved = [(p, p.detach().clone()) for p in (w, getattr(norm, "bias", None)) if isinstance(p, torch.Tensor)]
     try:
         for p, value in saved:
             p.copy_((value.double() / s).to(p.dtype))
-        got = norm(x).double() * s.to(x.device)
+        got = norm(x).double() * s.to(x.device)  # x may sit on another device than the norm's weight
     finally:
         for p, value in saved:
             p.copy_(value)

@@ -64,7 +64,7 @@ def gptq_quantize(w: torch.Tensor, h: torch.Tensor, grid: WeightGrid, *, percdam
     dead = torch.diagonal(H) == 0
     H[dead, dead] = 1.0
     damp = float(percdamp) * float(torch.diagonal(H).mean())
-    perm = torch.argsort(torch.diagonal(H), descending=True, stable=True) if act_order else torch.arange(n)
+    perm = torch.argsort(torch.diagonal(H), descending=True, stable=True) if act_order else torch.arange(n, device=H.device)
     W = W[:, perm]
     H = H[perm][:, perm]
     U = _upper_inverse_factor(H, damp)

@@ -123,11 +123,11 @@ def _learn_one(layer: nn.Module, x: torch.Tensor, steps: int, lr: float) -> Tupl
     best R [k, b, b] in float64 or None when the start stays best)``."""
     b = layer.input_rotation.block_size
     k = layer.in_features // b
-    h = hadamard_matrix(b).expand(k, b, b)
+    h = hadamard_matrix(b, device=layer.weight.device).expand(k, b, b)
     w = _blocks(layer.weight.detach().double(), h).float()  # W H H = W: the unrotated weight
     target = x @ w.T
     h32 = h.float()
-    s = torch.zeros(k, b, b, requires_grad=True)
+    s = torch.zeros(k, b, b, device=layer.weight.device, requires_grad=True)
     opt = torch.optim.Adam([s], lr=lr)
     start, best, best_s = None, float("inf"), None
     for step in range(steps + 1):
@@ -149,7 +149,9 @@ def _learn_one(layer: nn.Module, x: torch.Tensor, steps: int, lr: float) -> Tupl
 def _float_output(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``x W^T + b`` in float (the layer's float function; ``x`` unrotated)."""
     b = layer.input_rotation.block_size
-    m = getattr(layer.input_rotation, "matrix", hadamard_matrix(b).expand(layer.in_features // b, b, b))
+    m = getattr(layer.input_rotation, "matrix", None)
+    if m is None:
+        m = hadamard_matrix(b, device=layer.weight.device).expand(layer.in_features // b, b, b)
     w = _blocks(layer.weight.detach().double(), m.double().transpose(-1, -2))
     y = x.double() @ w.T
     return (y if layer.bias is None else y + layer.bias.detach().double()).float()
@@ -166,7 +168,7 @@ def _install(layer: nn.Module, r: torch.Tensor) -> None:
     """``W := W R`` (rotated basis, float64, rounded once) and the online ``H_b R_i`` per block."""
     b = layer.input_rotation.block_size
     layer.weight.copy_(_blocks(layer.weight.detach().double(), r).to(layer.weight.dtype))
-    setattr(layer, ROTATION_ATTR, LearnedInputRotation(hadamard_matrix(b) @ r))
+    setattr(layer, ROTATION_ATTR, LearnedInputRotation(hadamard_matrix(b, device=r.device) @ r))
     clear = getattr(layer.weight_quant, "clear_cache", None)
     if clear is not None:
         clear()

@@ -125,10 +125,22 @@ def save(model: nn.Module, path: PathLike, format: str = "safetensors", *,
     path = Path(path)
     _check_target(path, row)
     _warn_weights_only(model, format)
-    contents = CheckpointContents(packed_state_dict(model), model_config(model),
+    contents = CheckpointContents(_on_cpu(packed_state_dict(model)), model_config(model),
                                   None if tokenizer_from is None else Path(tokenizer_from))
     row.function(row.write)(contents, path)
     return path
+
+
+def _on_cpu(value: Any) -> Any:
+    """``value`` (a packed state dict, its records, lists and tensors) with every tensor on the CPU:
+    the writers store host memory (a model saved from a GPU)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_on_cpu(v) for v in value]
+    return value
 
 
 def _read(path: Path, fmt: CheckpointFormat) -> CheckpointContents:

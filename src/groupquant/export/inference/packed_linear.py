@@ -128,7 +128,8 @@ class PackedLinear(QuantLayerMixin, nn.Module):
         self._state = PackedLinearState.make(
             codes=packed.data.reshape(-1).view(torch.uint8).clone(),
             scale=packed.scale.view(torch.uint8).reshape(self.out_features, -1).clone(),
-            value_table=element_value_table(self.fmt), scale_table=scale_table(self.scale_format), params=params,
+            value_table=element_value_table(self.fmt).to(packed.data.device),  # the tables on the codes' device
+            scale_table=scale_table(self.scale_format).to(packed.data.device), params=params,
             tensor_scale=None if ts is None else ts.detach().float().reshape(()).clone(),
             bias=None if bias is None else bias.detach().float().clone())
         proxies = dict(proxies or {})
