@@ -26,7 +26,7 @@ OLDEST_TEST_PACKAGES ?= pytest hypothesis ml_dtypes "onnx>=1.23" "onnxruntime>=1
 # $(call stamp,a,b) -> $(VENV)/.installed-a-b: the extras installed, '-' for ','
 stamp = $(VENV)/.installed-$(subst $(comma),-,$(1))
 
-.PHONY: demo test test-oldest-torch bench gpu-wheels cuda-build-check clean
+.PHONY: demo test test-oldest-torch bench gpu-wheels cuda-build-check cuda-sass cuda-sass-tools clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,19 @@ gpu-wheels: $(BIN)/python
 	rm -rf .wheels
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		$(GPU_PLATFORMS) -d .wheels $(GPU_WHEELS)
+
+# NVIDIA's cuobjdump and nvdisasm (PyPI wheels, unpacked into .tools/cuda) for `make cuda-sass`.
+CUDA_SASS_TOOLS ?= "nvidia-cuda-cuobjdump==13.2.51" "nvidia-cuda-nvdisasm==13.2.86"
+
+cuda-sass-tools: $(BIN)/python
+	rm -rf .tools/cuda && mkdir -p .tools/cuda
+	$(BIN)/pip download -q --no-deps --only-binary=:all: -d .tools/cuda $(CUDA_SASS_TOOLS)
+	cd .tools/cuda && for w in *.whl; do ../../$(BIN)/python -m zipfile -e $$w .; done && chmod +x nvidia/cu13/bin/*
+
+# The fake-quant kernels' SASS for sm_90 (registers, instruction counts): benchmarks/cuda_sass.py.
+cuda-sass: $(BIN)/python
+	@test -x .tools/cuda/nvidia/cu13/bin/cuobjdump || $(MAKE) --no-print-directory cuda-sass-tools
+	$(BIN)/python benchmarks/cuda_sass.py
 
 # The CUDA build (every source, linked against torch 2.11+cu130's CUDA libraries, loaded) on a machine
 # with nvcc but no GPU: benchmarks/cuda_build_check.py, in the oldest-torch environment.

@@ -220,6 +220,11 @@ def test_op_rejects_bad_arguments_by_name() -> None:
         op(x, with_field(emax=2 ** 40))
     with pytest.raises(ValueError, match="saturating"):
         op(x, dataclasses.replace(kernel_params(make_spec(x, "fp4_e2m1"), x.dtype), saturating=False).pack())
+    # the element rounding clamps exponents to emax + 1 (group_quant.h quantize_element): a float
+    # format whose max_normal reaches 2^(emax + 1) would round its top binade wrongly
+    with pytest.raises(ValueError, match=r"max_normal must lie below 2\^\(emax \+ 1\).*max_normal=512.*emax=8"):
+        op(x, with_field(max_normal=512.0))
+    op(x, with_field(max_normal=511.0))  # below 2^9: accepted
     with pytest.raises(ValueError, match="params must hold"):
         op(x, record.pack()[:-1])
 

@@ -17,6 +17,19 @@
 
 #include "group_quant_params.h"  // the record, and GQ_HD (host and device, always inlined)
 
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+// The device code of nvcc converts float32 <-> bfloat16 / float16 with the card's instructions (IEEE
+// round to nearest even, subnormals kept: the same bits as the software conversions below), the
+// NaN code aside, which stays the software's. Everywhere else (CPU, the CUDA emulation) in software.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define GQ_DEVICE_CONVERSIONS 1
+#else
+#define GQ_DEVICE_CONVERSIONS 0
+#endif
+
 namespace groupquant {
 
 // ---- enums shared with the Python side (values are part of the op interface) ----------------
@@ -77,6 +90,10 @@ GQ_HD float exp2i(int32_t k) {
   return u2f(k >= -126 ? normal : sub);
 }
 
+// 2^k as float32 for integer k in the normal range [-126, 127]: the exponent field alone (one
+// integer operation, where exp2i spends several on the subnormal case).
+GQ_HD float exp2i_normal(int32_t k) { return u2f(static_cast<uint32_t>(k + 127) << 23); }
+
 // floor(log2|x|) read off the exponent field: exact for normal x; float32 zero and subnormals give
 // -127, which callers clamp to a format's emin (>= -120), so they never need the exact value.
 GQ_HD int32_t exponent_field_log2(float x) {
@@ -88,13 +105,21 @@ GQ_HD int32_t exponent_field_log2(float x) {
 GQ_HD float bf16_bits_to_float(uint16_t h) { return u2f(static_cast<uint32_t>(h) << 16); }
 
 GQ_HD uint16_t float_to_bf16_bits(float f) {
+#if GQ_DEVICE_CONVERSIONS
+  const uint16_t h = __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  return f != f ? static_cast<uint16_t>(0x7FC0) : h;  // the card's NaN is 0x7FFF
+#else
   const uint32_t u = f2u(f);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN
   const uint32_t rounded = u + 0x7FFFu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(rounded >> 16);
+#endif
 }
 
 GQ_HD float fp16_bits_to_float(uint16_t h) {
+#if GQ_DEVICE_CONVERSIONS
+  return __half2float(__ushort_as_half(h));  // exact (every float16 is a float32)
+#else
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t field = (h >> 10) & 0x1Fu;
   const uint32_t mant = h & 0x3FFu;
@@ -102,9 +127,14 @@ GQ_HD float fp16_bits_to_float(uint16_t h) {
   const uint32_t special = sign | 0x7F800000u | (mant << 13);
   const uint32_t small = sign | f2u(static_cast<float>(mant) * 5.9604644775390625e-08f);  // mant * 2^-24
   return u2f(field == 0x1Fu ? special : (field == 0 ? small : normal));
+#endif
 }
 
 GQ_HD uint16_t float_to_fp16_bits(float f) {
+#if GQ_DEVICE_CONVERSIONS
+  const uint16_t h = __half_as_ushort(__float2half_rn(f));
+  return f != f ? static_cast<uint16_t>(((f2u(f) >> 16) & 0x8000u) | 0x7E00u) : h;  // the card's NaN is 0x7FFF
+#else
   const uint32_t u = f2u(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7FFFFFFFu;
@@ -118,6 +148,7 @@ GQ_HD uint16_t float_to_fp16_bits(float f) {
   out = a >= 0x477FF000u ? 0x7C00u : out;  // >= 65520 rounds to Inf
   out = a > 0x7F800000u ? 0x7E00u : out;   // NaN
   return static_cast<uint16_t>(sign | out);
+#endif
 }
 
 // ---- the element format, as the op receives it ---------------------------------------------
@@ -132,7 +163,9 @@ GQ_HD uint16_t float_to_fp16_bits(float f) {
 struct FormatParams {
   GQ_FORMAT_FIELDS(GQ_DECLARE_FIELD)
   // derived
-  int32_t qemin, qmant;    // the quantum of s is 2^(max(floor_log2 s, qemin) - qmant)
+  int32_t qemin, qemax;    // the quantum of s is 2^(clamp(floor_log2 s, qemin, qemax) - qmant): qemax is the
+  int32_t qmant;           // binade above the largest value, so a larger s saturates all the same
+  float zero;              // +0 (formats without -0: v + 0 turns -0 into +0) or -0 (v + -0 is v, -0 too)
   float low, high;         // element values below low / above high are out of range ...
   float low_to, high_to;   // ... and become these (low / high when saturating, else -+Inf or NaN)
   float min_normal;        // 2^emin (float formats)
@@ -146,12 +179,14 @@ struct FormatParams {
 inline void derive_format_constants(FormatParams& f) {
   if (f.is_float) {
     f.qemin = f.emin;
+    f.qemax = f.emax + 1;  // max_normal < 2^(emax + 1) (make_format_params checks it)
     f.qmant = f.mantissa_bits;
     f.low = f.is_signed ? -f.max_normal : 0.0f;
     f.high = f.max_normal;
     f.min_normal = exp2i(f.emin);
   } else {
     f.qemin = 127;  // pins the quantum to 2^-frac_bits
+    f.qemax = 127;
     f.qmant = 127 + f.frac_bits;
     f.low = static_cast<float>(f.qmin) * exp2i(-f.frac_bits);
     f.high = static_cast<float>(f.qmax) * exp2i(-f.frac_bits);
@@ -162,6 +197,7 @@ inline void derive_format_constants(FormatParams& f) {
   f.high_to = f.saturating ? f.high : overflow;
   f.low_to = (f.saturating || !f.is_signed) ? f.low : -overflow;
   f.int_up = exp2i(f.frac_bits);
+  f.zero = f.negative_zero ? -0.0f : 0.0f;
   int e = 0;
   const double m = std::frexp(static_cast<double>(f.max_normal), &e);
   f.rceil_sig = static_cast<float>(2.0 * m);
@@ -415,16 +451,37 @@ GQ_HD float round_integer(float y, const RoundRule& rule, float threshold) {
 // which scale exactly, so the result equals clamp(round(s * 2^frac), qmin, qmax) * 2^-frac.
 // Rint = true is the fast path for rounding='even': rintf (the hardware's nearest-even) gives the
 // same integer as round_integer with the even rule, in one instruction.
+// The exponent is clamped to [qemin, qemax]: a larger |s| (Inf and NaN too) lies beyond the format's
+// largest value whatever its quantum, so it saturates as the unclamped rounding would, and both
+// 2^quantum and 2^-quantum stay normal (make_format_params keeps float formats inside 2^-120 ..
+// 2^120 and integers' frac_bits at most 24), built by exp2i_normal.
 template <bool Rint = false>
 GQ_HD float quantize_element(float s, const FormatParams& f, const RoundRule& rule, float threshold) {
-  const int32_t e = imax(exponent_field_log2(s), f.qemin);
+  const int32_t e = imin(imax(exponent_field_log2(s), f.qemin), f.qemax);
   const int32_t quantum = e - f.qmant;
-  const float y = s * exp2i(-quantum);  // exact: a power-of-two rescale
+  const float y = s * exp2i_normal(-quantum);  // exact: a power-of-two rescale
   const float n = Rint ? rintf(y) : round_integer(y, rule, threshold);
-  float v = n * exp2i(quantum);
+  float v = n * exp2i_normal(quantum);
   v = v < f.low ? f.low_to : v;  // comparisons keep NaN and -0, like torch.clamp
   v = v > f.high ? f.high_to : v;
-  return (f.negative_zero || v != 0.0f) ? v : 0.0f;  // no -0 in formats that cannot encode it
+  return v + f.zero;  // no -0 in formats that cannot encode it (zero = +0 there; -0 keeps v)
+}
+
+// Rounding kinds the kernels compile a loop for: 'even' (rintf), 'nearest' / 'floor' (the rule's
+// threshold and tie rule), stochastic (a hashed noise threshold per element).
+enum RoundKind : int { kKindEven = 0, kKindRule = 1, kKindStochastic = 2 };
+
+// The rounding kind of a Rounding mode.
+GQ_HD int round_kind(int32_t rounding) {
+  return rounding == kRoundEven ? kKindEven : (rounding == kRoundStochastic ? kKindStochastic : kKindRule);
+}
+
+// quantize_element for rounding kind Kind; `index` (the element's linear index in x) and `seed`
+// draw the stochastic threshold (uniform_from_hash), the other kinds ignore them.
+template <int Kind>
+GQ_HD float round_element(float s, const FormatParams& f, const RoundRule& rule, uint64_t index, uint32_t seed) {
+  const float threshold = Kind == kKindStochastic ? uniform_from_hash(index, seed) : rule.threshold;
+  return quantize_element<Kind == kKindEven>(s, f, rule, threshold);
 }
 
 // ---- element codes (codes.py encode) ----------------------------------------------------

@@ -63,8 +63,6 @@ struct F16 {
 // ---- span loops --------------------------------------------------------------------------------
 
 enum OutKind : int { kOutDequant = 0, kOutDequantMask = 1, kOutValues = 2 };
-// Rounding kinds with their own loops: 'even' (rintf), 'nearest'/'floor' (the rule), stochastic (hashed noise).
-enum RoundKind : int { kKindEven = 0, kKindRule = 1, kKindStochastic = 2 };
 
 // Largest |x| of n contiguous elements, as float32 bits (NaN/Inf give >= 0x7F800000).
 template <class S>
@@ -113,9 +111,7 @@ void quant_span(const typename S::T* __restrict x, int64_t n, const float* __res
   for (int64_t i = 0; i < n; ++i) {
     const float xv = S::load(x[i]);
     const float s = Apply == kApplyDiv ? xv / scale[i] : xv * inv[i];
-    const float threshold =
-        Kind == kKindStochastic ? uniform_from_hash(idx0 + static_cast<uint64_t>(i), seed) : rule.threshold;
-    const float v = quantize_element<Kind == kKindEven>(s, f, rule, threshold);
+    const float v = round_element<Kind>(s, f, rule, idx0 + static_cast<uint64_t>(i), seed);
     if (Out == kOutValues) {
       vals[i] = v;
     } else {

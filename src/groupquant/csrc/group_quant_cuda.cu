@@ -8,7 +8,9 @@
 //
 // Last-dim grouping (inner == 1): a group of G lanes (the next power of two >= block_size / V, at
 // most 32) owns one block; lanes read consecutive runs (coalesced), the block's amax is reduced
-// with warp shuffles (no shared memory), then each lane quantizes its runs (read again, from L1).
+// with warp shuffles (no shared memory), then each lane quantizes its runs: held in registers where
+// a block is at most one run a lane (MX and NVFP4 blocks in every dtype), else read again (from L1).
+// The rounding kind (RoundKind) is a template parameter, so the element loop has no branch.
 // inner > 1: one thread per (block, run of V neighbouring columns); neighbouring threads read
 // neighbouring runs (coalesced) and walk the block's rows, once for the amax of each column and
 // once to quantize.
@@ -73,14 +75,20 @@ struct alignas(sizeof(T) * V) Vec {
   T v[V];
 };
 
-// Quantize V consecutive elements (input index i, code index code_at) with block scale sc[0], or
-// element j with sc[j] (PerElementScale: V neighbouring columns, each its own block); g: the tensor
-// scale. One vector load of x and one vector store each of the values, the mask and uint8 codes.
-template <class S, int V, bool Stochastic, int Apply, bool PerElementScale>
+// The run of V elements of storage type T at input index i (one vector load).
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> load_run(const Job& job, int64_t i) {
+  return *reinterpret_cast<const Vec<T, V>*>(static_cast<const T*>(job.x) + i);
+}
+
+// Quantize the run `in` of V consecutive elements (input index i, code index code_at) with block
+// scale sc[0], or element j with sc[j] (PerElementScale: V neighbouring columns, each its own
+// block); g: the tensor scale. One vector store each of the values, the mask and uint8 codes.
+template <class S, int V, int Round, int Apply, bool PerElementScale>
 __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams& f, const RoundRule& rule,
-                                             const BlockScale* sc, float g, int64_t i, int64_t code_at) {
+                                             const BlockScale* sc, float g, const Vec<typename S::T, V>& in,
+                                             int64_t i, int64_t code_at) {
   using T = typename S::T;
-  const Vec<T, V> in = *reinterpret_cast<const Vec<T, V>*>(static_cast<const T*>(job.x) + i);
   float vals[V];
   Vec<T, V> out;
   Vec<uint8_t, V> inside;
@@ -88,10 +96,7 @@ __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams&
   for (int j = 0; j < V; ++j) {
     const BlockScale& scj = sc[PerElementScale ? j : 0];
     const float s = scale_input<Apply>(S::load(in.v[j]), scj);
-    const float threshold =
-        Stochastic ? uniform_from_hash(static_cast<uint64_t>(i + j), job.seed) : rule.threshold;
-    vals[j] = job.rounding == kRoundEven ? quantize_element<true>(s, f, rule, threshold)
-                                         : quantize_element<false>(s, f, rule, threshold);
+    vals[j] = round_element<Round>(s, f, rule, static_cast<uint64_t>(i + j), job.seed);
     out.v[j] = S::store(unscale_element<Apply>(vals[j], scj.scale, g));
     inside.v[j] = fabsf(s) <= f.max_normal ? 1 : 0;
   }
@@ -111,15 +116,26 @@ __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams&
   }
 }
 
-// Largest |x| bits of V consecutive elements from index i (one vector load).
+// Largest |x| bits of the run `in` of V elements.
 template <class S, int V>
-__device__ __forceinline__ uint32_t amax_run(const Job& job, int64_t i) {
-  using T = typename S::T;
-  const Vec<T, V> in = *reinterpret_cast<const Vec<T, V>*>(static_cast<const T*>(job.x) + i);
+__device__ __forceinline__ uint32_t amax_run(const Vec<typename S::T, V>& in) {
   uint32_t m = 0;
 #pragma unroll
   for (int j = 0; j < V; ++j) m = max(m, S::abs_bits(in.v[j]));
   return m;
+}
+
+// The scale of a block whose scale applies by Apply: power-of-two scales (kApplyInv) are exactly the
+// exponent scale kind (make_job pairs the rule with the kind), so those kernels compile that kind
+// alone; the float-valued kinds go through the one run-time switch (block_scale).
+template <int Apply>
+__device__ __forceinline__ BlockScale block_scale_for(uint32_t amax_bits, const FormatParams& f, int32_t mode,
+                                                      float g) {
+  if constexpr (Apply == kApplyInv) {
+    return block_scale_as<kScaleExponent>(amax_bits, f, mode, g);
+  } else {
+    return block_scale(amax_bits, f, mode, g);
+  }
 }
 
 // The code of a padding position (input 0) in a block with scale sc.
@@ -129,39 +145,67 @@ __device__ __forceinline__ int32_t padding_code(const FormatParams& f, const Rou
   return encode_element(quantize_element(s, f, rule, rule.threshold), f);
 }
 
-// Grouping along the last dim: `group` lanes (a power of two <= 32) own one block and step through
-// it V elements a lane at a time (V > 1 only where the launch checked that every block and row
-// starts on a multiple of V and the pointers are 16-byte aligned); the block's amax is reduced over
-// the group with shuffles, then the lanes read their runs again (from L1) and quantize them.
-template <class S, int V, bool Stochastic, int Apply>
-__global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, int group) {
+// How the last-dim kernel's lanes split the blocks (worked out once, on the host).
+struct RowsLaunch {
+  int group_log2;     // log2 of the lanes a block: a power of two <= 32
+  bool whole_blocks;  // dim_size is a multiple of block_size: block b starts at b * block_size
+  bool one_run;       // block_size <= lanes * V: a lane holds at most one run of a block
+};
+
+// Grouping along the last dim: 2^group_log2 lanes own one block and step through it V elements a
+// lane at a time (V > 1 only where the launch checked that every block and row starts on a multiple
+// of V and the pointers are 16-byte aligned); the block's amax is reduced over the group with
+// shuffles, then the lanes quantize their runs (one_run: the run loaded for the amax, from
+// registers; else each run read again, from L1). Rows of whole blocks need no division.
+template <class S, int V, int Round, int Apply>
+__global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, const RowsLaunch launch) {
+  using T = typename S::T;
   const FormatParams f = job.fmt;
   const RoundRule rule = round_rule(job.rounding);
   const float g = tensor_scale_of(job);
+  const int group = 1 << launch.group_log2;
   const int lane = threadIdx.x & 31;
   const int sub = lane & (group - 1);
-  const int per_warp = 32 / group;
+  const int per_warp_log2 = 5 - launch.group_log2;
   const int64_t step = static_cast<int64_t>(group) * V;
   const int64_t k = job.num_blocks, bs = job.block_size, dim = job.dim_size;
   const int64_t total = job.outer * k;
-  const int64_t warp_tiles = (total + per_warp - 1) / per_warp;
+  const int64_t warp_tiles = (total + (1 << per_warp_log2) - 1) >> per_warp_log2;
   const int64_t warp0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t wt = warp0; wt < warp_tiles; wt += warps) {  // uniform across the warp
-    const int64_t b = wt * per_warp + lane / group;
+    const int64_t b = (wt << per_warp_log2) + (lane >> launch.group_log2);
     const bool valid = b < total;
-    const int64_t o = valid ? b / k : 0, kb = valid ? b - o * k : 0;
-    const int64_t start = o * dim + kb * bs;
-    const int64_t len = valid ? min(bs, dim - kb * bs) : 0;
+    int64_t start = b * bs, len = bs;
+    if (!launch.whole_blocks) {
+      const int64_t o = valid ? b / k : 0, kb = valid ? b - o * k : 0;
+      start = o * dim + kb * bs;
+      len = min(bs, dim - kb * bs);
+    }
+    len = valid ? len : 0;
+    const int64_t t0 = static_cast<int64_t>(sub) * V;
+    Vec<T, V> held{};
     uint32_t m = 0;
-    for (int64_t t = sub * V; t < len; t += step) m = max(m, amax_run<S, V>(job, start + t));
+    if (launch.one_run) {
+      if (t0 < len) {
+        held = load_run<T, V>(job, start + t0);
+        m = amax_run<S, V>(held);
+      }
+    } else {
+      for (int64_t t = t0; t < len; t += step) m = max(m, amax_run<S, V>(load_run<T, V>(job, start + t)));
+    }
     for (int off = group >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off, group));
     if (!valid) continue;
-    const BlockScale sc = block_scale(S::widen_abs(m), f, job.scale_mode, g);
+    const BlockScale sc = block_scale_for<Apply>(S::widen_abs(m), f, job.scale_mode, g);
     if (sub == 0 && job.scale != nullptr) job.scale[b] = sc.scale;
     if (sub == 0 && job.scale_codes != nullptr) job.scale_codes[b] = sc.code;
-    for (int64_t t = sub * V; t < len; t += step) {
-      quantize_run<S, V, Stochastic, Apply, false>(job, f, rule, &sc, g, start + t, b * bs + t);
+    if (launch.one_run) {
+      if (t0 < len) quantize_run<S, V, Round, Apply, false>(job, f, rule, &sc, g, held, start + t0, b * bs + t0);
+    } else {
+      for (int64_t t = t0; t < len; t += step) {
+        quantize_run<S, V, Round, Apply, false>(job, f, rule, &sc, g, load_run<T, V>(job, start + t), start + t,
+                                                b * bs + t);
+      }
     }
     if (job.codes != nullptr && len < bs) {
       const int32_t code = padding_code<Apply>(f, rule, sc);
@@ -173,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, int group
 // Grouping along another dim (inner > 1): one thread per (block, run of V neighbouring columns),
 // V > 1 where inner is a multiple of V and the pointers are aligned; neighbouring threads read
 // neighbouring runs (coalesced) and walk the block's rows twice (amax per column, then quantize).
-template <class S, int V, bool Stochastic, int Apply>
+template <class S, int V, int Round, int Apply>
 __global__ void __launch_bounds__(kThreads) columns_kernel(const Job job) {
   using T = typename S::T;
   const FormatParams f = job.fmt;
@@ -193,7 +237,7 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const Job job) {
 #pragma unroll
     for (int q = 0; q < V; ++q) m[q] = 0;
     for (int64_t j = 0; j < len; ++j) {
-      const Vec<T, V> in = *reinterpret_cast<const Vec<T, V>*>(static_cast<const T*>(job.x) + base + j * inner);
+      const Vec<T, V> in = load_run<T, V>(job, base + j * inner);
 #pragma unroll
       for (int q = 0; q < V; ++q) m[q] = max(m[q], S::abs_bits(in.v[q]));
     }
@@ -201,12 +245,13 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const Job job) {
     BlockScale sc[V];
 #pragma unroll
     for (int q = 0; q < V; ++q) {
-      sc[q] = block_scale(S::widen_abs(m[q]), f, job.scale_mode, g);
+      sc[q] = block_scale_for<Apply>(S::widen_abs(m[q]), f, job.scale_mode, g);
       if (job.scale != nullptr) job.scale[ob * inner + c + q] = sc[q].scale;
       if (job.scale_codes != nullptr) job.scale_codes[ob * inner + c + q] = sc[q].code;
     }
     for (int64_t j = 0; j < len; ++j) {
-      quantize_run<S, V, Stochastic, Apply, true>(job, f, rule, sc, g, base + j * inner, code_base + j * inner);
+      quantize_run<S, V, Round, Apply, true>(job, f, rule, sc, g, load_run<T, V>(job, base + j * inner),
+                                             base + j * inner, code_base + j * inner);
     }
     if (job.codes != nullptr && len < bs) {
 #pragma unroll
@@ -237,43 +282,55 @@ int vector_width(const Job& job, int64_t n, int64_t m) {
   return ok ? kV : 1;
 }
 
-template <class S, int V, bool Stochastic, int Apply>
+// The last-dim kernel's split for V elements a run: lanes a block the next power of two >= block_size
+// / V, at most 32.
+template <int V>
+RowsLaunch rows_launch(const Job& job) {
+  RowsLaunch r{5, job.dim_size % job.block_size == 0, false};
+  while (r.group_log2 > 0 && (int64_t{1} << (r.group_log2 - 1)) * V >= job.block_size) --r.group_log2;
+  r.one_run = job.block_size <= (int64_t{1} << r.group_log2) * V;
+  return r;
+}
+
+template <class S, int V, int Round, int Apply>
 void launch_as(const Job& job, cudaStream_t stream) {
   if (job.inner == 1) {
-    int group = 32;  // lanes a block: the next power of two >= block_size / V, at most 32
-    while (group > 1 && (group / 2) * V >= job.block_size) group /= 2;
-    const int64_t per_warp = 32 / group;
+    const RowsLaunch r = rows_launch<V>(job);
+    const int64_t per_warp = int64_t{32} >> r.group_log2;
     const int64_t warps = (job.outer * job.num_blocks + per_warp - 1) / per_warp;
-    rows_kernel<S, V, Stochastic, Apply><<<static_cast<unsigned>(grid_for(warps * 32)), kThreads, 0, stream>>>(job, group);
+    rows_kernel<S, V, Round, Apply><<<static_cast<unsigned>(grid_for(warps * 32)), kThreads, 0, stream>>>(job, r);
   } else {
     const int64_t threads = job.outer * job.num_blocks * (job.inner / V);
-    columns_kernel<S, V, Stochastic, Apply><<<static_cast<unsigned>(grid_for(threads)), kThreads, 0, stream>>>(job);
+    columns_kernel<S, V, Round, Apply><<<static_cast<unsigned>(grid_for(threads)), kThreads, 0, stream>>>(job);
   }
 }
 
-template <class S, bool Stochastic, int Apply>
+template <class S, int Round, int Apply>
 void launch(const Job& job, cudaStream_t stream) {
   constexpr int kV = 16 / static_cast<int>(sizeof(typename S::T));
   // last dim: runs lie along rows (dim_size) and start at multiples of block_size; other dims:
   // runs lie along the inner columns
   const int v = job.inner == 1 ? vector_width<S>(job, job.dim_size, job.block_size) : vector_width<S>(job, job.inner, 0);
-  if (v == kV) launch_as<S, kV, Stochastic, Apply>(job, stream);
-  else launch_as<S, 1, Stochastic, Apply>(job, stream);
+  if (v == kV) launch_as<S, kV, Round, Apply>(job, stream);
+  else launch_as<S, 1, Round, Apply>(job, stream);
 }
 
-template <class S, bool Stochastic>
+template <class S, int Round>
 void dispatch_apply(const Job& job, cudaStream_t stream) {
   switch (job.scale_apply()) {
-    case kApplyInv: launch<S, Stochastic, kApplyInv>(job, stream); break;
-    case kApplyTwoLevel: launch<S, Stochastic, kApplyTwoLevel>(job, stream); break;
-    default: launch<S, Stochastic, kApplyDiv>(job, stream); break;
+    case kApplyInv: launch<S, Round, kApplyInv>(job, stream); break;
+    case kApplyTwoLevel: launch<S, Round, kApplyTwoLevel>(job, stream); break;
+    default: launch<S, Round, kApplyDiv>(job, stream); break;
   }
 }
 
 template <class S>
 void dispatch(const Job& job, cudaStream_t stream) {
-  if (job.rounding == kRoundStochastic) dispatch_apply<S, true>(job, stream);
-  else dispatch_apply<S, false>(job, stream);
+  switch (round_kind(job.rounding)) {
+    case kKindEven: dispatch_apply<S, kKindEven>(job, stream); break;
+    case kKindStochastic: dispatch_apply<S, kKindStochastic>(job, stream); break;
+    default: dispatch_apply<S, kKindRule>(job, stream); break;
+  }
 }
 
 }  // namespace

@@ -50,6 +50,8 @@ void make_format_params(FormatParams& f) {
     TORCH_CHECK_VALUE(f.emin - f.mantissa_bits >= -120 && f.emax <= 120,
                       "groupquant: format range must lie inside 2^-120 .. 2^120, got emin=", num(f.emin),
                       " emax=", num(f.emax));
+    TORCH_CHECK_VALUE(f.max_normal < exp2i(f.emax + 1), "groupquant: a float format's max_normal must lie below "
+                      "2^(emax + 1), got max_normal=", num(f.max_normal), " emax=", num(f.emax));
     TORCH_CHECK_VALUE(f.special >= kSpecialNone && f.special <= kSpecialFnuz,
                       "groupquant: special must be 0 (none), 1 (ieee), 2 (nan_only) or 3 (fnuz), got ", num(f.special));
     TORCH_CHECK_VALUE(f.nan_code >= -1 && f.nan_code < (1 << 17),

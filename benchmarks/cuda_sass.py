@@ -1,0 +1,180 @@
+"""What nvcc makes of the fake-quant / quantize kernels, without a GPU: SASS instruction counts.
+
+Compiles ``src/groupquant/csrc/group_quant_cuda.cu`` alone (it includes no torch header) for one
+architecture with the extension's own CUDA flags (``-O3 --fmad=false``), disassembles it and prints,
+for every kernel instantiation asked for, the registers a thread holds and the instructions of the
+machine code: all of them, the branches, the loads and stores, and those of the path one lane takes
+through one block of the common case (``path``: see below). A session without a GPU can compare two
+versions of the kernels with it (``--save`` one table, ``--against`` it later); only a GPU says what
+the figures cost in time (``benchmarks/bench_cuda.py``).
+
+    make cuda-sass                     # the table for sm_90 (H100 / H200)
+    .venv/bin/python benchmarks/cuda_sass.py --arch sm_90 --save /tmp/before.json
+    .venv/bin/python benchmarks/cuda_sass.py --arch sm_90 --against /tmp/before.json
+
+``path`` counts the instructions between the kernel's first 16-byte load of x and its first 16-byte
+store of the values, both included, in program order: for a block of 32 bfloat16 elements grouped
+along the last dim that is one lane's run of 8 elements from its load through the amax, the
+shuffles, the block scale and the 8 elements' rounding to the store. It is a static count (a branch
+not taken still counts), a proxy for the dynamic count, which needs the card.
+
+Needs nvcc (``CUDA_HOME`` or on PATH) and NVIDIA's cuobjdump + nvdisasm (``make cuda-sass-tools``
+downloads their PyPI wheels into ``.tools/cuda``; or put them on PATH).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "src" / "groupquant" / "csrc" / "group_quant_cuda.cu"
+TOOLS = ROOT / ".tools" / "cuda" / "nvidia" / "cu13" / "bin"
+CUDA_FLAGS = ("-O3", "--fmad=false", "-Xcompiler", "-ffp-contract=off", "-std=c++17")
+
+# (label, regex on the demangled kernel name): the instantiations worth a row (rounding even;
+# MX: a power-of-two scale, x * inv; NVFP4: two-level).
+KERNELS = (
+    ("rows bf16 x8 MX", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 0>"),
+    ("rows bf16 x8 NVFP4", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 2>"),
+    ("rows f16 x8 MX", r"rows_kernel<[^<>]*::F16, 8, (false|0), 0>"),
+    ("rows f32 x4 MX", r"rows_kernel<[^<>]*::F32, 4, (false|0), 0>"),
+    ("columns bf16 x8 MX", r"columns_kernel<[^<>]*::BF16, 8, (false|0), 0>"),
+    ("columns f32 x4 MX", r"columns_kernel<[^<>]*::F32, 4, (false|0), 0>"),
+)
+
+
+def tool(name: str) -> str:
+    """Path of a CUDA tool: on PATH, under CUDA_HOME/bin, or in .tools/cuda (make cuda-sass-tools)."""
+    for place in (shutil.which(name), Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / name,
+                  TOOLS / name):
+        if place and Path(place).is_file():
+            return str(place)
+    sys.exit(f"{name} not found: `make cuda-sass-tools` downloads cuobjdump and nvdisasm into {TOOLS}")
+
+
+def compile_object(arch: str, out: Path) -> None:
+    """nvcc -c of the CUDA source for `arch` (e.g. sm_90) with the extension's flags."""
+    subprocess.run([tool("nvcc"), "-c", f"-arch={arch}", *CUDA_FLAGS, "-o", str(out), str(SOURCE)], check=True)
+
+
+def disassemble(obj: Path) -> dict[str, list[str]]:
+    """{kernel name (mangled): [instruction text, ...]} from cuobjdump -sass."""
+    env = dict(os.environ, PATH=f"{Path(tool('nvdisasm')).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    text = subprocess.run([tool("cuobjdump"), "-sass", str(obj)], check=True, capture_output=True, text=True,
+                          env=env).stdout
+    kernels: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        head = re.search(r"Function : (\S+)", line)
+        if head:
+            current = head.group(1)
+            kernels[current] = []
+            continue
+        instr = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+        if instr and current is not None:
+            kernels[current].append(instr.group(1))
+    return kernels
+
+
+def registers(obj: Path) -> dict[str, int]:
+    """{kernel name (mangled): registers a thread} from cuobjdump -res-usage."""
+    text = subprocess.run([tool("cuobjdump"), "-res-usage", str(obj)], check=True, capture_output=True,
+                          text=True).stdout
+    found, current = {}, None
+    for line in text.splitlines():
+        head = re.search(r"Function (\S+):", line)
+        if head:
+            current = head.group(1)
+        regs = re.search(r"REG:(\d+)", line)
+        if regs and current is not None:
+            found[current] = int(regs.group(1))
+    return found
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    """{mangled: demangled} through c++filt (the mangled name where c++filt is missing)."""
+    filt = shutil.which("c++filt")
+    if filt is None:
+        return {n: n for n in names}
+    out = subprocess.run([filt], input="\n".join(names), check=True, capture_output=True, text=True).stdout
+    return dict(zip(names, out.splitlines()))
+
+
+def path_count(code: list[str]) -> int:
+    """Instructions from the first 16-byte load of x through the first 16-byte store, both included."""
+    load = next((i for i, s in enumerate(code) if "LDG.E.128" in s), None)
+    if load is None:
+        return 0
+    store = next((i for i, s in enumerate(code) if "STG.E.128" in s and i > load), None)
+    return 0 if store is None else store - load + 1
+
+
+def summary(code: list[str], regs: int) -> dict[str, int]:
+    """The figures of one kernel: registers, instructions, branches, memory instructions, path."""
+    return {
+        "registers": regs,
+        "instructions": len(code),
+        "branches": sum(1 for s in code if re.search(r"\bBRA\b", s)),
+        "memory": sum(1 for s in code if re.search(r"\b(LDG|STG)\b", s)),
+        "path": path_count(code),
+    }
+
+
+def table(arch: str) -> dict[str, dict[str, int]]:
+    """{label: summary} for the kernels of KERNELS, compiled for `arch`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        obj = Path(tmp) / "group_quant_cuda.o"
+        compile_object(arch, obj)
+        kernels, regs = disassemble(obj), registers(obj)
+    names = demangle(list(kernels))
+    rows = {}
+    for label, pattern in KERNELS:
+        match = [m for m, d in names.items() if re.search(pattern, d) and m in kernels]
+        if match:
+            rows[label] = summary(kernels[match[0]], regs.get(match[0], 0))
+    rows["(all kernels)"] = {"registers": max(regs.values(), default=0),
+                             "instructions": sum(len(c) for c in kernels.values()),
+                             "branches": 0, "memory": 0, "path": 0, "kernels": len(kernels)}
+    return rows
+
+
+def print_table(rows: dict, before: dict | None, arch: str) -> None:
+    cols = ("registers", "instructions", "branches", "memory", "path")
+    print(f"SASS of {SOURCE.relative_to(ROOT)} for {arch} ({' '.join(CUDA_FLAGS)})")
+    print("| kernel | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for label, row in rows.items():
+        cells = []
+        for c in cols:
+            cell = str(row.get(c, ""))
+            if before and label in before and before[label].get(c):
+                cell += f" ({before[label][c]})"
+            cells.append(cell)
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    if before:
+        print("(in brackets: the --against table)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="sm_90", help="nvcc -arch (sm_90: H100 / H200)")
+    parser.add_argument("--save", type=Path, help="write the table as JSON here")
+    parser.add_argument("--against", type=Path, help="a --save file to show beside the figures")
+    args = parser.parse_args()
+    rows = table(args.arch)
+    before = json.loads(args.against.read_text()) if args.against else None
+    print_table(rows, before, args.arch)
+    if args.save:
+        args.save.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
