@@ -28,6 +28,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;
+constexpr int kRowsInFlight = 2;  // rows of a block the column kernel loads before it quantizes them
 
 struct F32 {
   using T = float;
@@ -236,7 +237,8 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const Job job) {
     uint32_t m[V];
 #pragma unroll
     for (int q = 0; q < V; ++q) m[q] = 0;
-    for (int64_t j = 0; j < len; ++j) {
+#pragma unroll 4
+    for (int64_t j = 0; j < len; ++j) {  // loads only: unrolled, several rows' loads are in flight
       const Vec<T, V> in = load_run<T, V>(job, base + j * inner);
 #pragma unroll
       for (int q = 0; q < V; ++q) m[q] = max(m[q], S::abs_bits(in.v[q]));
@@ -249,9 +251,21 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const Job job) {
       if (job.scale != nullptr) job.scale[ob * inner + c + q] = sc[q].scale;
       if (job.scale_codes != nullptr) job.scale_codes[ob * inner + c + q] = sc[q].code;
     }
-    for (int64_t j = 0; j < len; ++j) {
-      quantize_run<S, V, Round, Apply, true>(job, f, rule, sc, g, load_run<T, V>(job, base + j * inner),
-                                             base + j * inner, code_base + j * inner);
+    // kRowsInFlight rows loaded before any is quantized: the stores could alias x, so the compiler
+    // would not move a later row's load above them, and one load at a time leaves memory idle
+    for (int64_t j = 0; j < len; j += kRowsInFlight) {
+      Vec<T, V> in[kRowsInFlight];
+#pragma unroll
+      for (int r = 0; r < kRowsInFlight; ++r) {
+        if (j + r < len) in[r] = load_run<T, V>(job, base + (j + r) * inner);
+      }
+#pragma unroll
+      for (int r = 0; r < kRowsInFlight; ++r) {
+        if (j + r < len) {
+          quantize_run<S, V, Round, Apply, true>(job, f, rule, sc, g, in[r], base + (j + r) * inner,
+                                                 code_base + (j + r) * inner);
+        }
+      }
     }
     if (job.codes != nullptr && len < bs) {
 #pragma unroll
