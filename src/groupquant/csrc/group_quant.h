@@ -236,8 +236,13 @@ GQ_HD Log2Split log2_split(uint32_t bits) {
 // even: one more when amax rounded to even_bits mantissa bits carries into the next binade; rceil:
 // ceil(log2(amax / max_normal)). NaN/Inf in the block, or (scale_overflow_nan) an exponent above
 // scale_bias: NaN scale, the NaN code. scale_flush_subnormal: a subnormal amax is an all-zero block. Branch-free (the mode
-// enters through integer arithmetic), so a loop over blocks vectorizes.
+// enters through integer arithmetic), so a loop over blocks vectorizes. Mode: the rule fixed at compile
+// time (the other rules' terms fold away), or kScaleModeAny to read it from `mode`.
+constexpr int32_t kScaleModeAny = -1;
+
+template <int32_t Mode = kScaleModeAny>
 GQ_HD BlockScale pow2_block_scale(uint32_t amax_bits, const FormatParams& f, int32_t mode) {
+  if constexpr (Mode != kScaleModeAny) mode = Mode;
   const bool nonfinite = amax_bits >= 0x7F800000u;
   const uint32_t bits = nonfinite ? 0u : amax_bits;  // as the reference, which zeroes them first
   const Log2Split a = log2_split(bits);
