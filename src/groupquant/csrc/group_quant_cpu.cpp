@@ -359,9 +359,11 @@ void dispatch_scale(const Job& job) {
 
 template <class S>
 void dispatch_rounding(const Job& job) {
-  if (job.rounding == kRoundStochastic) dispatch_scale<S, kKindStochastic>(job);
-  else if (job.rounding == kRoundEven) dispatch_scale<S, kKindEven>(job);
-  else dispatch_scale<S, kKindRule>(job);
+  switch (round_kind(job.rounding)) {  // the shared header's rule, as the CUDA kernels dispatch
+    case kKindEven: dispatch_scale<S, kKindEven>(job); break;
+    case kKindStochastic: dispatch_scale<S, kKindStochastic>(job); break;
+    default: dispatch_scale<S, kKindRule>(job); break;
+  }
 }
 
 }  // namespace
