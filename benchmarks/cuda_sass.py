@@ -38,15 +38,27 @@ SOURCE = ROOT / "src" / "groupquant" / "csrc" / "group_quant_cuda.cu"
 TOOLS = ROOT / ".tools" / "cuda" / "nvidia" / "cu13" / "bin"
 CUDA_FLAGS = ("-O3", "--fmad=false", "-Xcompiler", "-ffp-contract=off", "-std=c++17")
 
-# (label, regex on the demangled kernel name): the instantiations worth a row (rounding even;
-# MX: a power-of-two scale, x * inv; NVFP4: two-level).
+# (label, regex on the demangled kernel name, elements a run, runs of a block): the instantiations
+# worth a row (rounding even; MX: a power-of-two scale, x * inv, blocks of 32; NVFP4: two-level,
+# blocks of 16; saturation by the clamp, as every saturating format, unless the label says
+# "selects"; the optional Clamp argument lets the patterns match a checkout from before it).
 KERNELS = (
-    ("rows bf16 x8 MX", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 0>"),
-    ("rows bf16 x8 NVFP4", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 2>"),
-    ("rows f16 x8 MX", r"rows_kernel<[^<>]*::F16, 8, (false|0), 0>"),
-    ("rows f32 x4 MX", r"rows_kernel<[^<>]*::F32, 4, (false|0), 0>"),
-    ("columns bf16 x8 MX", r"columns_kernel<[^<>]*::BF16, 8, (false|0), 0>"),
-    ("columns f32 x4 MX", r"columns_kernel<[^<>]*::F32, 4, (false|0), 0>"),
+    ("rows bf16 x8 MX", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 0(, (true|1))?>", 8, 4),
+    ("rows bf16 x8 MX selects", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 0, (false|0)>", 8, 4),
+    ("rows bf16 x8 NVFP4", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 2(, (true|1))?>", 8, 2),
+    ("rows f16 x8 MX", r"rows_kernel<[^<>]*::F16, 8, (false|0), 0(, (true|1))?>", 8, 4),
+    ("rows f32 x4 MX", r"rows_kernel<[^<>]*::F32, 4, (false|0), 0(, (true|1))?>", 4, 8),
+    ("columns bf16 x8 MX", r"columns_kernel<[^<>]*::BF16, 8, (false|0), 0(, (true|1))?>", 8, 4),
+    ("columns f32 x4 MX", r"columns_kernel<[^<>]*::F32, 4, (false|0), 0(, (true|1))?>", 4, 8),
+)
+
+# The fake-quant case of the `per element` column: the source with the codes compiled out (quantize
+# is not asked for) and the floor rule for power-of-two scales (OCP's), so that what lies between a
+# lane's loads and its value stores is the path a fake-quant call takes. Each rewrite must apply.
+FAKE_QUANT_REWRITES = (
+    ("if (job.codes == nullptr) return;", "return;"),
+    ("if (job.codes != nullptr && len < bs) {", "if (false) {"),
+    ("return mode == kScaleFloor ?", "return true ?"),
 )
 
 
@@ -59,9 +71,23 @@ def tool(name: str) -> str:
     sys.exit(f"{name} not found: `make cuda-sass-tools` downloads cuobjdump and nvdisasm into {TOOLS}")
 
 
-def compile_object(arch: str, out: Path) -> None:
-    """nvcc -c of the CUDA source for `arch` (e.g. sm_90) with the extension's flags."""
-    subprocess.run([tool("nvcc"), "-c", f"-arch={arch}", *CUDA_FLAGS, "-o", str(out), str(SOURCE)], check=True)
+def compile_object(arch: str, out: Path, source: Path = SOURCE, include: Path | None = None) -> None:
+    """nvcc -c of a CUDA source (by default the extension's) for `arch` (e.g. sm_90) with the
+    extension's flags; `include`: the folder of its headers (by default its own)."""
+    subprocess.run([tool("nvcc"), "-c", f"-arch={arch}", *CUDA_FLAGS, f"-I{include or source.parent}", "-o",
+                    str(out), str(source)], check=True)
+
+
+def fake_quant_source(source: Path, folder: Path) -> Path:
+    """A copy of `source` in `folder` with FAKE_QUANT_REWRITES applied (each must match)."""
+    text = source.read_text()
+    for old, new in FAKE_QUANT_REWRITES:
+        if old not in text:
+            sys.exit(f"cuda_sass: the fake-quant rewrite {old!r} no longer matches {source}: update FAKE_QUANT_REWRITES")
+        text = text.replace(old, new)
+    copy = folder / source.name
+    copy.write_text(text)
+    return copy
 
 
 def disassemble(obj: Path) -> dict[str, list[str]]:
@@ -116,6 +142,20 @@ def path_count(code: list[str]) -> int:
     return 0 if store is None else store - load + 1
 
 
+def per_element(code: list[str], elements_a_run: int, block_runs: int) -> tuple[float, int]:
+    """(instructions an element, runs a lane) of a last-dim kernel compiled for fake-quant alone:
+    its 16-byte value stores are one a held run (in order) and one in the loop that reads runs
+    again, so a lane's path through a block runs from the first 16-byte load through the store of
+    its last run of the block (at most `block_runs`; the held runs a block leaves empty are skipped
+    by a branch, the predicated loads of them aside)."""
+    load = next((i for i, s in enumerate(code) if "LDG.E.128" in s), None)
+    stores = [i for i, s in enumerate(code) if "STG.E.128" in s and load is not None and i > load]
+    runs = min(len(stores) - 1, block_runs)
+    if runs < 1:
+        return 0.0, 0
+    return round((stores[runs - 1] - load + 1) / (runs * elements_a_run), 1), runs
+
+
 def summary(code: list[str], regs: int) -> dict[str, int]:
     """The figures of one kernel: registers, instructions, branches, memory instructions, path."""
     return {
@@ -127,18 +167,34 @@ def summary(code: list[str], regs: int) -> dict[str, int]:
     }
 
 
-def table(arch: str) -> dict[str, dict[str, int]]:
-    """{label: summary} for the kernels of KERNELS, compiled for `arch`."""
+def kernels_of(arch: str, source: Path, include: Path) -> tuple[dict[str, list[str]], dict[str, int], dict[str, str]]:
+    """(SASS, registers, demangled names) of every kernel of `source` (headers in `include`) for `arch`."""
     with tempfile.TemporaryDirectory() as tmp:
         obj = Path(tmp) / "group_quant_cuda.o"
-        compile_object(arch, obj)
+        compile_object(arch, obj, source, include)
         kernels, regs = disassemble(obj), registers(obj)
-    names = demangle(list(kernels))
+    return kernels, regs, demangle(list(kernels))
+
+
+def find(names: dict[str, str], kernels: dict, pattern: str) -> str | None:
+    """The mangled name of the first kernel whose demangled name matches `pattern`."""
+    return next((m for m, d in names.items() if re.search(pattern, d) and m in kernels), None)
+
+
+def table(arch: str, source: Path = SOURCE) -> dict[str, dict[str, int]]:
+    """{label: summary} for the kernels of KERNELS, compiled for `arch`; the last-dim rows also
+    with `per element` and `runs` from the fake-quant copy of the source."""
+    kernels, regs, names = kernels_of(arch, source, source.parent)
+    with tempfile.TemporaryDirectory() as tmp:
+        fq_kernels, _, fq_names = kernels_of(arch, fake_quant_source(source, Path(tmp)), source.parent)
     rows = {}
-    for label, pattern in KERNELS:
-        match = [m for m, d in names.items() if re.search(pattern, d) and m in kernels]
+    for label, pattern, elements, block_runs in KERNELS:
+        match = find(names, kernels, pattern)
         if match:
-            rows[label] = summary(kernels[match[0]], regs.get(match[0], 0))
+            rows[label] = summary(kernels[match], regs.get(match, 0))
+            fq = find(fq_names, fq_kernels, pattern)
+            if fq and label.startswith("rows"):
+                rows[label]["per element"], rows[label]["runs"] = per_element(fq_kernels[fq], elements, block_runs)
     rows["(all kernels)"] = {"registers": max(regs.values(), default=0),
                              "instructions": sum(len(c) for c in kernels.values()),
                              "branches": 0, "memory": 0, "path": 0, "kernels": len(kernels)}
@@ -146,7 +202,7 @@ def table(arch: str) -> dict[str, dict[str, int]]:
 
 
 def print_table(rows: dict, before: dict | None, arch: str) -> None:
-    cols = ("registers", "instructions", "branches", "memory", "path")
+    cols = ("registers", "instructions", "branches", "memory", "path", "runs", "per element")
     print(f"SASS of {SOURCE.relative_to(ROOT)} for {arch} ({' '.join(CUDA_FLAGS)})")
     print("| kernel | " + " | ".join(cols) + " |")
     print("|---|" + "---:|" * len(cols))
@@ -167,8 +223,10 @@ def main() -> int:
     parser.add_argument("--arch", default="sm_90", help="nvcc -arch (sm_90: H100 / H200)")
     parser.add_argument("--save", type=Path, help="write the table as JSON here")
     parser.add_argument("--against", type=Path, help="a --save file to show beside the figures")
+    parser.add_argument("--checkout", type=Path, default=ROOT,
+                        help="the checkout whose kernels to count (e.g. a `git worktree` of an earlier commit)")
     args = parser.parse_args()
-    rows = table(args.arch)
+    rows = table(args.arch, args.checkout.resolve() / SOURCE.relative_to(ROOT))
     before = json.loads(args.against.read_text()) if args.against else None
     print_table(rows, before, args.arch)
     if args.save:

@@ -165,6 +165,10 @@ struct FormatParams {
   // derived
   int32_t qemin, qemax;    // the quantum of s is 2^(clamp(floor_log2 s, qemin, qemax) - qmant): qemax is the
   int32_t qmant;           // binade above the largest value, so a larger s saturates all the same
+  int32_t quantum_shift;   // qmant << 23: the float32 bits of 2^quantum are s's exponent bits minus it ...
+  int32_t quantum_lo;      // ... clamped to [quantum_lo, quantum_hi], the bits of 2^(qemin - qmant) ...
+  int32_t quantum_hi;      // ... and of 2^(qemax - qmant)
+  bool clamps;             // saturation is the clamp to [low, high] (saturating, and no -0 lost to it)
   float zero;              // +0 (formats without -0: v + 0 turns -0 into +0) or -0 (v + -0 is v, -0 too)
   float low, high;         // element values below low / above high are out of range ...
   float low_to, high_to;   // ... and become these (low / high when saturating, else -+Inf or NaN)
@@ -198,6 +202,12 @@ inline void derive_format_constants(FormatParams& f) {
   f.low_to = (f.saturating || !f.is_signed) ? f.low : -overflow;
   f.int_up = exp2i(f.frac_bits);
   f.zero = f.negative_zero ? -0.0f : 0.0f;
+  f.quantum_shift = f.qmant << 23;
+  f.quantum_lo = static_cast<int32_t>(f2u(exp2i_normal(f.qemin - f.qmant)));
+  f.quantum_hi = static_cast<int32_t>(f2u(exp2i_normal(f.qemax - f.qmant)));
+  // min(max(v, low), high) is the selects' result but for v = -0 at low = +0 (unsigned), which the
+  // zero addition makes +0 unless the format keeps -0
+  f.clamps = f.saturating && !(f.low == 0.0f && f.negative_zero);
   int e = 0;
   const double m = std::frexp(static_cast<double>(f.max_normal), &e);
   f.rceil_sig = static_cast<float>(2.0 * m);
@@ -448,9 +458,27 @@ GQ_HD float round_integer(float y, const RoundRule& rule, float threshold) {
   return copysignf(whole + (up ? 1.0f : 0.0f), y);
 }
 
+// v saturated to the format's range (round_to_format): a value above high becomes high_to (high
+// itself when saturating, else +Inf / NaN), one below low becomes low_to; comparisons keep NaN and
+// -0, like torch.clamp. Clamp (only where f.clamps: then low_to = low, high_to = high): the card's
+// NaN-propagating min / max on sm_80 and newer, two instructions where the selects take four (the
+// same value, NaN aside, whose payload may differ); the selects everywhere else.
+template <bool Clamp = false>
+GQ_HD float saturate(float v, const FormatParams& f) {
+#if GQ_DEVICE_CONVERSIONS
+  if constexpr (Clamp) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(v), "f"(f.low));
+    asm("min.NaN.f32 %0, %0, %1;" : "+f"(r) : "f"(f.high));
+    return r;
+  }
+#endif
+  v = v < f.low ? f.low_to : v;
+  return v > f.high ? f.high_to : v;
+}
+
 // Round a scaled value s = x / scale onto the format's grid, as if the exponent range had no top,
-// then saturate (round_to_format): a result above high becomes high_to (high itself when
-// saturating, else +Inf / NaN), one below low becomes low_to.
+// then saturate (saturate).
 // Integer formats take the same path: their quantum is the constant 2^-frac_bits (qemin = 127
 // pins the exponent, qmant = 127 + frac_bits) and their saturation bounds are qmin/qmax * 2^-frac,
 // which scale exactly, so the result equals clamp(round(s * 2^frac), qmin, qmax) * 2^-frac.
@@ -459,16 +487,16 @@ GQ_HD float round_integer(float y, const RoundRule& rule, float threshold) {
 // The exponent is clamped to [qemin, qemax]: a larger |s| (Inf and NaN too) lies beyond the format's
 // largest value whatever its quantum, so it saturates as the unclamped rounding would, and both
 // 2^quantum and 2^-quantum stay normal (make_format_params keeps float formats inside 2^-120 ..
-// 2^120 and integers' frac_bits at most 24), built by exp2i_normal.
-template <bool Rint = false>
+// 2^120 and integers' frac_bits at most 24). Both are built from s's exponent bits in place: the
+// bits of 2^quantum are those bits minus qmant << 23, clamped (quantum_lo / quantum_hi), and the
+// exponent fields of 2^quantum and 2^-quantum sum to 254.
+template <bool Rint = false, bool Clamp = false>
 GQ_HD float quantize_element(float s, const FormatParams& f, const RoundRule& rule, float threshold) {
-  const int32_t e = imin(imax(exponent_field_log2(s), f.qemin), f.qemax);
-  const int32_t quantum = e - f.qmant;
-  const float y = s * exp2i_normal(-quantum);  // exact: a power-of-two rescale
+  const int32_t exp_bits = static_cast<int32_t>(f2u(s) & 0x7F800000u);
+  const int32_t up = imin(imax(exp_bits - f.quantum_shift, f.quantum_lo), f.quantum_hi);  // bits of 2^quantum
+  const float y = s * u2f(static_cast<uint32_t>((254 << 23) - up));  // * 2^-quantum: exact
   const float n = Rint ? rintf(y) : round_integer(y, rule, threshold);
-  float v = n * exp2i_normal(quantum);
-  v = v < f.low ? f.low_to : v;  // comparisons keep NaN and -0, like torch.clamp
-  v = v > f.high ? f.high_to : v;
+  const float v = saturate<Clamp>(n * u2f(static_cast<uint32_t>(up)), f);
   return v + f.zero;  // no -0 in formats that cannot encode it (zero = +0 there; -0 keeps v)
 }
 
@@ -483,10 +511,11 @@ GQ_HD int round_kind(int32_t rounding) {
 
 // quantize_element for rounding kind Kind; `index` (the element's linear index in x) and `seed`
 // draw the stochastic threshold (uniform_from_hash), the other kinds ignore them.
-template <int Kind>
+// Clamp: saturate by the clamp (only where f.clamps).
+template <int Kind, bool Clamp = false>
 GQ_HD float round_element(float s, const FormatParams& f, const RoundRule& rule, uint64_t index, uint32_t seed) {
   const float threshold = Kind == kKindStochastic ? uniform_from_hash(index, seed) : rule.threshold;
-  return quantize_element<Kind == kKindEven>(s, f, rule, threshold);
+  return quantize_element<Kind == kKindEven, Clamp>(s, f, rule, threshold);
 }
 
 // ---- element codes (codes.py encode) ----------------------------------------------------

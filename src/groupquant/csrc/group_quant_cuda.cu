@@ -30,6 +30,10 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;
 constexpr int kRowsInFlight = 2;  // rows of a block the column kernel loads before it quantizes them
 
+// Storage types: load / store one element (store: the header's conversion, NaN code included),
+// pack2: two elements' bits as one word, the first in the low half, by the card's paired conversion
+// (elsewhere the header's, with the card's NaN code 0x7FFF, so that the CUDA emulation shows a NaN
+// the caller fails to replace), kNaN2: two NaN codes of the header's conversion.
 struct F32 {
   using T = float;
   static __device__ __forceinline__ float load(T v) { return v; }
@@ -44,6 +48,16 @@ struct BF16 {
   static __device__ __forceinline__ T store(float v) { return float_to_bf16_bits(v); }
   static __device__ __forceinline__ uint32_t abs_bits(T v) { return v & 0x7FFFu; }
   static __device__ __forceinline__ uint32_t widen_abs(uint32_t a) { return a << 16; }
+  static constexpr uint32_t kNaN2 = 0x7FC07FC0u;
+  static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+#if GQ_DEVICE_CONVERSIONS
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+#else
+    const auto card_like = [](float v) { return v != v ? 0x7FFFu : static_cast<uint32_t>(store(v)); };
+    return card_like(lo) | (card_like(hi) << 16);
+#endif
+  }
 };
 
 struct F16 {
@@ -53,6 +67,16 @@ struct F16 {
   static __device__ __forceinline__ uint32_t abs_bits(T v) { return v & 0x7FFFu; }
   static __device__ __forceinline__ uint32_t widen_abs(uint32_t a) {
     return f2u(fp16_bits_to_float(static_cast<uint16_t>(a)));
+  }
+  static constexpr uint32_t kNaN2 = 0x7E007E00u;  // a NaN product on the card is positive
+  static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+#if GQ_DEVICE_CONVERSIONS
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+#else
+    const auto card_like = [](float v) { return v != v ? 0x7FFFu : static_cast<uint32_t>(store(v)); };
+    return card_like(lo) | (card_like(hi) << 16);
+#endif
   }
 };
 
@@ -76,6 +100,21 @@ struct alignas(sizeof(T) * V) Vec {
   T v[V];
 };
 
+// Store v at p (aligned for Vec<T, V>) as one vector store: 16 or 8 bytes through __stwb (the
+// default write-back store), which nvcc keeps whole (a plain assignment of later runs of a lane
+// was split into 4-byte stores).
+template <class T, int V>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(v.v);
+  if constexpr (sizeof(Vec<T, V>) == 16) {
+    __stwb(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+  } else if constexpr (sizeof(Vec<T, V>) == 8) {
+    __stwb(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
+  } else {
+    *reinterpret_cast<Vec<T, V>*>(p) = v;
+  }
+}
+
 // The run of V elements of storage type T at input index i (one vector load).
 template <class T, int V>
 __device__ __forceinline__ Vec<T, V> load_run(const Job& job, int64_t i) {
@@ -85,45 +124,90 @@ __device__ __forceinline__ Vec<T, V> load_run(const Job& job, int64_t i) {
 // Quantize the run `in` of V consecutive elements (input index i, code index code_at) with block
 // scale sc[0], or element j with sc[j] (PerElementScale: V neighbouring columns, each its own
 // block); g: the tensor scale. One vector store each of the values, the mask and uint8 codes.
-template <class S, int V, int Round, int Apply, bool PerElementScale>
+// Clamp (f.clamps: a saturating format): saturation is the clamp, and a value is NaN exactly where
+// its block's scale is (an element is finite in a finite block, whose finite scale keeps it so:
+// exp_max caps the scale, the float rule's scale times g is at most amax over max_normal), so
+// 16-bit values are converted two at a time and a NaN block's set to the NaN code after.
+template <class S, int V, int Round, int Apply, bool PerElementScale, bool Clamp>
 __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams& f, const RoundRule& rule,
                                              const BlockScale* sc, float g, const Vec<typename S::T, V>& in,
                                              int64_t i, int64_t code_at) {
   using T = typename S::T;
-  float vals[V];
+  constexpr bool kPairs = Clamp && sizeof(T) == 2 && V % 2 == 0;
+  float vals[V], outs[V];
   Vec<T, V> out;
-  Vec<uint8_t, V> inside;
+  Vec<uint8_t, V> inside;  // the mask's bytes, built a word at a time (one select an element)
+  uint32_t* inside_words = reinterpret_cast<uint32_t*>(inside.v);
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int w = 0; w < V / 4; ++w) inside_words[w] = 0;
+  }
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const BlockScale& scj = sc[PerElementScale ? j : 0];
     const float s = scale_input<Apply>(S::load(in.v[j]), scj);
-    vals[j] = round_element<Round>(s, f, rule, static_cast<uint64_t>(i + j), job.seed);
-    out.v[j] = S::store(unscale_element<Apply>(vals[j], scj.scale, g));
-    inside.v[j] = fabsf(s) <= f.max_normal ? 1 : 0;
+    vals[j] = round_element<Round, Clamp>(s, f, rule, static_cast<uint64_t>(i + j), job.seed);
+    outs[j] = unscale_element<Apply>(vals[j], scj.scale, g);
+    if constexpr (!kPairs) out.v[j] = S::store(outs[j]);
+    const bool in_range = fabsf(s) <= f.max_normal;
+    if constexpr (V % 4 == 0) inside_words[j / 4] |= in_range ? 1u << (8 * (j % 4)) : 0u;
+    else inside.v[j] = in_range ? 1 : 0;
+  }
+  if constexpr (kPairs) {
+    uint32_t* words = reinterpret_cast<uint32_t*>(out.v);
+    if constexpr (PerElementScale) {
+#pragma unroll
+      for (int w = 0; w < V / 2; ++w) {
+        const float lo = sc[2 * w].scale, hi = sc[2 * w + 1].scale;
+        const uint32_t nan = (lo != lo ? 0x0000FFFFu : 0u) | (hi != hi ? 0xFFFF0000u : 0u);  // NaN halves
+        words[w] = (S::pack2(outs[2 * w], outs[2 * w + 1]) & ~nan) | (S::kNaN2 & nan);
+      }
+    } else {
+      const bool nan = sc[0].scale != sc[0].scale;
+#pragma unroll
+      for (int w = 0; w < V / 2; ++w) words[w] = nan ? S::kNaN2 : S::pack2(outs[2 * w], outs[2 * w + 1]);
+    }
   }
   if (job.out != nullptr) {
-    *reinterpret_cast<Vec<T, V>*>(static_cast<T*>(job.out) + i) = out;
-    if (job.mask != nullptr) *reinterpret_cast<Vec<uint8_t, V>*>(job.mask + i) = inside;
+    store_vec<T, V>(static_cast<T*>(job.out) + i, out);
+    if (job.mask != nullptr) store_vec<uint8_t, V>(job.mask + i, inside);
   }
   if (job.codes == nullptr) return;
   if (job.code_type == kCodeUInt8 || job.code_type == kCodeInt8) {
     Vec<uint8_t, V> bytes;
 #pragma unroll
     for (int j = 0; j < V; ++j) bytes.v[j] = static_cast<uint8_t>(encode_element(vals[j], f));
-    *reinterpret_cast<Vec<uint8_t, V>*>(static_cast<uint8_t*>(job.codes) + code_at) = bytes;
+    store_vec<uint8_t, V>(static_cast<uint8_t*>(job.codes) + code_at, bytes);
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) store_code(job, code_at + j, encode_element(vals[j], f));
   }
 }
 
-// Largest |x| bits of the run `in` of V elements.
+// The larger of each 16-bit half of a and b (one instruction on the card).
+__device__ __forceinline__ uint32_t max_halves(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __vmaxu2(a, b);
+#else
+  return max(a & 0xFFFFu, b & 0xFFFFu) | max(a & 0xFFFF0000u, b & 0xFFFF0000u);
+#endif
+}
+
+// Largest |x| bits of the run `in` of V elements (16-bit types: two elements a word at a time).
 template <class S, int V>
 __device__ __forceinline__ uint32_t amax_run(const Vec<typename S::T, V>& in) {
-  uint32_t m = 0;
+  if constexpr (sizeof(typename S::T) == 2 && V % 2 == 0) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(in.v);
+    uint32_t m = 0;
 #pragma unroll
-  for (int j = 0; j < V; ++j) m = max(m, S::abs_bits(in.v[j]));
-  return m;
+    for (int w = 0; w < V / 2; ++w) m = max_halves(m, words[w] & 0x7FFF7FFFu);
+    return max(m & 0xFFFFu, m >> 16);
+  } else {
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) m = max(m, S::abs_bits(in.v[j]));
+    return m;
+  }
 }
 
 // The scale of a block whose scale applies by Apply: power-of-two scales (kApplyInv) are exactly the
@@ -148,19 +232,24 @@ __device__ __forceinline__ int32_t padding_code(const FormatParams& f, const Rou
   return encode_element(quantize_element(s, f, rule, rule.threshold), f);
 }
 
+// Runs of a block one lane of the last-dim kernel holds in registers: its loads are in flight
+// together, and a block of up to kHeldRuns runs is one lane's (no shuffles, one block scale a lane
+// for all its elements: an MX block of bfloat16 is 4 runs of 8).
+constexpr int kHeldRuns = 4;
+
 // How the last-dim kernel's lanes split the blocks (worked out once, on the host).
 struct RowsLaunch {
   int group_log2;     // log2 of the lanes a block: a power of two <= 32
   bool whole_blocks;  // dim_size is a multiple of block_size: block b starts at b * block_size
-  bool one_run;       // block_size <= lanes * V: a lane holds at most one run of a block
+  bool held;          // block_size <= lanes * V * kHeldRuns: a lane's runs of a block stay in registers
 };
 
-// Grouping along the last dim: 2^group_log2 lanes own one block and step through it V elements a
-// lane at a time (V > 1 only where the launch checked that every block and row starts on a multiple
-// of V and the pointers are 16-byte aligned); the block's amax is reduced over the group with
-// shuffles, then the lanes quantize their runs (one_run: the run loaded for the amax, from
+// Grouping along the last dim: 2^group_log2 lanes own one block, lane `sub` its runs sub, sub +
+// lanes, ... of V elements (V > 1 only where the launch checked that every block and row starts on
+// a multiple of V and the pointers are 16-byte aligned); the block's amax is reduced over the group
+// with shuffles, then the lanes quantize their runs (held: the runs loaded for the amax, from
 // registers; else each run read again, from L1). Rows of whole blocks need no division.
-template <class S, int V, int Round, int Apply>
+template <class S, int V, int Round, int Apply, bool Clamp>
 __global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, const RowsLaunch launch) {
   using T = typename S::T;
   const FormatParams f = job.fmt;
@@ -187,12 +276,16 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, const Row
     }
     len = valid ? len : 0;
     const int64_t t0 = static_cast<int64_t>(sub) * V;
-    Vec<T, V> held{};
+    Vec<T, V> held[kHeldRuns];
     uint32_t m = 0;
-    if (launch.one_run) {
-      if (t0 < len) {
-        held = load_run<T, V>(job, start + t0);
-        m = amax_run<S, V>(held);
+    if (launch.held) {
+#pragma unroll
+      for (int r = 0; r < kHeldRuns; ++r) {  // every load first: all in flight at once
+        if (t0 + r * step < len) held[r] = load_run<T, V>(job, start + t0 + r * step);
+      }
+#pragma unroll
+      for (int r = 0; r < kHeldRuns; ++r) {
+        if (t0 + r * step < len) m = max(m, amax_run<S, V>(held[r]));
       }
     } else {
       for (int64_t t = t0; t < len; t += step) m = max(m, amax_run<S, V>(load_run<T, V>(job, start + t)));
@@ -202,12 +295,16 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, const Row
     const BlockScale sc = block_scale_for<Apply>(S::widen_abs(m), f, job.scale_mode, g);
     if (sub == 0 && job.scale != nullptr) job.scale[b] = sc.scale;
     if (sub == 0 && job.scale_codes != nullptr) job.scale_codes[b] = sc.code;
-    if (launch.one_run) {
-      if (t0 < len) quantize_run<S, V, Round, Apply, false>(job, f, rule, &sc, g, held, start + t0, b * bs + t0);
+    if (launch.held) {
+#pragma unroll
+      for (int r = 0; r < kHeldRuns; ++r) {
+        const int64_t t = t0 + r * step;
+        if (t < len) quantize_run<S, V, Round, Apply, false, Clamp>(job, f, rule, &sc, g, held[r], start + t, b * bs + t);
+      }
     } else {
       for (int64_t t = t0; t < len; t += step) {
-        quantize_run<S, V, Round, Apply, false>(job, f, rule, &sc, g, load_run<T, V>(job, start + t), start + t,
-                                                b * bs + t);
+        quantize_run<S, V, Round, Apply, false, Clamp>(job, f, rule, &sc, g, load_run<T, V>(job, start + t), start + t,
+                                                       b * bs + t);
       }
     }
     if (job.codes != nullptr && len < bs) {
@@ -220,7 +317,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, const Row
 // Grouping along another dim (inner > 1): one thread per (block, run of V neighbouring columns),
 // V > 1 where inner is a multiple of V and the pointers are aligned; neighbouring threads read
 // neighbouring runs (coalesced) and walk the block's rows twice (amax per column, then quantize).
-template <class S, int V, int Round, int Apply>
+template <class S, int V, int Round, int Apply, bool Clamp>
 __global__ void __launch_bounds__(kThreads) columns_kernel(const Job job) {
   using T = typename S::T;
   const FormatParams f = job.fmt;
@@ -264,7 +361,7 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const Job job) {
 #pragma unroll
       for (int r = 0; r < kRowsInFlight; ++r) {
         if (j + r < len) {
-          quantize_run<S, V, Round, Apply, true>(job, f, rule, sc, g, in[r], base + (j + r) * inner,
+          quantize_run<S, V, Round, Apply, true, Clamp>(job, f, rule, sc, g, in[r], base + (j + r) * inner,
                                                  code_base + (j + r) * inner);
         }
       }
@@ -299,36 +396,42 @@ int vector_width(const Job& job, int64_t n, int64_t m) {
 }
 
 // The last-dim kernel's split for V elements a run: lanes a block the next power of two >= block_size
-// / V, at most 32.
+// / (V * kHeldRuns), at most 32.
 template <int V>
 RowsLaunch rows_launch(const Job& job) {
   RowsLaunch r{5, job.dim_size % job.block_size == 0, false};
-  while (r.group_log2 > 0 && (int64_t{1} << (r.group_log2 - 1)) * V >= job.block_size) --r.group_log2;
-  r.one_run = job.block_size <= (int64_t{1} << r.group_log2) * V;
+  while (r.group_log2 > 0 && (int64_t{1} << (r.group_log2 - 1)) * V * kHeldRuns >= job.block_size) --r.group_log2;
+  r.held = job.block_size <= (int64_t{1} << r.group_log2) * V * kHeldRuns;
   return r;
 }
 
-template <class S, int V, int Round, int Apply>
+template <class S, int V, int Round, int Apply, bool Clamp>
 void launch_as(const Job& job, cudaStream_t stream) {
   if (job.inner == 1) {
     const RowsLaunch r = rows_launch<V>(job);
     const int64_t per_warp = int64_t{32} >> r.group_log2;
     const int64_t warps = (job.outer * job.num_blocks + per_warp - 1) / per_warp;
-    rows_kernel<S, V, Round, Apply><<<static_cast<unsigned>(grid_for(warps * 32)), kThreads, 0, stream>>>(job, r);
+    const auto blocks = static_cast<unsigned>(grid_for(warps * 32));
+    rows_kernel<S, V, Round, Apply, Clamp><<<blocks, kThreads, 0, stream>>>(job, r);
   } else {
     const int64_t threads = job.outer * job.num_blocks * (job.inner / V);
-    columns_kernel<S, V, Round, Apply><<<static_cast<unsigned>(grid_for(threads)), kThreads, 0, stream>>>(job);
+    const auto blocks = static_cast<unsigned>(grid_for(threads));
+    columns_kernel<S, V, Round, Apply, Clamp><<<blocks, kThreads, 0, stream>>>(job);
   }
 }
 
+// The vector kernels saturate by the clamp where the format allows it (FormatParams::clamps), in
+// kernels of their own (a run-time branch would hold both element loops' registers); the
+// one-element kernels, for inputs the vector ones cannot take, by the selects for every format.
 template <class S, int Round, int Apply>
 void launch(const Job& job, cudaStream_t stream) {
   constexpr int kV = 16 / static_cast<int>(sizeof(typename S::T));
   // last dim: runs lie along rows (dim_size) and start at multiples of block_size; other dims:
   // runs lie along the inner columns
   const int v = job.inner == 1 ? vector_width<S>(job, job.dim_size, job.block_size) : vector_width<S>(job, job.inner, 0);
-  if (v == kV) launch_as<S, kV, Round, Apply>(job, stream);
-  else launch_as<S, 1, Round, Apply>(job, stream);
+  if (v != kV) launch_as<S, 1, Round, Apply, false>(job, stream);
+  else if (job.fmt.clamps) launch_as<S, kV, Round, Apply, true>(job, stream);
+  else launch_as<S, kV, Round, Apply, false>(job, stream);
 }
 
 template <class S, int Round>
