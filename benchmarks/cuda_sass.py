@@ -13,10 +13,14 @@ the figures cost in time (``benchmarks/bench_cuda.py``).
     .venv/bin/python benchmarks/cuda_sass.py --arch sm_90 --against /tmp/before.json
 
 ``path`` counts the instructions between the kernel's first 16-byte load of x and its first 16-byte
-store of the values, both included, in program order: for a block of 32 bfloat16 elements grouped
-along the last dim that is one lane's run of 8 elements from its load through the amax, the
-shuffles, the block scale and the 8 elements' rounding to the store. It is a static count (a branch
-not taken still counts), a proxy for the dynamic count, which needs the card.
+store of the values, both included, in program order (the loads, the amax, the block scale and a
+lane's first run of 8 bfloat16 elements). The ``fake quant`` and ``quantize`` columns (last-dim
+kernels) count a lane's whole path through one block, per element: the source is compiled again
+with the other call's outputs compiled out and the floor rule fixed (CALLS), and the count runs
+from the first 16-byte load to the store of the block's last run (``runs``: the runs a lane holds),
+divided by the lane's elements. All are static counts (a branch not taken still counts, both code
+encoders among them), a proxy for the dynamic count, which needs the card. Compare a checkout of
+an earlier commit with ``--checkout`` (a ``git worktree``).
 
 Needs nvcc (``CUDA_HOME`` or on PATH) and NVIDIA's cuobjdump + nvdisasm (``make cuda-sass-tools``
 downloads their PyPI wheels into ``.tools/cuda``; or put them on PATH).
@@ -52,14 +56,19 @@ KERNELS = (
     ("columns f32 x4 MX", r"columns_kernel<[^<>]*::F32, 4, (false|0), 0(, (true|1))?>", 4, 8),
 )
 
-# The fake-quant case of the `per element` column: the source with the codes compiled out (quantize
-# is not asked for) and the floor rule for power-of-two scales (OCP's), so that what lies between a
-# lane's loads and its value stores is the path a fake-quant call takes. Each rewrite must apply.
-FAKE_QUANT_REWRITES = (
-    ("if (job.codes == nullptr) return;", "return;"),
-    ("if (job.codes != nullptr && len < bs) {", "if (false) {"),
-    ("return mode == kScaleFloor ?", "return true ?"),
-)
+# The two calls of the `per element` columns, each a rewrite of the source (each rewrite must
+# apply): fake-quant (values and mask; the codes compiled out) and quantize (uint8 codes; the
+# values compiled out), both with the floor rule for power-of-two scales (OCP's), so that what
+# lies between a lane's loads and its stores is the path the call takes; with the store that ends
+# a run (a regex: a 16-byte value store; an 8- or 4-byte store of a run's codes).
+FLOOR_RULE = ("return mode == kScaleFloor ?", "return true ?")
+CALLS = {
+    "fake quant": (r"STG\.E\.128", (("if (job.codes == nullptr) return;", "return;"),
+                                 ("if (job.codes != nullptr && len < bs) {", "if (false) {"), FLOOR_RULE)),
+    "quantize": (r"STG\.E(\.64)?(?![.\w])", (("if (job.out != nullptr) {", "if (false) {"),
+                              ("if (job.code_type == kCodeUInt8 || job.code_type == kCodeInt8) {", "if (true) {"),
+                              FLOOR_RULE)),
+}
 
 
 def tool(name: str) -> str:
@@ -78,12 +87,12 @@ def compile_object(arch: str, out: Path, source: Path = SOURCE, include: Path | 
                     str(out), str(source)], check=True)
 
 
-def fake_quant_source(source: Path, folder: Path) -> Path:
-    """A copy of `source` in `folder` with FAKE_QUANT_REWRITES applied (each must match)."""
+def call_source(source: Path, folder: Path, rewrites: tuple) -> Path:
+    """A copy of `source` in `folder` with `rewrites` ((old, new) texts) applied; each must match."""
     text = source.read_text()
-    for old, new in FAKE_QUANT_REWRITES:
+    for old, new in rewrites:
         if old not in text:
-            sys.exit(f"cuda_sass: the fake-quant rewrite {old!r} no longer matches {source}: update FAKE_QUANT_REWRITES")
+            sys.exit(f"cuda_sass: the rewrite {old!r} no longer matches {source}: update CALLS")
         text = text.replace(old, new)
     copy = folder / source.name
     copy.write_text(text)
@@ -142,14 +151,16 @@ def path_count(code: list[str]) -> int:
     return 0 if store is None else store - load + 1
 
 
-def per_element(code: list[str], elements_a_run: int, block_runs: int) -> tuple[float, int]:
-    """(instructions an element, runs a lane) of a last-dim kernel compiled for fake-quant alone:
-    its 16-byte value stores are one a held run (in order) and one in the loop that reads runs
-    again, so a lane's path through a block runs from the first 16-byte load through the store of
-    its last run of the block (at most `block_runs`; the held runs a block leaves empty are skipped
-    by a branch, the predicated loads of them aside)."""
+def per_element(code: list[str], store: str, elements_a_run: int, block_runs: int) -> tuple[float, int]:
+    """(instructions an element, runs a lane) of a last-dim kernel compiled for one call: its run
+    stores (`store`, e.g. STG.E.128) are one a held run (in order) and one in the loop that reads
+    runs again, so a lane's path through a block runs from the first 16-byte load through the store
+    of its last run of the block (at most `block_runs`; the held runs a block leaves empty are
+    skipped by a branch, the predicated loads of them aside)."""
     load = next((i for i, s in enumerate(code) if "LDG.E.128" in s), None)
-    stores = [i for i, s in enumerate(code) if "STG.E.128" in s and load is not None and i > load]
+    # a run's stores follow its first rounding (FRND); the block's scale stores come before it
+    first = next((i for i, s in enumerate(code) if "FRND" in s and load is not None and i > load), None)
+    stores = [i for i, s in enumerate(code) if re.search(rf"\b{store}", s) and first is not None and i > first]
     runs = min(len(stores) - 1, block_runs)
     if runs < 1:
         return 0.0, 0
@@ -183,18 +194,25 @@ def find(names: dict[str, str], kernels: dict, pattern: str) -> str | None:
 
 def table(arch: str, source: Path = SOURCE) -> dict[str, dict[str, int]]:
     """{label: summary} for the kernels of KERNELS, compiled for `arch`; the last-dim rows also
-    with `per element` and `runs` from the fake-quant copy of the source."""
+    with `runs` and each call's `per element` (CALLS: a rewritten copy of the source each)."""
     kernels, regs, names = kernels_of(arch, source, source.parent)
-    with tempfile.TemporaryDirectory() as tmp:
-        fq_kernels, _, fq_names = kernels_of(arch, fake_quant_source(source, Path(tmp)), source.parent)
+    calls = {}
+    for call, (store, rewrites) in CALLS.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            calls[call] = (store, *kernels_of(arch, call_source(source, Path(tmp), rewrites), source.parent))
     rows = {}
     for label, pattern, elements, block_runs in KERNELS:
         match = find(names, kernels, pattern)
-        if match:
-            rows[label] = summary(kernels[match], regs.get(match, 0))
-            fq = find(fq_names, fq_kernels, pattern)
-            if fq and label.startswith("rows"):
-                rows[label]["per element"], rows[label]["runs"] = per_element(fq_kernels[fq], elements, block_runs)
+        if not match:
+            continue
+        rows[label] = summary(kernels[match], regs.get(match, 0))
+        if not label.startswith("rows"):
+            continue
+        for call, (store, call_kernels, _, call_names) in calls.items():
+            found = find(call_names, call_kernels, pattern)
+            if found:
+                rows[label][call], rows[label][f"{call} runs"] = per_element(call_kernels[found], store, elements,
+                                                                             block_runs)
     rows["(all kernels)"] = {"registers": max(regs.values(), default=0),
                              "instructions": sum(len(c) for c in kernels.values()),
                              "branches": 0, "memory": 0, "path": 0, "kernels": len(kernels)}
@@ -202,7 +220,8 @@ def table(arch: str, source: Path = SOURCE) -> dict[str, dict[str, int]]:
 
 
 def print_table(rows: dict, before: dict | None, arch: str) -> None:
-    cols = ("registers", "instructions", "branches", "memory", "path", "runs", "per element")
+    cols = ("registers", "instructions", "branches", "memory", "path",
+            *(c for call in CALLS for c in (f"{call} runs", call)))
     print(f"SASS of {SOURCE.relative_to(ROOT)} for {arch} ({' '.join(CUDA_FLAGS)})")
     print("| kernel | " + " | ".join(cols) + " |")
     print("|---|" + "---:|" * len(cols))

@@ -174,6 +174,8 @@ struct FormatParams {
   float low_to, high_to;   // ... and become these (low / high when saturating, else -+Inf or NaN)
   float min_normal;        // 2^emin (float formats)
   float int_up;            // 2^frac_bits (integer formats)
+  int32_t sign_code;       // the code's sign bit (float formats; 0 in unsigned ones)
+  int32_t nan_code_or_0;   // the code of NaN: nan_code, 0 where there is none
   float rceil_sig;         // 2 * frexp(max_normal).mantissa, in [1, 2)
   int32_t rceil_shift;     // frexp(max_normal).exponent - 1
 };
@@ -202,6 +204,8 @@ inline void derive_format_constants(FormatParams& f) {
   f.low_to = (f.saturating || !f.is_signed) ? f.low : -overflow;
   f.int_up = exp2i(f.frac_bits);
   f.zero = f.negative_zero ? -0.0f : 0.0f;
+  f.sign_code = f.is_float && f.is_signed ? 1 << (f.exponent_bits + f.mantissa_bits) : 0;
+  f.nan_code_or_0 = f.nan_code >= 0 ? f.nan_code : 0;
   f.quantum_shift = f.qmant << 23;
   f.quantum_lo = static_cast<int32_t>(f2u(exp2i_normal(f.qemin - f.qmant)));
   f.quantum_hi = static_cast<int32_t>(f2u(exp2i_normal(f.qemax - f.qmant)));
@@ -529,27 +533,29 @@ GQ_HD int32_t encode_int_element(float v, const FormatParams& f) {
   return nan ? 0 : static_cast<int32_t>(v * f.int_up);
 }
 
-// Float formats: a normal value's exponent field is its float32 exponent rebiased and its mantissa
-// field the top m bits of the float32 mantissa (exact, v is on the grid); a subnormal's code is its
-// count of min-subnormal steps.
+// Float formats: a normal value's code is its float32 magnitude bits shifted right by 23 - m (the
+// exponent field and the top m mantissa bits, exact as v is on the grid) less (127 - bias) << m,
+// which rebiases the exponent; a subnormal's is its count of min-subnormal steps, read the same way
+// off |v| + min_normal (exact: a value of the binade [min_normal, 2 min_normal) whose mantissa is
+// that count) less the code of min_normal. NaN: the NaN code (-1: none, then 0); Inf: the IEEE
+// formats' Inf code (0 in formats without one, where no rounding makes Inf). The sign bit is set
+// for negative values of signed formats; v is a value quantize_element returns (so no -0 where the
+// format has none, as in fnuz formats, whose code 0x80 is NaN).
 GQ_HD int32_t encode_float_element(float v, const FormatParams& f) {
   const uint32_t vb = f2u(v);
   const uint32_t ab = vb & 0x7FFFFFFFu;
   const bool nan = ab > 0x7F800000u;
-  const int32_t m = f.mantissa_bits;
   const bool inf = ab == 0x7F800000u;
-  const uint32_t fb = (nan || inf) ? 0u : ab;  // finite magnitude bits; keeps the conversions in range
-  const float af = u2f(fb);
+  const int32_t m = f.mantissa_bits;
+  const float af = u2f(ab);
   const bool normal = af >= f.min_normal;
-  const int32_t normal_code = ((static_cast<int32_t>(fb >> 23) - 127 + f.bias) << m) |
-                              static_cast<int32_t>((fb & 0x007FFFFFu) >> (23 - m));
-  const int32_t sub_units = static_cast<int32_t>((normal ? 0.0f : af) * exp2i(m - f.emin));
-  int32_t code = normal ? normal_code : sub_units;
-  const int32_t inf_code = ((1 << f.exponent_bits) - 1) << m;
-  code = (f.special == kSpecialIeee && inf) ? inf_code : code;  // +-Inf (IEEE formats)
-  const bool neg = f.is_signed && (vb >> 31) != 0 && !nan && (f.special != kSpecialFnuz || ab != 0);
-  code |= static_cast<int32_t>(neg) << (f.exponent_bits + m);
-  return (nan && f.nan_code >= 0) ? f.nan_code : code;
+  const uint32_t bits = normal ? ab : f2u(af + f.min_normal);  // on the grid of min_normal's binade
+  const int32_t below = ((127 - f.bias) << m) + (normal ? 0 : (1 << m));  // the code of 2^-bias, of min_normal
+  int32_t code = static_cast<int32_t>(bits >> (23 - m)) - below;
+  const int32_t inf_code = f.special == kSpecialIeee ? ((1 << f.exponent_bits) - 1) << m : 0;
+  code = inf ? inf_code : code;  // +-Inf: the IEEE formats' code (0, the sign aside, elsewhere)
+  code |= static_cast<int32_t>(vb >> 31) * f.sign_code;  // the sign (NaN: replaced below)
+  return nan ? f.nan_code_or_0 : code;
 }
 
 GQ_HD int32_t encode_element(float v, const FormatParams& f) {

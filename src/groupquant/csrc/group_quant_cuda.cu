@@ -100,19 +100,23 @@ struct alignas(sizeof(T) * V) Vec {
   T v[V];
 };
 
-// Store v at p (aligned for Vec<T, V>) as one vector store: 16 or 8 bytes through __stwb (the
-// default write-back store), which nvcc keeps whole (a plain assignment of later runs of a lane
-// was split into 4-byte stores).
+// Store v at p (aligned for Vec<T, V>) as one vector store: 16 or 8 bytes as one st.global.v4 / v2
+// (nvcc split the plain assignment of a lane's later runs into 4-byte stores); elsewhere (the CUDA
+// emulation) the assignment.
 template <class T, int V>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) {
+#if defined(__CUDA_ARCH__)
   const uint32_t* w = reinterpret_cast<const uint32_t*>(v.v);
   if constexpr (sizeof(Vec<T, V>) == 16) {
-    __stwb(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+    return;
   } else if constexpr (sizeof(Vec<T, V>) == 8) {
-    __stwb(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
-  } else {
-    *reinterpret_cast<Vec<T, V>*>(p) = v;
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
+    return;
   }
+#endif
+  *reinterpret_cast<Vec<T, V>*>(p) = v;
 }
 
 // The run of V elements of storage type T at input index i (one vector load).
@@ -175,8 +179,13 @@ __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams&
   if (job.codes == nullptr) return;
   if (job.code_type == kCodeUInt8 || job.code_type == kCodeInt8) {
     Vec<uint8_t, V> bytes;
+    if (f.is_float) {  // uniform: one branch a run, not one an element
 #pragma unroll
-    for (int j = 0; j < V; ++j) bytes.v[j] = static_cast<uint8_t>(encode_element(vals[j], f));
+      for (int j = 0; j < V; ++j) bytes.v[j] = static_cast<uint8_t>(encode_float_element(vals[j], f));
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) bytes.v[j] = static_cast<uint8_t>(encode_int_element(vals[j], f));
+    }
     store_vec<uint8_t, V>(static_cast<uint8_t*>(job.codes) + code_at, bytes);
   } else {
 #pragma unroll

@@ -49,20 +49,6 @@ struct dim3 {
   dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 
-// CUDA's vector types of 8 and 16 bytes, aligned as on the card (a store through a pointer not
-// aligned for them ends the process, by the alignment sanitizer).
-struct alignas(8) uint2 {
-  unsigned x, y;
-};
-struct alignas(16) uint4 {
-  unsigned x, y, z, w;
-};
-inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
-inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
-// The write-back store intrinsic (the default store's caching).
-template <class V>
-inline void __stwb(V* p, V v) { *p = v; }
-
 inline thread_local uint3 threadIdx, blockIdx;
 inline thread_local dim3 blockDim, gridDim;
 
