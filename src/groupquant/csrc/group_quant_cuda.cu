@@ -34,6 +34,14 @@ constexpr int kRowsInFlight = 2;  // rows of a block the column kernel loads bef
 // pack2: two elements' bits as one word, the first in the low half, by the card's paired conversion
 // (elsewhere the header's, with the card's NaN code 0x7FFF, so that the CUDA emulation shows a NaN
 // the caller fails to replace), kNaN2: two NaN codes of the header's conversion.
+#if !GQ_DEVICE_CONVERSIONS
+// Off the card: two 16-bit elements' bits (lo_bits first, in the low half) with the card's NaN
+// code 0x7FFF where an element is NaN, as its paired conversions give.
+__device__ __forceinline__ uint32_t card_like_pair(uint16_t lo_bits, uint16_t hi_bits, bool lo_nan, bool hi_nan) {
+  return (lo_nan ? 0x7FFFu : lo_bits) | ((hi_nan ? 0x7FFFu : hi_bits) << 16);
+}
+#endif
+
 struct F32 {
   using T = float;
   static __device__ __forceinline__ float load(T v) { return v; }
@@ -54,8 +62,7 @@ struct BF16 {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&h);
 #else
-    const auto card_like = [](float v) { return v != v ? 0x7FFFu : static_cast<uint32_t>(store(v)); };
-    return card_like(lo) | (card_like(hi) << 16);
+    return card_like_pair(store(lo), store(hi), lo != lo, hi != hi);
 #endif
   }
 };
@@ -74,8 +81,7 @@ struct F16 {
     const __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&h);
 #else
-    const auto card_like = [](float v) { return v != v ? 0x7FFFu : static_cast<uint32_t>(store(v)); };
-    return card_like(lo) | (card_like(hi) << 16);
+    return card_like_pair(store(lo), store(hi), lo != lo, hi != hi);
 #endif
   }
 };
