@@ -12,15 +12,15 @@ the figures cost in time (``benchmarks/bench_cuda.py``).
     .venv/bin/python benchmarks/cuda_sass.py --arch sm_90 --save /tmp/before.json
     .venv/bin/python benchmarks/cuda_sass.py --arch sm_90 --against /tmp/before.json
 
-``path`` counts the instructions between the kernel's first 16-byte load of x and its first 16-byte
-store of the values, both included, in program order (the loads, the amax, the block scale and a
-lane's first run of 8 bfloat16 elements). The ``fake quant`` and ``quantize`` columns (last-dim
-kernels) count a lane's whole path through one block, per element: the source is compiled again
-with the other call's outputs compiled out and the floor rule fixed (CALLS), and the count runs
-from the first 16-byte load to the store of the block's last run (``runs``: the runs a lane holds),
-divided by the lane's elements. All are static counts (a branch not taken still counts, both code
-encoders among them), a proxy for the dynamic count, which needs the card. Compare a checkout of
-an earlier commit with ``--checkout`` (a ``git worktree``).
+``path`` counts the instructions between the kernel's first load of a run of x and its first store
+of a run of values, both included, in program order (the loads, the amax, the block scale and a
+lane's first run). The ``fake quant`` and ``quantize`` columns count a lane's whole path through one
+block, per element: the source is compiled again with the other call's outputs compiled out and the
+floor rule fixed (CALLS), and the count runs from the first load of a run to the store of the
+block's last run the lane holds (``runs``: of the last-dim kernel, runs along the row; of the
+column kernel, rows), divided by the lane's elements. All are static counts (a branch not taken
+still counts, both code encoders among them), a proxy for the dynamic count, which needs the card.
+Compare a checkout of an earlier commit with ``--checkout`` (a ``git worktree``).
 
 Needs nvcc (``CUDA_HOME`` or on PATH) and NVIDIA's cuobjdump + nvdisasm (``make cuda-sass-tools``
 downloads their PyPI wheels into ``.tools/cuda``; or put them on PATH).
@@ -42,32 +42,41 @@ SOURCE = ROOT / "src" / "groupquant" / "csrc" / "group_quant_cuda.cu"
 TOOLS = ROOT / ".tools" / "cuda" / "nvidia" / "cu13" / "bin"
 CUDA_FLAGS = ("-O3", "--fmad=false", "-Xcompiler", "-ffp-contract=off", "-std=c++17")
 
-# (label, regex on the demangled kernel name, elements a run, runs of a block): the instantiations
-# worth a row (rounding even; MX: a power-of-two scale, x * inv, blocks of 32; NVFP4: two-level,
-# blocks of 16; saturation by the clamp, as every saturating format, unless the label says
-# "selects"; the optional Clamp argument lets the patterns match a checkout from before it).
+# (label, regex on the demangled kernel name, elements a run, runs of a block a lane holds, bytes
+# of a run's input): the instantiations worth a row (rounding even; MX: a power-of-two scale, x *
+# inv, blocks of 32; NVFP4: two-level, blocks of 16; saturation by the clamp, as every saturating
+# format, unless the label says "selects"; the optional Clamp argument lets the patterns match a
+# checkout from before it). The column kernels hold rows (8 of a block of 32), of 4 elements since
+# 2026-12-07's third stop (before: 8 bfloat16 a run, the block's rows walked twice, no `per element`).
 KERNELS = (
-    ("rows bf16 x8 MX", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 0(, (true|1))?>", 8, 4),
-    ("rows bf16 x8 MX selects", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 0, (false|0)>", 8, 4),
-    ("rows bf16 x8 NVFP4", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 2(, (true|1))?>", 8, 2),
-    ("rows f16 x8 MX", r"rows_kernel<[^<>]*::F16, 8, (false|0), 0(, (true|1))?>", 8, 4),
-    ("rows f32 x4 MX", r"rows_kernel<[^<>]*::F32, 4, (false|0), 0(, (true|1))?>", 4, 8),
-    ("columns bf16 x8 MX", r"columns_kernel<[^<>]*::BF16, 8, (false|0), 0(, (true|1))?>", 8, 4),
-    ("columns f32 x4 MX", r"columns_kernel<[^<>]*::F32, 4, (false|0), 0(, (true|1))?>", 4, 8),
+    ("rows bf16 x8 MX", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 0(, (true|1))?>", 8, 4, 16),
+    ("rows bf16 x8 MX selects", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 0, (false|0)>", 8, 4, 16),
+    ("rows bf16 x8 NVFP4", r"rows_kernel<[^<>]*::BF16, 8, (false|0), 2(, (true|1))?>", 8, 2, 16),
+    ("rows f16 x8 MX", r"rows_kernel<[^<>]*::F16, 8, (false|0), 0(, (true|1))?>", 8, 4, 16),
+    ("rows f32 x4 MX", r"rows_kernel<[^<>]*::F32, 4, (false|0), 0(, (true|1))?>", 4, 8, 16),
+    ("columns bf16 x4 MX", r"columns_kernel<[^<>]*::BF16, 4, (false|0), 0(, (true|1))?>", 4, 8, 8),
+    ("columns bf16 x8 MX (before)", r"columns_kernel<[^<>]*::BF16, 8, (false|0), 0(, (true|1))?>", 8, 0, 16),
+    ("columns f32 x4 MX", r"columns_kernel<[^<>]*::F32, 4, (false|0), 0(, (true|1))?>", 4, 8, 16),
 )
+
+#: The SASS of a global load / store of 16, 8 or 4 bytes.
+WIDE = {16: r"\.128", 8: r"\.64", 4: ""}
 
 # The two calls of the `per element` columns, each a rewrite of the source (each rewrite must
 # apply): fake-quant (values and mask; the codes compiled out) and quantize (uint8 codes; the
 # values compiled out), both with the floor rule for power-of-two scales (OCP's), so that what
 # lies between a lane's loads and its stores is the path the call takes; with the store that ends
-# a run (a regex: a 16-byte value store; an 8- or 4-byte store of a run's codes).
+# a run (a regex of the run's input bytes: the values' store, as wide as the input's load; the
+# codes' store, of a byte an element).
 FLOOR_RULE = ("return mode == kScaleFloor ?", "return true ?")
 CALLS = {
-    "fake quant": (r"STG\.E\.128", (("if (job.codes == nullptr) return;", "return;"),
-                                 ("if (job.codes != nullptr && len < bs) {", "if (false) {"), FLOOR_RULE)),
-    "quantize": (r"STG\.E(\.64)?(?![.\w])", (("if (job.out != nullptr) {", "if (false) {"),
-                              ("if (job.code_type == kCodeUInt8 || job.code_type == kCodeInt8) {", "if (true) {"),
-                              FLOOR_RULE)),
+    "fake quant": (lambda run_bytes, elements: rf"STG\.E{WIDE[run_bytes]}(?![.\w])",
+                   (("if (job.codes == nullptr) return;", "return;"),
+                    ("if (job.codes != nullptr && len < bs) {", "if (false) {"), FLOOR_RULE)),
+    "quantize": (lambda run_bytes, elements: rf"STG\.E{WIDE[elements]}(?![.\w])",
+                 (("if (job.out != nullptr) {", "if (false) {"),
+                  ("if (job.code_type == kCodeUInt8 || job.code_type == kCodeInt8) {", "if (true) {"),
+                  FLOOR_RULE)),
 }
 
 
@@ -142,22 +151,29 @@ def demangle(names: list[str]) -> dict[str, str]:
     return dict(zip(names, out.splitlines()))
 
 
-def path_count(code: list[str]) -> int:
-    """Instructions from the first 16-byte load of x through the first 16-byte store, both included."""
-    load = next((i for i, s in enumerate(code) if "LDG.E.128" in s), None)
+def load_regex(run_bytes: int) -> str:
+    """The SASS of a run's load of x (`run_bytes` wide)."""
+    return rf"LDG\.E{WIDE[run_bytes]}(?![.\w])"
+
+
+def path_count(code: list[str], run_bytes: int) -> int:
+    """Instructions from the first load of a run of x through the first store of a run of values,
+    both included (`run_bytes` wide)."""
+    wide = WIDE[run_bytes]
+    load = next((i for i, s in enumerate(code) if re.search(load_regex(run_bytes), s)), None)
     if load is None:
         return 0
-    store = next((i for i, s in enumerate(code) if "STG.E.128" in s and i > load), None)
+    store = next((i for i, s in enumerate(code) if re.search(rf"STG\.E{wide}(?![.\w])", s) and i > load), None)
     return 0 if store is None else store - load + 1
 
 
-def per_element(code: list[str], store: str, elements_a_run: int, block_runs: int) -> tuple[float, int]:
-    """(instructions an element, runs a lane) of a last-dim kernel compiled for one call: its run
-    stores (`store`, e.g. STG.E.128) are one a held run (in order) and one in the loop that reads
-    runs again, so a lane's path through a block runs from the first 16-byte load through the store
-    of its last run of the block (at most `block_runs`; the held runs a block leaves empty are
-    skipped by a branch, the predicated loads of them aside)."""
-    load = next((i for i, s in enumerate(code) if "LDG.E.128" in s), None)
+def per_element(code: list[str], store: str, elements_a_run: int, block_runs: int, run_bytes: int) -> tuple[float, int]:
+    """(instructions an element, runs a lane) of a kernel compiled for one call: its run stores
+    (`store`, e.g. STG.E.128) are one a held run (in order) and one in the loop that reads runs
+    again, so a lane's path through a block runs from the first load of a run (`run_bytes` wide)
+    through the store of its last held run of the block (at most `block_runs`; the held runs a
+    block leaves empty are skipped by a branch, the predicated loads of them aside)."""
+    load = next((i for i, s in enumerate(code) if re.search(load_regex(run_bytes), s)), None)
     # a run's stores follow its first rounding (FRND); the block's scale stores come before it
     first = next((i for i, s in enumerate(code) if "FRND" in s and load is not None and i > load), None)
     stores = [i for i, s in enumerate(code) if re.search(rf"\b{store}", s) and first is not None and i > first]
@@ -167,14 +183,14 @@ def per_element(code: list[str], store: str, elements_a_run: int, block_runs: in
     return round((stores[runs - 1] - load + 1) / (runs * elements_a_run), 1), runs
 
 
-def summary(code: list[str], regs: int) -> dict[str, int]:
+def summary(code: list[str], regs: int, run_bytes: int) -> dict[str, int]:
     """The figures of one kernel: registers, instructions, branches, memory instructions, path."""
     return {
         "registers": regs,
         "instructions": len(code),
         "branches": sum(1 for s in code if re.search(r"\bBRA\b", s)),
         "memory": sum(1 for s in code if re.search(r"\b(LDG|STG)\b", s)),
-        "path": path_count(code),
+        "path": path_count(code, run_bytes),
     }
 
 
@@ -201,18 +217,16 @@ def table(arch: str, source: Path = SOURCE) -> dict[str, dict[str, int]]:
         with tempfile.TemporaryDirectory() as tmp:
             calls[call] = (store, *kernels_of(arch, call_source(source, Path(tmp), rewrites), source.parent))
     rows = {}
-    for label, pattern, elements, block_runs in KERNELS:
+    for label, pattern, elements, block_runs, run_bytes in KERNELS:
         match = find(names, kernels, pattern)
         if not match:
             continue
-        rows[label] = summary(kernels[match], regs.get(match, 0))
-        if not label.startswith("rows"):
-            continue
+        rows[label] = summary(kernels[match], regs.get(match, 0), run_bytes)
         for call, (store, call_kernels, _, call_names) in calls.items():
             found = find(call_names, call_kernels, pattern)
-            if found:
-                rows[label][call], rows[label][f"{call} runs"] = per_element(call_kernels[found], store, elements,
-                                                                             block_runs)
+            if found and block_runs:
+                rows[label][call], rows[label][f"{call} runs"] = per_element(
+                    call_kernels[found], store(run_bytes, elements), elements, block_runs, run_bytes)
     rows["(all kernels)"] = {"registers": max(regs.values(), default=0),
                              "instructions": sum(len(c) for c in kernels.values()),
                              "branches": 0, "memory": 0, "path": 0, "kernels": len(kernels)}

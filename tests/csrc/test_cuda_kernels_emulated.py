@@ -139,11 +139,16 @@ def test_scalar_fallback_for_unaligned_pointers_and_rows(dtype: torch.dtype) -> 
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_block_sizes_from_one_lane_to_several_runs_a_lane(dtype: torch.dtype) -> None:
-    # last dim: lanes a block = next power of two >= block / V, at most 32 (then several runs a lane)
+def test_block_sizes_from_one_lane_to_several_runs_or_rows_a_lane(dtype: torch.dtype) -> None:
+    # last dim: lanes a block = next power of two >= block / (V * 4 runs held a lane), at most 32 (then runs read again)
     x = _adversarial(6, 1040, dtype, seed=7)
     for block in (1, 7, 8, 16, 64, 128, 256, 512, 1040, 4096):
         _check(x, "fp8_e4m3", f"block {block} {dtype}", block_size=block)
+    # dim 0 (the column kernel): lanes a block = next power of two >= block / 8 rows held a lane, at
+    # most 32 (then rows read again); blocks that do not divide the 300 rows; 24 columns: 3 bf16 runs
+    w = _adversarial(300, 24, dtype, seed=9)
+    for block in (1, 7, 8, 16, 33, 64, 256, 257, 300):
+        _check(w, "fp8_e4m3", f"dim 0 block {block} {dtype}", dim=0, block_size=block)
     # a middle dim of a 3-d tensor, blocks that do not divide it
     z = _adversarial(3 * 45, 16, dtype, seed=8).view(3, 45, 16)
     for block in (7, 32, 64):

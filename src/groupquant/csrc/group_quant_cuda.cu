@@ -1,19 +1,21 @@
 // CUDA kernels of group-wise fake-quant / quantize (same math as the CPU kernel: group_quant.h).
 //
 // Memory traffic is the cost (the math per element is a few dozen integer and float operations),
-// so every thread moves 16 bytes at a time where the shape allows: runs of V = 16 / sizeof(T)
-// elements (8 bfloat16 / float16, 4 float32), loaded and stored as one vector, with uint8 codes
-// and the mask stored V bytes at once. Where a row or block does not start on a multiple of V, or
-// a pointer is not 16-byte aligned, the same kernels run with V = 1.
+// so every thread moves a run of V elements at a time where the shape allows, loaded and stored as
+// one vector (kRowsV: 16 bytes along the last dim; kColumnsV: 4 elements along another), with
+// uint8 codes and the mask stored V bytes at once. Where a row or block does not start on a
+// multiple of V, or a pointer is not aligned to a run, the same kernels run with V = 1.
 //
-// Last-dim grouping (inner == 1): a group of G lanes (the next power of two >= block_size / V, at
-// most 32) owns one block; lanes read consecutive runs (coalesced), the block's amax is reduced
-// with warp shuffles (no shared memory), then each lane quantizes its runs: held in registers where
-// a block is at most one run a lane (MX and NVFP4 blocks in every dtype), else read again (from L1).
+// Last-dim grouping (inner == 1): a group of G lanes (the next power of two >= block_size /
+// (V * kHeldRuns), at most 32) owns one block; lanes read consecutive runs (coalesced), the block's
+// amax is reduced with warp shuffles (no shared memory), then each lane quantizes its runs: held in
+// registers where a block is at most kHeldRuns runs a lane (MX and NVFP4 blocks in every dtype: an
+// MX block of bfloat16 is one lane's), else read again (from L1).
+// Other grouping dims (inner > 1): G lanes (the next power of two >= block_size / kHeldRows) own
+// one (block, run of V neighbouring columns); lanes of neighbouring runs read neighbouring runs of a
+// row (coalesced), a lane holds its rows of the block in registers, and each column's amax is
+// reduced over the G lanes with shuffles: the block is read once.
 // The rounding kind (RoundKind) is a template parameter, so the element loop has no branch.
-// inner > 1: one thread per (block, run of V neighbouring columns); neighbouring threads read
-// neighbouring runs (coalesced) and walk the block's rows, once for the amax of each column and
-// once to quantize.
 // Build with --fmad=false: a fused multiply-add would change results.
 // This file includes no torch header, so it compiles alone with `nvcc -c`.
 #include <cuda_runtime.h>
@@ -28,7 +30,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;
-constexpr int kRowsInFlight = 2;  // rows of a block the column kernel loads before it quantizes them
 
 // Storage types: load / store one element (store: the header's conversion, NaN code included),
 // pack2: two elements' bits as one word, the first in the low half, by the card's paired conversion
@@ -100,7 +101,7 @@ __device__ __forceinline__ float tensor_scale_of(const Job& job) {
   return job.tensor_scale != nullptr ? *job.tensor_scale : 1.0f;
 }
 
-// V elements of storage type T moved as one aligned load or store (16 bytes for V = 16 / sizeof(T)).
+// V elements of storage type T moved as one aligned load or store (of 16, 8 or 4 bytes).
 template <class T, int V>
 struct alignas(sizeof(T) * V) Vec {
   T v[V];
@@ -131,17 +132,29 @@ __device__ __forceinline__ Vec<T, V> load_run(const Job& job, int64_t i) {
   return *reinterpret_cast<const Vec<T, V>*>(static_cast<const T*>(job.x) + i);
 }
 
+// The NaN halves of the 16-bit words of a run whose element j has scale sc[j] (each half all ones
+// where its element's scale is NaN), worked out once a block, not once a run.
+template <int V>
+__device__ __forceinline__ void nan_halves_of(const BlockScale* sc, uint32_t* halves) {
+#pragma unroll
+  for (int w = 0; w < V / 2; ++w) {
+    const float lo = sc[2 * w].scale, hi = sc[2 * w + 1].scale;
+    halves[w] = (lo != lo ? 0x0000FFFFu : 0u) | (hi != hi ? 0xFFFF0000u : 0u);
+  }
+}
+
 // Quantize the run `in` of V consecutive elements (input index i, code index code_at) with block
 // scale sc[0], or element j with sc[j] (PerElementScale: V neighbouring columns, each its own
-// block); g: the tensor scale. One vector store each of the values, the mask and uint8 codes.
+// block, with nan_halves_of(sc) in nan_halves); g: the tensor scale. One vector store each of the
+// values, the mask and uint8 codes.
 // Clamp (f.clamps: a saturating format): saturation is the clamp, and a value is NaN exactly where
 // its block's scale is (an element is finite in a finite block, whose finite scale keeps it so:
 // exp_max caps the scale, the float rule's scale times g is at most amax over max_normal), so
 // 16-bit values are converted two at a time and a NaN block's set to the NaN code after.
 template <class S, int V, int Round, int Apply, bool PerElementScale, bool Clamp>
 __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams& f, const RoundRule& rule,
-                                             const BlockScale* sc, float g, const Vec<typename S::T, V>& in,
-                                             int64_t i, int64_t code_at) {
+                                             const BlockScale* sc, const uint32_t* nan_halves, float g,
+                                             const Vec<typename S::T, V>& in, int64_t i, int64_t code_at) {
   using T = typename S::T;
   constexpr bool kPairs = Clamp && sizeof(T) == 2 && V % 2 == 0;
   float vals[V], outs[V];
@@ -168,9 +181,7 @@ __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams&
     if constexpr (PerElementScale) {
 #pragma unroll
       for (int w = 0; w < V / 2; ++w) {
-        const float lo = sc[2 * w].scale, hi = sc[2 * w + 1].scale;
-        const uint32_t nan = (lo != lo ? 0x0000FFFFu : 0u) | (hi != hi ? 0xFFFF0000u : 0u);  // NaN halves
-        words[w] = (S::pack2(outs[2 * w], outs[2 * w + 1]) & ~nan) | (S::kNaN2 & nan);
+        words[w] = (S::pack2(outs[2 * w], outs[2 * w + 1]) & ~nan_halves[w]) | (S::kNaN2 & nan_halves[w]);
       }
     } else {
       const bool nan = sc[0].scale != sc[0].scale;
@@ -314,11 +325,11 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, const Row
 #pragma unroll
       for (int r = 0; r < kHeldRuns; ++r) {
         const int64_t t = t0 + r * step;
-        if (t < len) quantize_run<S, V, Round, Apply, false, Clamp>(job, f, rule, &sc, g, held[r], start + t, b * bs + t);
+        if (t < len) quantize_run<S, V, Round, Apply, false, Clamp>(job, f, rule, &sc, nullptr, g, held[r], start + t, b * bs + t);
       }
     } else {
       for (int64_t t = t0; t < len; t += step) {
-        quantize_run<S, V, Round, Apply, false, Clamp>(job, f, rule, &sc, g, load_run<T, V>(job, start + t), start + t,
+        quantize_run<S, V, Round, Apply, false, Clamp>(job, f, rule, &sc, nullptr, g, load_run<T, V>(job, start + t), start + t,
                                                        b * bs + t);
       }
     }
@@ -329,63 +340,137 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, const Row
   }
 }
 
-// Grouping along another dim (inner > 1): one thread per (block, run of V neighbouring columns),
-// V > 1 where inner is a multiple of V and the pointers are aligned; neighbouring threads read
-// neighbouring runs (coalesced) and walk the block's rows twice (amax per column, then quantize).
+// Rows of a block one lane of the column kernel holds in registers (V columns each): its loads are
+// in flight together and the block is read from memory once.
+constexpr int kHeldRows = 8;
+
+// How the column kernel's lanes split the (block, run of V columns) pairs (worked out on the host).
+struct ColumnsLaunch {
+  int group_log2;  // log2 of the lanes a pair: a power of two <= 32
+  bool held;       // block_size <= lanes * kHeldRows: a lane's rows of a block stay in registers
+};
+
+// The column kernel's amax words: a 16-bit type's V columns two a word (each half the larger |x|
+// bits of its column), else one a word.
+template <class S, int V>
+constexpr int kColumnWords = sizeof(typename S::T) == 2 && V % 2 == 0 ? V / 2 : V;
+
+// m[w] = the larger |x| bits, column by column, of m and the run `in` of V neighbouring columns.
+template <class S, int V>
+__device__ __forceinline__ void column_amax(uint32_t* m, const Vec<typename S::T, V>& in) {
+  if constexpr (kColumnWords<S, V> != V) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(in.v);
+#pragma unroll
+    for (int w = 0; w < V / 2; ++w) m[w] = max_halves(m[w], words[w] & 0x7FFF7FFFu);
+  } else {
+#pragma unroll
+    for (int q = 0; q < V; ++q) m[q] = max(m[q], S::abs_bits(in.v[q]));
+  }
+}
+
+// The larger of a and b per column word (two 16-bit columns a word where kColumnWords says so).
+template <class S, int V>
+__device__ __forceinline__ uint32_t column_max(uint32_t a, uint32_t b) {
+  return kColumnWords<S, V> != V ? max_halves(a, b) : max(a, b);
+}
+
+// Column q's |x| bits of the amax words m.
+template <class S, int V>
+__device__ __forceinline__ uint32_t column_bits(const uint32_t* m, int q) {
+  return kColumnWords<S, V> != V ? (m[q / 2] >> (16 * (q % 2))) & 0xFFFFu : m[q];
+}
+
+// a / b for a, b >= 0, through the 32-bit division where both fit (the common case: a few
+// instructions, against the 64-bit division's routine).
+__device__ __forceinline__ int64_t div_index(int64_t a, int64_t b) {
+  if (((a | b) >> 32) == 0) return static_cast<uint32_t>(a) / static_cast<uint32_t>(b);
+  return a / b;
+}
+
+// Grouping along another dim (inner > 1): 2^group_log2 lanes own one (block, run of V neighbouring
+// columns) pair, lane `sub` the block's rows sub, sub + lanes, ... (V > 1 where inner is a multiple
+// of V and the pointers are aligned). Lanes of neighbouring pairs read neighbouring runs of a row
+// (coalesced); each column's amax is reduced over the pair's lanes with shuffles, then the lanes
+// quantize their rows (held: from registers; else each row read again).
 template <class S, int V, int Round, int Apply, bool Clamp>
-__global__ void __launch_bounds__(kThreads) columns_kernel(const Job job) {
+__global__ void __launch_bounds__(kThreads) columns_kernel(const Job job, const ColumnsLaunch launch) {
   using T = typename S::T;
+  constexpr int kWords = kColumnWords<S, V>;
   const FormatParams f = job.fmt;
   const RoundRule rule = round_rule(job.rounding);
   const float g = tensor_scale_of(job);
+  const int group = 1 << launch.group_log2;
+  const int lane = threadIdx.x & 31;
+  const int sub = lane & (group - 1);
+  const int per_warp_log2 = 5 - launch.group_log2;
   const int64_t k = job.num_blocks, bs = job.block_size, dim = job.dim_size, inner = job.inner;
   const int64_t runs = inner / V;
   const int64_t total = job.outer * k * runs;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
-    const int64_t r = idx % runs, ob = idx / runs;
-    const int64_t c = r * V;
-    const int64_t o = ob / k, kb = ob - (ob / k) * k;
-    const int64_t j0 = kb * bs, len = min(bs, dim - j0);
-    const int64_t base = (o * dim + j0) * inner + c;
-    uint32_t m[V];
+  const int64_t row_step = static_cast<int64_t>(group) * inner;  // between a lane's rows, in elements
+  const int64_t warp_tiles = (total + (1 << per_warp_log2) - 1) >> per_warp_log2;
+  const int64_t warp0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t wt = warp0; wt < warp_tiles; wt += warps) {  // uniform across the warp
+    const int64_t p = (wt << per_warp_log2) + (lane >> launch.group_log2);
+    const bool valid = p < total;
+    const int64_t ob = valid ? div_index(p, runs) : 0, c = (p - ob * runs) * V;
+    const int64_t o = div_index(ob, k), kb = ob - o * k;
+    const int64_t j0 = kb * bs, len = valid ? min(bs, dim - j0) : 0;
+    const int64_t base = (o * dim + j0 + sub) * inner + c;  // the lane's first row
+    Vec<T, V> held[kHeldRows];
+    uint32_t m[kWords];
 #pragma unroll
-    for (int q = 0; q < V; ++q) m[q] = 0;
-#pragma unroll 4
-    for (int64_t j = 0; j < len; ++j) {  // loads only: unrolled, several rows' loads are in flight
-      const Vec<T, V> in = load_run<T, V>(job, base + j * inner);
+    for (int w = 0; w < kWords; ++w) m[w] = 0;
+    // the lane's rows of the block (held: at most kHeldRows), counted once
+    const int rows = len > sub ? static_cast<int>((len - sub + group - 1) >> launch.group_log2) : 0;
+    if (launch.held) {
 #pragma unroll
-      for (int q = 0; q < V; ++q) m[q] = max(m[q], S::abs_bits(in.v[q]));
+      for (int r = 0; r < kHeldRows; ++r) {  // every load first: all in flight at once
+        if (r < rows) held[r] = load_run<T, V>(job, base + r * row_step);
+      }
+#pragma unroll
+      for (int r = 0; r < kHeldRows; ++r) {
+        if (r < rows) column_amax<S, V>(m, held[r]);
+      }
+    } else {
+      for (int64_t j = sub, at = base; j < len; j += group, at += row_step) column_amax<S, V>(m, load_run<T, V>(job, at));
     }
-    const int64_t code_base = ob * bs * inner + c;
+    for (int off = group >> 1; off > 0; off >>= 1) {
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) m[w] = column_max<S, V>(m[w], __shfl_xor_sync(0xFFFFFFFFu, m[w], off, group));
+    }
+    if (!valid) continue;
     BlockScale sc[V];
 #pragma unroll
     for (int q = 0; q < V; ++q) {
-      sc[q] = block_scale_for<Apply>(S::widen_abs(m[q]), f, job.scale_mode, g);
-      if (job.scale != nullptr) job.scale[ob * inner + c + q] = sc[q].scale;
-      if (job.scale_codes != nullptr) job.scale_codes[ob * inner + c + q] = sc[q].code;
+      sc[q] = block_scale_for<Apply>(S::widen_abs(column_bits<S, V>(m, q)), f, job.scale_mode, g);
+      if (sub == 0 && job.scale != nullptr) job.scale[ob * inner + c + q] = sc[q].scale;
+      if (sub == 0 && job.scale_codes != nullptr) job.scale_codes[ob * inner + c + q] = sc[q].code;
     }
-    // kRowsInFlight rows loaded before any is quantized: the stores could alias x, so the compiler
-    // would not move a later row's load above them, and one load at a time leaves memory idle
-    for (int64_t j = 0; j < len; j += kRowsInFlight) {
-      Vec<T, V> in[kRowsInFlight];
+    uint32_t nan_halves[V / 2 > 0 ? V / 2 : 1];
+    nan_halves_of<V>(sc, nan_halves);
+    const int64_t code_base = (ob * bs + sub) * inner + c;  // the codes of the lane's first row
+    if (launch.held) {
 #pragma unroll
-      for (int r = 0; r < kRowsInFlight; ++r) {
-        if (j + r < len) in[r] = load_run<T, V>(job, base + (j + r) * inner);
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsInFlight; ++r) {
-        if (j + r < len) {
-          quantize_run<S, V, Round, Apply, true, Clamp>(job, f, rule, sc, g, in[r], base + (j + r) * inner,
-                                                 code_base + (j + r) * inner);
+      for (int r = 0; r < kHeldRows; ++r) {
+        if (r < rows) {
+          quantize_run<S, V, Round, Apply, true, Clamp>(job, f, rule, sc, nan_halves, g, held[r], base + r * row_step,
+                                                        code_base + r * row_step);
         }
+      }
+    } else {
+      int64_t at = base, code_at = code_base;
+      for (int64_t j = sub; j < len; j += group, at += row_step, code_at += row_step) {
+        quantize_run<S, V, Round, Apply, true, Clamp>(job, f, rule, sc, nan_halves, g, load_run<T, V>(job, at), at,
+                                                      code_at);
       }
     }
     if (job.codes != nullptr && len < bs) {
+      const int64_t pad_base = ob * bs * inner + c;
 #pragma unroll
       for (int q = 0; q < V; ++q) {
         const int32_t code = padding_code<Apply>(f, rule, sc[q]);
-        for (int64_t j = len; j < bs; ++j) store_code(job, code_base + j * inner + q, code);
+        for (int64_t j = len + sub; j < bs; j += group) store_code(job, pad_base + j * inner + q, code);
       }
     }
   }
@@ -399,15 +484,22 @@ int64_t grid_for(int64_t threads) {
 // Whether pointer p is a multiple of `bytes` (null pointers, outputs not asked for, pass).
 bool aligned(const void* p, int64_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// The vector width the job allows: 16 bytes of input a run where every run it reads starts on a
-// multiple of it (n: the dim the runs lie along, in elements; m: what every run start is a
-// multiple of besides) and every pointer it streams through is aligned, else 1.
+// Elements of a run: the last-dim kernel's 16 bytes of input; the column kernel's 4 elements (8
+// bytes of a 16-bit type, 16 of float32), so that a lane's kHeldRows rows of an MX block are 32
+// elements, as a last-dim lane's block (more would hold twice the registers and code).
 template <class S>
-int vector_width(const Job& job, int64_t n, int64_t m) {
-  constexpr int kV = 16 / static_cast<int>(sizeof(typename S::T));
-  const bool ok = n % kV == 0 && m % kV == 0 && aligned(job.x, 16) && aligned(job.out, 16) &&
-                  aligned(job.mask, kV) && aligned(job.codes, kV);
-  return ok ? kV : 1;
+constexpr int kRowsV = 16 / static_cast<int>(sizeof(typename S::T));
+template <class S>
+constexpr int kColumnsV = 4;
+
+// Whether the job allows runs of V elements: every run it reads starts on a multiple of V (n: the
+// dim the runs lie along, in elements; m: what every run start is a multiple of besides) and every
+// pointer it streams through is aligned to a run.
+template <class S, int V>
+bool vector_runs(const Job& job, int64_t n, int64_t m) {
+  constexpr int64_t kBytes = V * static_cast<int64_t>(sizeof(typename S::T));
+  return n % V == 0 && m % V == 0 && aligned(job.x, kBytes) && aligned(job.out, kBytes) && aligned(job.mask, V) &&
+         aligned(job.codes, V);
 }
 
 // The last-dim kernel's split for V elements a run: lanes a block the next power of two >= block_size
@@ -420,33 +512,50 @@ RowsLaunch rows_launch(const Job& job) {
   return r;
 }
 
+// The column kernel's split: lanes a (block, run) pair the next power of two >= block_size /
+// kHeldRows, at most 32.
+ColumnsLaunch columns_launch(const Job& job) {
+  ColumnsLaunch c{5, false};
+  while (c.group_log2 > 0 && (int64_t{1} << (c.group_log2 - 1)) * kHeldRows >= job.block_size) --c.group_log2;
+  c.held = job.block_size <= (int64_t{1} << c.group_log2) * kHeldRows;
+  return c;
+}
+
 template <class S, int V, int Round, int Apply, bool Clamp>
-void launch_as(const Job& job, cudaStream_t stream) {
-  if (job.inner == 1) {
-    const RowsLaunch r = rows_launch<V>(job);
-    const int64_t per_warp = int64_t{32} >> r.group_log2;
-    const int64_t warps = (job.outer * job.num_blocks + per_warp - 1) / per_warp;
-    const auto blocks = static_cast<unsigned>(grid_for(warps * 32));
-    rows_kernel<S, V, Round, Apply, Clamp><<<blocks, kThreads, 0, stream>>>(job, r);
-  } else {
-    const int64_t threads = job.outer * job.num_blocks * (job.inner / V);
-    const auto blocks = static_cast<unsigned>(grid_for(threads));
-    columns_kernel<S, V, Round, Apply, Clamp><<<blocks, kThreads, 0, stream>>>(job);
-  }
+void launch_rows(const Job& job, cudaStream_t stream) {
+  const RowsLaunch r = rows_launch<V>(job);
+  const int64_t per_warp = int64_t{32} >> r.group_log2;
+  const int64_t warps = (job.outer * job.num_blocks + per_warp - 1) / per_warp;
+  const auto blocks = static_cast<unsigned>(grid_for(warps * 32));
+  rows_kernel<S, V, Round, Apply, Clamp><<<blocks, kThreads, 0, stream>>>(job, r);
+}
+
+template <class S, int V, int Round, int Apply, bool Clamp>
+void launch_columns(const Job& job, cudaStream_t stream) {
+  const ColumnsLaunch c = columns_launch(job);
+  const int64_t per_warp = int64_t{32} >> c.group_log2;
+  const int64_t warps = (job.outer * job.num_blocks * (job.inner / V) + per_warp - 1) / per_warp;
+  const auto blocks = static_cast<unsigned>(grid_for(warps * 32));
+  columns_kernel<S, V, Round, Apply, Clamp><<<blocks, kThreads, 0, stream>>>(job, c);
 }
 
 // The vector kernels saturate by the clamp where the format allows it (FormatParams::clamps), in
 // kernels of their own (a run-time branch would hold both element loops' registers); the
 // one-element kernels, for inputs the vector ones cannot take, by the selects for every format.
+// Last dim: runs lie along rows (dim_size) and start at multiples of block_size; other dims: runs
+// lie along the inner columns.
 template <class S, int Round, int Apply>
 void launch(const Job& job, cudaStream_t stream) {
-  constexpr int kV = 16 / static_cast<int>(sizeof(typename S::T));
-  // last dim: runs lie along rows (dim_size) and start at multiples of block_size; other dims:
-  // runs lie along the inner columns
-  const int v = job.inner == 1 ? vector_width<S>(job, job.dim_size, job.block_size) : vector_width<S>(job, job.inner, 0);
-  if (v != kV) launch_as<S, 1, Round, Apply, false>(job, stream);
-  else if (job.fmt.clamps) launch_as<S, kV, Round, Apply, true>(job, stream);
-  else launch_as<S, kV, Round, Apply, false>(job, stream);
+  constexpr int kR = kRowsV<S>, kC = kColumnsV<S>;
+  if (job.inner == 1) {
+    if (!vector_runs<S, kR>(job, job.dim_size, job.block_size)) launch_rows<S, 1, Round, Apply, false>(job, stream);
+    else if (job.fmt.clamps) launch_rows<S, kR, Round, Apply, true>(job, stream);
+    else launch_rows<S, kR, Round, Apply, false>(job, stream);
+  } else {
+    if (!vector_runs<S, kC>(job, job.inner, 0)) launch_columns<S, 1, Round, Apply, false>(job, stream);
+    else if (job.fmt.clamps) launch_columns<S, kC, Round, Apply, true>(job, stream);
+    else launch_columns<S, kC, Round, Apply, false>(job, stream);
+  }
 }
 
 template <class S, int Round>
