@@ -238,14 +238,18 @@ __device__ __forceinline__ uint32_t amax_run(const Vec<typename S::T, V>& in) {
 
 // The scale of a block whose scale applies by Apply: power-of-two scales (kApplyInv) are exactly the
 // exponent scale kind (make_job pairs the rule with the kind), so those kernels compile that kind
-// alone, and OCP's floor rule (a uniform branch) without the other rules' terms; the float-valued
-// kinds go through the one run-time switch (block_scale).
+// alone, and OCP's floor rule (a uniform branch) without the other rules' terms; two-level scales
+// (a tensor scale) are exactly the minifloat kind (scale_fields_error refuses a tensor scale with
+// any other before dispatch); the single-level float-valued kinds go through the one run-time
+// switch (block_scale).
 template <int Apply>
 __device__ __forceinline__ BlockScale block_scale_for(uint32_t amax_bits, const FormatParams& f, int32_t mode,
                                                       float g) {
   if constexpr (Apply == kApplyInv) {
     return mode == kScaleFloor ? pow2_block_scale<kScaleFloor>(amax_bits, f, mode)
                                : pow2_block_scale(amax_bits, f, mode);
+  } else if constexpr (Apply == kApplyTwoLevel) {
+    return float_block_scale_as<kScaleMinifloat>(amax_bits, f, g);
   } else {
     return block_scale(amax_bits, f, mode, g);
   }
