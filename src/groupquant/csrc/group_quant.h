@@ -533,29 +533,37 @@ GQ_HD int32_t encode_int_element(float v, const FormatParams& f) {
   return nan ? 0 : static_cast<int32_t>(v * f.int_up);
 }
 
+// encode_int_element of a finite v (the saturating CUDA kernels': see encode_finite_float_element).
+GQ_HD int32_t encode_finite_int_element(float v, const FormatParams& f) { return static_cast<int32_t>(v * f.int_up); }
+
 // Float formats: a normal value's code is its float32 magnitude bits shifted right by 23 - m (the
 // exponent field and the top m mantissa bits, exact as v is on the grid) less (127 - bias) << m,
 // which rebiases the exponent; a subnormal's is its count of min-subnormal steps, read the same way
 // off |v| + min_normal (exact: a value of the binade [min_normal, 2 min_normal) whose mantissa is
-// that count) less the code of min_normal. NaN: the NaN code (-1: none, then 0); Inf: the IEEE
-// formats' Inf code (0 in formats without one, where no rounding makes Inf). The sign bit is set
-// for negative values of signed formats; v is a value quantize_element returns (so no -0 where the
-// format has none, as in fnuz formats, whose code 0x80 is NaN).
+// that count) less the code of min_normal. The sign bit is set for negative values of signed
+// formats; v is a finite value quantize_element returns (so no -0 where the format has none, as in
+// fnuz formats, whose code 0x80 is NaN). The saturating CUDA kernels call this alone: their values
+// are finite but in NaN blocks, whose codes they set to the NaN code after.
+GQ_HD int32_t encode_finite_float_element(float v, const FormatParams& f) {
+  const uint32_t vb = f2u(v);
+  const int32_t m = f.mantissa_bits;
+  const float af = u2f(vb & 0x7FFFFFFFu);
+  const bool normal = af >= f.min_normal;
+  const uint32_t bits = normal ? (vb & 0x7FFFFFFFu) : f2u(af + f.min_normal);  // on the grid of min_normal's binade
+  const int32_t below = ((127 - f.bias) << m) + (normal ? 0 : (1 << m));  // the code of 2^-bias, of min_normal
+  const int32_t code = static_cast<int32_t>(bits >> (23 - m)) - below;
+  return code | static_cast<int32_t>(vb >> 31) * f.sign_code;
+}
+
+// encode_finite_float_element, and NaN: the NaN code (-1: none, then 0); +-Inf: the IEEE formats'
+// Inf code (0 in formats without one, where no rounding makes Inf), the sign bit as above.
 GQ_HD int32_t encode_float_element(float v, const FormatParams& f) {
   const uint32_t vb = f2u(v);
   const uint32_t ab = vb & 0x7FFFFFFFu;
-  const bool nan = ab > 0x7F800000u;
-  const bool inf = ab == 0x7F800000u;
-  const int32_t m = f.mantissa_bits;
-  const float af = u2f(ab);
-  const bool normal = af >= f.min_normal;
-  const uint32_t bits = normal ? ab : f2u(af + f.min_normal);  // on the grid of min_normal's binade
-  const int32_t below = ((127 - f.bias) << m) + (normal ? 0 : (1 << m));  // the code of 2^-bias, of min_normal
-  int32_t code = static_cast<int32_t>(bits >> (23 - m)) - below;
-  const int32_t inf_code = f.special == kSpecialIeee ? ((1 << f.exponent_bits) - 1) << m : 0;
-  code = inf ? inf_code : code;  // +-Inf: the IEEE formats' code (0, the sign aside, elsewhere)
-  code |= static_cast<int32_t>(vb >> 31) * f.sign_code;  // the sign (NaN: replaced below)
-  return nan ? f.nan_code_or_0 : code;
+  const int32_t inf_code = f.special == kSpecialIeee ? ((1 << f.exponent_bits) - 1) << f.mantissa_bits : 0;
+  const int32_t code = ab == 0x7F800000u ? inf_code | static_cast<int32_t>(vb >> 31) * f.sign_code
+                                         : encode_finite_float_element(v, f);
+  return ab > 0x7F800000u ? f.nan_code_or_0 : code;
 }
 
 GQ_HD int32_t encode_element(float v, const FormatParams& f) {

@@ -132,28 +132,49 @@ __device__ __forceinline__ Vec<T, V> load_run(const Job& job, int64_t i) {
   return *reinterpret_cast<const Vec<T, V>*>(static_cast<const T*>(job.x) + i);
 }
 
-// The NaN halves of the 16-bit words of a run whose element j has scale sc[j] (each half all ones
-// where its element's scale is NaN), worked out once a block, not once a run.
+// Where a run's elements lie in NaN blocks, for the saturating kernels (Clamp), whose values are
+// NaN exactly there and whose conversions and encoders take finite values: all-ones halves of the
+// words of two 16-bit values, all-ones bytes of the words of four codes. Worked out once a block
+// (run_nan_of), not once a run.
 template <int V>
-__device__ __forceinline__ void nan_halves_of(const BlockScale* sc, uint32_t* halves) {
+struct RunNaN {
+  uint32_t halves[V / 2 > 0 ? V / 2 : 1];
+  uint32_t bytes[(V + 3) / 4];
+};
+
+// The RunNaN of a run whose element j has scale sc[PerElementScale ? j : 0].
+template <int V, bool PerElementScale>
+__device__ __forceinline__ RunNaN<V> run_nan_of(const BlockScale* sc) {
+  RunNaN<V> n;
 #pragma unroll
   for (int w = 0; w < V / 2; ++w) {
-    const float lo = sc[2 * w].scale, hi = sc[2 * w + 1].scale;
-    halves[w] = (lo != lo ? 0x0000FFFFu : 0u) | (hi != hi ? 0xFFFF0000u : 0u);
+    const float lo = sc[PerElementScale ? 2 * w : 0].scale, hi = sc[PerElementScale ? 2 * w + 1 : 0].scale;
+    n.halves[w] = (lo != lo ? 0x0000FFFFu : 0u) | (hi != hi ? 0xFFFF0000u : 0u);
   }
+#pragma unroll
+  for (int w = 0; w < (V + 3) / 4; ++w) {
+    n.bytes[w] = 0;
+#pragma unroll
+    for (int b = 0; b < 4 && 4 * w + b < V; ++b) {
+      const float e = sc[PerElementScale ? 4 * w + b : 0].scale;
+      n.bytes[w] |= e != e ? 0xFFu << (8 * b) : 0u;
+    }
+  }
+  return n;
 }
 
 // Quantize the run `in` of V consecutive elements (input index i, code index code_at) with block
 // scale sc[0], or element j with sc[j] (PerElementScale: V neighbouring columns, each its own
-// block, with nan_halves_of(sc) in nan_halves); g: the tensor scale. One vector store each of the
-// values, the mask and uint8 codes.
+// block); nan: run_nan_of(sc) (read by the Clamp kernels); g: the tensor scale. One vector store
+// each of the values, the mask and uint8 codes.
 // Clamp (f.clamps: a saturating format): saturation is the clamp, and a value is NaN exactly where
 // its block's scale is (an element is finite in a finite block, whose finite scale keeps it so:
 // exp_max caps the scale, the float rule's scale times g is at most amax over max_normal), so
-// 16-bit values are converted two at a time and a NaN block's set to the NaN code after.
+// 16-bit values are converted two at a time and byte codes encoded as finite values, and a NaN
+// block's set to the NaN codes after.
 template <class S, int V, int Round, int Apply, bool PerElementScale, bool Clamp>
 __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams& f, const RoundRule& rule,
-                                             const BlockScale* sc, const uint32_t* nan_halves, float g,
+                                             const BlockScale* sc, const RunNaN<V>& nan, float g,
                                              const Vec<typename S::T, V>& in, int64_t i, int64_t code_at) {
   using T = typename S::T;
   constexpr bool kPairs = Clamp && sizeof(T) == 2 && V % 2 == 0;
@@ -178,15 +199,9 @@ __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams&
   }
   if constexpr (kPairs) {
     uint32_t* words = reinterpret_cast<uint32_t*>(out.v);
-    if constexpr (PerElementScale) {
 #pragma unroll
-      for (int w = 0; w < V / 2; ++w) {
-        words[w] = (S::pack2(outs[2 * w], outs[2 * w + 1]) & ~nan_halves[w]) | (S::kNaN2 & nan_halves[w]);
-      }
-    } else {
-      const bool nan = sc[0].scale != sc[0].scale;
-#pragma unroll
-      for (int w = 0; w < V / 2; ++w) words[w] = nan ? S::kNaN2 : S::pack2(outs[2 * w], outs[2 * w + 1]);
+    for (int w = 0; w < V / 2; ++w) {
+      words[w] = (S::pack2(outs[2 * w], outs[2 * w + 1]) & ~nan.halves[w]) | (S::kNaN2 & nan.halves[w]);
     }
   }
   if (job.out != nullptr) {
@@ -196,7 +211,19 @@ __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams&
   if (job.codes == nullptr) return;
   if (job.code_type == kCodeUInt8 || job.code_type == kCodeInt8) {
     Vec<uint8_t, V> bytes;
-    if (f.is_float) {  // uniform: one branch a run, not one an element
+    if constexpr (Clamp && V % 4 == 0) {  // finite encoders, then a NaN block's codes (one branch a run)
+      if (f.is_float) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) bytes.v[j] = static_cast<uint8_t>(encode_finite_float_element(vals[j], f));
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) bytes.v[j] = static_cast<uint8_t>(encode_finite_int_element(vals[j], f));
+      }
+      const uint32_t nan_code = (f.is_float ? static_cast<uint8_t>(f.nan_code_or_0) : 0u) * 0x01010101u;
+      uint32_t* words = reinterpret_cast<uint32_t*>(bytes.v);
+#pragma unroll
+      for (int w = 0; w < V / 4; ++w) words[w] = (words[w] & ~nan.bytes[w]) | (nan_code & nan.bytes[w]);
+    } else if (f.is_float) {  // uniform: one branch a run, not one an element
 #pragma unroll
       for (int j = 0; j < V; ++j) bytes.v[j] = static_cast<uint8_t>(encode_float_element(vals[j], f));
     } else {
@@ -325,15 +352,16 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, const Row
     const BlockScale sc = block_scale_for<Apply>(S::widen_abs(m), f, job.scale_mode, g);
     if (sub == 0 && job.scale != nullptr) job.scale[b] = sc.scale;
     if (sub == 0 && job.scale_codes != nullptr) job.scale_codes[b] = sc.code;
+    const RunNaN<V> nan = run_nan_of<V, false>(&sc);
     if (launch.held) {
 #pragma unroll
       for (int r = 0; r < kHeldRuns; ++r) {
         const int64_t t = t0 + r * step;
-        if (t < len) quantize_run<S, V, Round, Apply, false, Clamp>(job, f, rule, &sc, nullptr, g, held[r], start + t, b * bs + t);
+        if (t < len) quantize_run<S, V, Round, Apply, false, Clamp>(job, f, rule, &sc, nan, g, held[r], start + t, b * bs + t);
       }
     } else {
       for (int64_t t = t0; t < len; t += step) {
-        quantize_run<S, V, Round, Apply, false, Clamp>(job, f, rule, &sc, nullptr, g, load_run<T, V>(job, start + t), start + t,
+        quantize_run<S, V, Round, Apply, false, Clamp>(job, f, rule, &sc, nan, g, load_run<T, V>(job, start + t), start + t,
                                                        b * bs + t);
       }
     }
@@ -451,21 +479,20 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const Job job, const 
       if (sub == 0 && job.scale != nullptr) job.scale[ob * inner + c + q] = sc[q].scale;
       if (sub == 0 && job.scale_codes != nullptr) job.scale_codes[ob * inner + c + q] = sc[q].code;
     }
-    uint32_t nan_halves[V / 2 > 0 ? V / 2 : 1];
-    nan_halves_of<V>(sc, nan_halves);
+    const RunNaN<V> nan = run_nan_of<V, true>(sc);
     const int64_t code_base = (ob * bs + sub) * inner + c;  // the codes of the lane's first row
     if (launch.held) {
 #pragma unroll
       for (int r = 0; r < kHeldRows; ++r) {
         if (r < rows) {
-          quantize_run<S, V, Round, Apply, true, Clamp>(job, f, rule, sc, nan_halves, g, held[r], base + r * row_step,
+          quantize_run<S, V, Round, Apply, true, Clamp>(job, f, rule, sc, nan, g, held[r], base + r * row_step,
                                                         code_base + r * row_step);
         }
       }
     } else {
       int64_t at = base, code_at = code_base;
       for (int64_t j = sub; j < len; j += group, at += row_step, code_at += row_step) {
-        quantize_run<S, V, Round, Apply, true, Clamp>(job, f, rule, sc, nan_halves, g, load_run<T, V>(job, at), at,
+        quantize_run<S, V, Round, Apply, true, Clamp>(job, f, rule, sc, nan, g, load_run<T, V>(job, at), at,
                                                       code_at);
       }
     }
