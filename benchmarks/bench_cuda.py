@@ -21,7 +21,8 @@ and under ``torch.compile`` (with the count of graph breaks), with the ratio to 
 the peak ``torch.cuda.max_memory_allocated`` of the step as a ratio too, with ``x`` held by the
 caller and with ``x`` made in the step (``x * 1``: then a layer's saved input, x or its quantized
 copy, is the only input-sized tensor the backward keeps, as in a network). Targets: recipe <= 1.25x,
-QuantLinear <= 1.15x time and memory, compiled never slower than eager.
+QuantLinear <= 1.15x time and memory, compiled never slower than eager. What is alive at the peak
+of each step: benchmarks/cuda_memory_peak.py.
 
 Prints the card, torch, CUDA and groupquant backend first. Nothing here is asserted: the figures
 go into docs/cuda.md with the command that made them.
@@ -146,17 +147,22 @@ def peak_memory(step: Callable[[], None]) -> int:
     return torch.cuda.max_memory_allocated() - base
 
 
-def train_table(k: int, batch: int, reps: int) -> None:
-    """Table 2 (see the module doc)."""
-    torch.manual_seed(0)
-    x = torch.randn(batch, k, device="cuda", dtype=torch.bfloat16)
-    grad = torch.randn(batch, k, device="cuda", dtype=torch.bfloat16)
+def train_models(k: int) -> Dict[str, torch.nn.Module]:
+    """The layers of table 2 (bfloat16 ``Linear(k, k)`` on the GPU), by name; nn.Linear first."""
     base = torch.nn.Linear(k, k, device="cuda", dtype=torch.bfloat16)
     quant = QuantLinear(k, k, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act,
                         device="cuda", dtype=torch.bfloat16)
     recipe = quantize_model(torch.nn.Sequential(torch.nn.Linear(k, k, device="cuda", dtype=torch.bfloat16)),
                             recipe="mxfp8")
-    models = {"nn.Linear": base, "QuantLinear MXFP8 W+A": quant, "recipe mxfp8": recipe}
+    return {"nn.Linear": base, "QuantLinear MXFP8 W+A": quant, "recipe mxfp8": recipe}
+
+
+def train_table(k: int, batch: int, reps: int) -> None:
+    """Table 2 (see the module doc)."""
+    torch.manual_seed(0)
+    x = torch.randn(batch, k, device="cuda", dtype=torch.bfloat16)
+    grad = torch.randn(batch, k, device="cuda", dtype=torch.bfloat16)
+    models = train_models(k)
     steps: Dict[str, Callable[[], None]] = {}
     breaks: Dict[str, Optional[int]] = {}
     for name, m in models.items():

@@ -40,6 +40,7 @@ step cuda_tests timeout 240 python3 -m pytest -q -rs --no-header --durations=10 
     tests/ops/test_device_parity.py tests/nn/test_cuda_layers.py tests/cuda
 step bench_ops timeout 240 python3 benchmarks/bench_cuda.py --ops
 step bench_train timeout 150 python3 benchmarks/bench_cuda.py --train
+step memory_peak timeout 90 python3 benchmarks/cuda_memory_peak.py
 step ptq_speed timeout 150 python3 benchmarks/ptq_speed.py --device cuda --random-weights
 # the wider sets: only the files that name CUDA or a device (collecting the whole tree takes minutes)
 named=$(grep -rlE --include="test_*.py" "cuda|def test_\w*device" tests | grep -v emulated | sort)
