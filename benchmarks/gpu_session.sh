@@ -12,7 +12,10 @@
 # run in the order of what matters most (parity, the two speed tables, ptq, the wider test sets);
 # the whole list may not fit one 600 s call: `bash benchmarks/gpu_session.sh STEP...` runs only the
 # named steps (after env, wheels and build, which reuses the build of a machine still warm), for a
-# second call straight after the first.
+# second call straight after the first. A 15-minute device budget fits two calls, for example
+#     bash benchmarks/gpu_session.sh cuda_tests bench_ops                  (timeout_s 560)
+#     bash benchmarks/gpu_session.sh bench_train memory_peak ptq_speed     (timeout_s 420)
+# (ptq_speed runs mxfp8 first: the one recipe no card has timed yet).
 set -uo pipefail
 OUT=${OUT:-/tmp/groupquant-gpu}
 mkdir -p "$OUT"
@@ -41,7 +44,7 @@ step cuda_tests timeout 240 python3 -m pytest -q -rs --no-header --durations=10 
 step bench_ops timeout 240 python3 benchmarks/bench_cuda.py --ops
 step bench_train timeout 150 python3 benchmarks/bench_cuda.py --train
 step memory_peak timeout 90 python3 benchmarks/cuda_memory_peak.py
-step ptq_speed timeout 150 python3 benchmarks/ptq_speed.py --device cuda --random-weights
+step ptq_speed timeout 150 python3 benchmarks/ptq_speed.py --device cuda --random-weights --recipes mxfp8 mxfp4 nvfp4
 # the wider sets: only the files that name CUDA or a device (collecting the whole tree takes minutes)
 named=$(grep -rlE --include="test_*.py" "cuda|def test_\w*device" tests | grep -v emulated | sort)
 compiled=$(grep -rlE --include="test_*.py" "def test_\w*(compile|fullgraph)" tests/ops tests/nn tests/export | sort)
