@@ -28,10 +28,12 @@ def _issue_input(dtype: torch.dtype, draws: int = 2, n: int = 1024) -> list:
     return [(torch.randn(n, n, generator=g) * torch.logspace(-6, 6, n)).to(dtype) for _ in range(draws)]
 
 
-def _adversarial(dtype: torch.dtype) -> torch.Tensor:
-    """Binades from 2^-30 to 2^30 per column, ties of every format, NaN / Inf blocks, padding (70 columns)."""
+def _adversarial(dtype: torch.dtype, cols: int = 70, rows: int = 64) -> torch.Tensor:
+    """Binades from 2^-30 to 2^30 per column, ties of every format, NaN / Inf blocks, padding (70
+    columns: no run of any vector width fits, so the one-element kernels; 72: the vector kernels,
+    a short last block along the last dim); ``rows`` rows."""
     g = torch.Generator().manual_seed(11)
-    x = torch.randn(64, 70, generator=g) * torch.exp2(torch.arange(70).float() * (60 / 69) - 30)
+    x = torch.randn(rows, cols, generator=g) * torch.exp2(torch.arange(cols).float() * (60 / (cols - 1)) - 30)
     x[3, :16] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0] * 2)  # E2M1 midpoints
     x[5, 7], x[9, 40], x[12, 3] = float("nan"), float("inf"), -float("inf")
     x[20] = 0.0
@@ -90,20 +92,28 @@ def _compare(x: torch.Tensor, fmt: str, kw: dict, what: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_cuda_equals_cpu_on_the_inputs_that_differed(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_cuda_equals_cpu_on_the_inputs_that_differed(dtype: torch.dtype, dim: int) -> None:
     _cuda_ready()
-    for i, x in enumerate(_issue_input(dtype)):
+    for i, x in enumerate(_issue_input(dtype)):  # 1024 x 1024: the vector kernels along either dim
         for fmt, kw in SCHEMES:
-            _compare(x, fmt, kw, f"{fmt} {kw} {dtype} draw {i}")
+            _compare(x, fmt, dict(kw, dim=dim), f"{fmt} {kw} {dtype} draw {i} dim={dim}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("dim", [-1, 0])
-def test_cuda_equals_cpu_for_every_scheme_rounding_and_dim(dtype: torch.dtype, dim: int) -> None:
+@pytest.mark.parametrize("cols", [70, 72], ids=["one-element", "vector"])
+def test_cuda_equals_cpu_for_every_scheme_rounding_and_dim(dtype: torch.dtype, dim: int, cols: int) -> None:
     _cuda_ready()
-    x = _adversarial(dtype)
+    x = _adversarial(dtype, cols)
     for (fmt, kw), rounding in itertools.product(SCHEMES, ROUNDINGS):
         _compare(x, fmt, dict(kw, dim=dim, rounding=rounding, seed=5 if rounding == "stochastic" else None),
-                 f"{fmt} {kw} {dtype} dim={dim} {rounding}")
-    for block in (7, 64, 128):  # other block sizes (warp groups of 8, two warps' worth, whole rows)
-        _compare(x, "fp8_e4m3", dict(dim=dim, block_size=block), f"block {block} {dtype} dim={dim}")
+                 f"{fmt} {kw} {dtype} dim={dim} {rounding} {cols} columns")
+    # other block sizes (a block is at most the dim): last dim, warp groups of 8 lanes and whole rows;
+    # dim 0, 1 and 8 lanes a block with its rows held; of 320 rows, 32 lanes a block, rows held
+    # (256) or read again (300: a short last block)
+    for block in (7, 64, 128):
+        _compare(x, "fp8_e4m3", dict(dim=dim, block_size=block), f"block {block} {dtype} dim={dim} {cols} columns")
+    tall = _adversarial(dtype, cols, rows=320)
+    for block in (256, 300):
+        _compare(tall, "fp8_e4m3", dict(dim=dim, block_size=block), f"block {block} {dtype} dim={dim} 320 x {cols}")
