@@ -11,9 +11,10 @@ ways: ``peak MiB`` counts every tensor alive during it (parameters, input, activ
 temporaries), ``step MiB`` only the tensors the step allocates (what a step adds on top of the
 model: the measure of issue 17's target, at most 1.3x float with every GEMM operand quantized). QuantLinear takes its memory-lean backward (groupquant.nn.gemm.lean_gemm: the quantized
 weight is used for the input gradient, then overwritten by the weight gradient); one row shows
-the same layer on plain autograd (memory_lean_backward = False). Two more rows are not library
-layers: the bare F.linear(fake_quant(x), fake_quant(W)) (the kernels' own share), and an
-experiment whose backward recomputes the quantized weight instead of keeping it. One row per
+the same layer on plain autograd (memory_lean_backward = False). One more row is not a library
+layer: the bare F.linear(fake_quant(x), fake_quant(W)) (the kernels' own share); one is the layer
+with recompute_quantized_weight (its backward makes the quantized weight again instead of keeping
+it from the forward). One row per
 training recipe (``--recipes``): every operand of every GEMM quantized, six quantized operands
 (groupquant.nn.RECIPES). ``--device cuda`` times on a GPU (peak memory from the CUDA allocator).
 """
@@ -57,39 +58,10 @@ class FakeQuantLinear(torch.nn.Linear):
         return F.linear(gq.fake_quant(x, self.fmt), gq.fake_quant(self.weight, self.fmt), self.bias)
 
 
-class _RecomputeQuantLinear(torch.autograd.Function):
-    """Linear on fake-quantized weight and input that saves the float weight, not its fake-quant copy.
-
-    Backward recomputes the quantized weight (one more fake-quant pass) instead of keeping a
-    second weight-sized tensor alive from forward to backward: less memory, a little more time.
-    Straight-through gradients for weight and input.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, weight_fmt, input_fmt):  # type: ignore[override]
-        xq = gq.fake_quant(x, input_fmt)
-        y = F.linear(xq, gq.fake_quant(weight, weight_fmt), bias)
-        ctx.save_for_backward(xq, weight)
-        ctx.weight_fmt = weight_fmt
-        return y
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        xq, weight = ctx.saved_tensors
-        grad_x = grad @ gq.fake_quant(weight, ctx.weight_fmt) if ctx.needs_input_grad[0] else None
-        grad_w = grad.t() @ xq
-        return grad_x, grad_w, grad.sum(0), None, None
-
-
-class RecomputeQuantLinear(torch.nn.Linear):
-    """Linear with MX weight + input fake-quant and the memory-lean backward of _RecomputeQuantLinear."""
-
-    def __init__(self, in_features: int, out_features: int, fmt: str) -> None:
-        super().__init__(in_features, out_features)
-        self.weight_fmt = self.input_fmt = fmt
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _RecomputeQuantLinear.apply(x, self.weight, self.bias, self.weight_fmt, self.input_fmt)
+def recompute_weight(layer: QuantLinear) -> QuantLinear:
+    """The layer with its lean backward making the quantized weight again (recompute_quantized_weight)."""
+    layer.recompute_quantized_weight = True
+    return layer
 
 
 def plain_autograd(layer: QuantLinear) -> QuantLinear:
@@ -205,7 +177,7 @@ def _run(args: argparse.Namespace) -> None:
         f"QuantLinear MX {fmt} W + A, plain autograd":
             plain_autograd(QuantLinear(n, n, weight_quant=wq, input_quant=aq)),
         "fake_quant W + A, F.linear": FakeQuantLinear(n, n, fmt),
-        f"(experiment) {fmt} W + A, recompute": RecomputeQuantLinear(n, n, fmt),
+        f"QuantLinear MX {fmt} W + A, Wq made again": recompute_weight(QuantLinear(n, n, weight_quant=wq, input_quant=aq)),
     }
     layers.update({f"recipe {name}": QuantLinear(n, n, **gq.nn.recipe(name).layer_kwargs()) for name in args.recipes})
     layers = {name: layer.to(device) for name, layer in layers.items()}

@@ -22,10 +22,11 @@ class ClippedMXFP8(MXFloat8e4m3Weight):
     ste = "clipped"
 
 
-def run(layer: QuantLinear, x: torch.Tensor, lean: bool):
+def run(layer: QuantLinear, x: torch.Tensor, lean: bool, recompute: bool = False):
     """Output and the gradients of input, weight and bias for one backward of a fixed upstream gradient."""
     layer = copy.deepcopy(layer)
     layer.memory_lean_backward = lean
+    layer.recompute_quantized_weight = recompute
     x = x.detach().clone().requires_grad_(x.requires_grad)
     y = layer(x)
     y.backward(torch.linspace(-2, 3, y.numel()).reshape(y.shape))
@@ -99,7 +100,7 @@ def test_a_second_backward_through_the_lean_path_is_a_clear_error():
     layer = QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight)
     y = layer(torch.randn(3, 64)).sum()
     y.backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="memory_lean_backward"):
+    with pytest.raises(RuntimeError, match="memory_lean_backward = False, or layer.recompute_quantized_weight"):
         y.backward()
 
 
@@ -141,3 +142,40 @@ def test_conv_with_other_padding_modes_takes_the_plain_path():
     assert "QuantGemm" not in type(y.grad_fn).__name__
     expected = layer._conv_forward(x.detach(), gq.fake_quant(layer.weight.detach(), "fp8_e4m3", 32, dim=1), layer.bias)
     assert torch.equal(y.detach(), expected.detach())
+
+
+@pytest.mark.parametrize("layer_of", [
+    lambda: QuantLinear(96, 40, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act),
+    lambda: QuantLinear(96, 40, bias=False, weight_quant=MXFloat4e2m1Weight),
+    lambda: gq.nn.QuantConv2d(40, 24, 3, padding=1, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act),
+])
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_recomputed_quantized_weight_gives_the_same_bits_and_keeps_no_weight(layer_of, input_grad):
+    torch.manual_seed(2)
+    layer = layer_of()
+    with torch.no_grad():  # weight rows over 12 binades: a block scale that differed would show
+        layer.weight.mul_(torch.logspace(-6, 6, layer.weight.shape[0]).reshape(-1, *([1] * (layer.weight.dim() - 1))))
+    shape = (5, 96) if isinstance(layer, QuantLinear) else (2, 40, 6, 5)
+    x = (torch.randn(shape) * 3).requires_grad_(input_grad)
+    kept, made, plain = run(layer, x, True), run(layer, x, True, recompute=True), run(layer, x, False)
+    for a, b, c in zip(kept, made, plain):
+        assert (a is None and b is None and c is None) or (torch.equal(a, b) and torch.equal(a, c))
+    # between forward and backward the graph holds the float weight and the quantized input only
+    layer.recompute_quantized_weight = True
+    y = layer(x)
+    assert "QuantGemm" in type(y.grad_fn).__name__ and y.grad_fn.wq is None
+    held = {t.data_ptr() for t in y.grad_fn.saved_tensors}
+    assert layer.weight.data_ptr() in held and len(held) == 2
+    layer.recompute_quantized_weight = False
+    assert layer(x).grad_fn.wq is not None  # the default keeps Wq from the forward
+
+
+def test_a_second_backward_works_when_the_quantized_weight_is_made_again():
+    layer = QuantLinear(64, 8, weight_quant=MXFloat8e4m3Weight)
+    layer.recompute_quantized_weight = True
+    x = torch.randn(3, 64, requires_grad=True)
+    y = layer(x).sum()
+    y.backward(retain_graph=True)
+    first = x.grad.clone(), layer.weight.grad.clone()
+    y.backward()
+    assert torch.equal(x.grad, 2 * first[0]) and torch.equal(layer.weight.grad, 2 * first[1])

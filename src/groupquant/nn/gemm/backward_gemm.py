@@ -19,7 +19,8 @@ backward runs ``dA = G_a(dC) @ B_a^T`` and ``dB = A_b^T @ G_b(dC)``. Two configu
   plain autograd (``dX = dY Wq``, ``dW = dY^T xq``), with ``Wq`` computed inside from the weight
   by the layer's own weight proxy, used for ``dX`` first and then freed before ``dW``, which a
   linear layer writes into ``Wq``'s buffer: peak memory ``W + dW`` as a float layer's, against
-  ``W + Wq + dW`` through plain autograd, the same results bit for bit.
+  ``W + Wq + dW`` through plain autograd, the same results bit for bit; or (``keep_quantized_weight``
+  False) ``Wq`` made again in backward from the saved weight, nothing weight-sized kept between.
 
 In both, a linear layer's weight gradient goes into the buffer of a weight-sized temporary the
 backward no longer needs (no fresh allocation). The backward runs once (no ``retain_graph`` in the
@@ -81,6 +82,8 @@ class GemmBackward:
     rounding: the element-wise roundings of the GEMM's output and gradients
         (:class:`~groupquant.nn.gemm.gemm_rounding.GemmRounding`), or None.
     token_groups: how a linear layer's grad-weight operands group along the tokens (:data:`TOKEN_GROUPS`).
+    keep_quantized_weight: (lean) keep ``Wq`` from the forward for the backward, else make it again
+        there from the saved float weight (the same bits; nothing weight-sized kept in between).
     """
 
     op: GemmOp
@@ -88,6 +91,7 @@ class GemmBackward:
     weight_quant: Optional[Any] = None
     rounding: Optional[GemmRounding] = None
     token_groups: str = "tokens"
+    keep_quantized_weight: bool = True
 
     @property
     def lean(self) -> bool:
@@ -131,8 +135,9 @@ class _QuantGemm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xq: torch.Tensor, w_in: torch.Tensor, bias: Optional[torch.Tensor],  # type: ignore[override]
                 x: torch.Tensor, w: torch.Tensor, plan: GemmBackward) -> torch.Tensor:
-        if plan.lean:  # w_in is the float weight: Wq kept without grad history, freed in backward
-            wq = ctx.wq = plan.weight_quant.quant_value(w_in)
+        if plan.lean:  # w_in is the float weight: Wq kept without grad history (or made again), freed in backward
+            wq = plan.weight_quant.quant_value(w_in)
+            ctx.wq = wq if plan.keep_quantized_weight else None
             ctx.save_for_backward(xq, w_in)
         else:  # w_in is the forward-quantized weight; x and W (high precision) saved
             wq = w_in
@@ -146,12 +151,15 @@ class _QuantGemm(torch.autograd.Function):
         a, w = ctx.saved_tensors
         plan = ctx.plan
         spare = None  # a weight-sized temporary the backward no longer needs after dA
-        if plan.lean:
+        if plan.lean and plan.keep_quantized_weight:
             spare = ctx.wq
             if spare is None:
                 raise RuntimeError("the memory-lean backward of a quant layer frees the quantized weight and cannot "
-                                   "run twice (retain_graph=True); set layer.memory_lean_backward = False for that")
+                                   "run twice (retain_graph=True); set layer.memory_lean_backward = False, or "
+                                   "layer.recompute_quantized_weight = True, for that")
             ctx.wq = None
+        elif plan.lean and ctx.needs_input_grad[0]:  # Wq made again: the forward's bits (a dynamic quantizer)
+            spare = plan.weight_quant.quant_value(w)
         need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2])
         rounding = plan.rounding
         if rounding is not None:

@@ -42,7 +42,11 @@ class QuantLayerMixin:
     (:mod:`groupquant.nn.gemm.lean_gemm`), whose backward frees the
     fake-quantized weight before the weight gradient is allocated (peak memory near a float
     layer's, same results bit for bit). Set ``memory_lean_backward = False`` on the layer (or the
-    class) for the plain autograd path.
+    class) for the plain autograd path. The lean backward keeps the fake-quantized weight from the
+    forward; ``recompute_quantized_weight = True`` makes it again from the weight in backward
+    instead (one more weight fake-quant a step, the same bits): no quantized weight stays alive
+    between a layer's forward and its backward, which in a deep network is a quantized copy of
+    every weight at the end of the forward.
 
     Backward quantization (layers with a weight): the keywords ``grad_output_quant``,
     ``weight_quant_for_grad_input``, ``grad_output_quant_for_grad_weight``,
@@ -57,6 +61,7 @@ class QuantLayerMixin:
     """
 
     memory_lean_backward: bool = True
+    recompute_quantized_weight: bool = False
     quantize_backprop: bool = False
     gemm_rounding: Optional[GemmRounding] = None
     grad_weight_groups: str = "tokens"
@@ -274,7 +279,8 @@ class QuantLayerMixin:
                                 rounding=rounding, token_groups=self.grad_weight_groups)
             y = quant_gemm(qx, weight_quant.quant_value(weight), qb, plain(x_given), w_given, plan)
         elif self._lean(qx, op, weight):
-            y = lean_quant_gemm(qx, weight, qb, weight_quant, op)
+            y = lean_quant_gemm(qx, weight, qb, weight_quant, op,
+                                keep_quantized_weight=not self.recompute_quantized_weight)
         else:
             y = op.forward(qx, weight_quant.quant_value(weight), qb)
         return y if proxies["output_quant"].tensor_quant is None else self._finish(y)
