@@ -15,8 +15,8 @@ the figures cost in time (``benchmarks/bench_cuda.py``).
 ``path`` counts the instructions between the kernel's first load of a run of x and its first store
 of a run of values, both included, in program order (the loads, the amax, the block scale and a
 lane's first run). The ``fake quant`` and ``quantize`` columns count a lane's whole path through one
-block, per element: the source is compiled again with the other call's outputs compiled out and the
-floor rule fixed (CALLS), and the count runs from the first load of a run to the store of the
+block, per element: the source is compiled again with the other calls' outputs compiled out and the
+floor rule fixed (CALLS; ``values only`` is fake-quant without the mask), and the count runs from the first load of a run to the store of the
 block's last run the lane holds (``runs``: of the last-dim kernel, runs along the row; of the
 column kernel, rows), divided by the lane's elements. All are static counts (a branch not taken
 still counts, both code encoders among them), a proxy for the dynamic count, which needs the card.
@@ -62,9 +62,9 @@ KERNELS = (
 #: The SASS of a global load / store of 16, 8 or 4 bytes.
 WIDE = {16: r"\.128", 8: r"\.64", 4: ""}
 
-# The two calls of the `per element` columns, each a rewrite of the source (each rewrite must
-# apply): fake-quant (values and mask; the codes compiled out) and quantize (uint8 codes; the
-# values compiled out), both with the floor rule for power-of-two scales (OCP's), so that what
+# The calls of the `per element` columns, each a rewrite of the source (each rewrite must apply):
+# fake-quant (values and mask; the codes compiled out), fake-quant's values alone (no mask: the
+# identity straight-through estimator's call) and quantize (uint8 codes; the values compiled out), both with the floor rule for power-of-two scales (OCP's), so that what
 # lies between a lane's loads and its stores is the path the call takes; with the store that ends
 # a run (a regex of the run's input bytes: the values' store, as wide as the input's load; the
 # codes' store, of a byte an element).
@@ -73,6 +73,10 @@ CALLS = {
     "fake quant": (lambda run_bytes, elements: rf"STG\.E{WIDE[run_bytes]}(?![.\w])",
                    (("if (job.codes == nullptr) return;", "return;"),
                     ("if (job.codes != nullptr && len < bs) {", "if (false) {"), FLOOR_RULE)),
+    "values only": (lambda run_bytes, elements: rf"STG\.E{WIDE[run_bytes]}(?![.\w])",
+                    (("if (job.codes == nullptr) return;", "return;"),
+                     ("if (job.codes != nullptr && len < bs) {", "if (false) {"),
+                     ("if (job.mask != nullptr) {  // the scaled input again", "if (false) {  //"), FLOOR_RULE)),
     "quantize": (lambda run_bytes, elements: rf"STG\.E{WIDE[elements]}(?![.\w])",
                  (("if (job.out != nullptr) {", "if (false) {"),
                   ("if (job.code_type == kCodeUInt8 || job.code_type == kCodeInt8) {", "if (true) {"),

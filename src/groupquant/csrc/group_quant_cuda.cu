@@ -180,12 +180,6 @@ __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams&
   constexpr bool kPairs = Clamp && sizeof(T) == 2 && V % 2 == 0;
   float vals[V], outs[V];
   Vec<T, V> out;
-  Vec<uint8_t, V> inside;  // the mask's bytes, built a word at a time (one select an element)
-  uint32_t* inside_words = reinterpret_cast<uint32_t*>(inside.v);
-  if constexpr (V % 4 == 0) {
-#pragma unroll
-    for (int w = 0; w < V / 4; ++w) inside_words[w] = 0;
-  }
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const BlockScale& scj = sc[PerElementScale ? j : 0];
@@ -193,9 +187,6 @@ __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams&
     vals[j] = round_element<Round, Clamp>(s, f, rule, static_cast<uint64_t>(i + j), job.seed);
     outs[j] = unscale_element<Apply>(vals[j], scj.scale, g);
     if constexpr (!kPairs) out.v[j] = S::store(outs[j]);
-    const bool in_range = fabsf(s) <= f.max_normal;
-    if constexpr (V % 4 == 0) inside_words[j / 4] |= in_range ? 1u << (8 * (j % 4)) : 0u;
-    else inside.v[j] = in_range ? 1 : 0;
   }
   if constexpr (kPairs) {
     uint32_t* words = reinterpret_cast<uint32_t*>(out.v);
@@ -206,7 +197,21 @@ __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams&
   }
   if (job.out != nullptr) {
     store_vec<T, V>(static_cast<T*>(job.out) + i, out);
-    if (job.mask != nullptr) store_vec<uint8_t, V>(job.mask + i, inside);
+    if (job.mask != nullptr) {  // the scaled input again (the same product): no work where no mask is asked
+      Vec<uint8_t, V> inside;  // the mask's bytes, built a word at a time (one select an element)
+      uint32_t* inside_words = reinterpret_cast<uint32_t*>(inside.v);
+      if constexpr (V % 4 == 0) {
+#pragma unroll
+        for (int w = 0; w < V / 4; ++w) inside_words[w] = 0;
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const bool in_range = fabsf(scale_input<Apply>(S::load(in.v[j]), sc[PerElementScale ? j : 0])) <= f.max_normal;
+        if constexpr (V % 4 == 0) inside_words[j / 4] |= in_range ? 1u << (8 * (j % 4)) : 0u;
+        else inside.v[j] = in_range ? 1 : 0;
+      }
+      store_vec<uint8_t, V>(job.mask + i, inside);
+    }
   }
   if (job.codes == nullptr) return;
   if (job.code_type == kCodeUInt8 || job.code_type == kCodeInt8) {
