@@ -294,6 +294,21 @@ __device__ __forceinline__ int32_t padding_code(const FormatParams& f, const Rou
   return encode_element(quantize_element(s, f, rule, rule.threshold), f);
 }
 
+// The walk of both kernels: groups of 2^group_log2 lanes, one an item of `total`, a warp's groups
+// on neighbouring items, warp by warp over the grid (uniform across a warp, so that its shuffles
+// see every lane): for (t = first; t < tiles; t += stride) the lane's item is item(t, lane).
+struct GroupWalk {
+  int group_log2, per_warp_log2;
+  int64_t tiles, first, stride;
+  __device__ GroupWalk(int64_t total, int group_log2_)
+      : group_log2(group_log2_),
+        per_warp_log2(5 - group_log2_),
+        tiles((total + (int64_t{1} << (5 - group_log2_)) - 1) >> (5 - group_log2_)),
+        first((static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5),
+        stride((static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5) {}
+  __device__ int64_t item(int64_t tile, int lane) const { return (tile << per_warp_log2) + (lane >> group_log2); }
+};
+
 // Runs of a block one lane of the last-dim kernel holds in registers: its loads are in flight
 // together, and a block of up to kHeldRuns runs is one lane's (no shuffles, one block scale a lane
 // for all its elements: an MX block of bfloat16 is 4 runs of 8).
@@ -320,15 +335,12 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const Job job, const Row
   const int group = 1 << launch.group_log2;
   const int lane = threadIdx.x & 31;
   const int sub = lane & (group - 1);
-  const int per_warp_log2 = 5 - launch.group_log2;
   const int64_t step = static_cast<int64_t>(group) * V;
   const int64_t k = job.num_blocks, bs = job.block_size, dim = job.dim_size;
   const int64_t total = job.outer * k;
-  const int64_t warp_tiles = (total + (1 << per_warp_log2) - 1) >> per_warp_log2;
-  const int64_t warp0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t wt = warp0; wt < warp_tiles; wt += warps) {  // uniform across the warp
-    const int64_t b = (wt << per_warp_log2) + (lane >> launch.group_log2);
+  const GroupWalk walk(total, launch.group_log2);
+  for (int64_t wt = walk.first; wt < walk.tiles; wt += walk.stride) {
+    const int64_t b = walk.item(wt, lane);
     const bool valid = b < total;
     int64_t start = b * bs, len = bs;
     if (!launch.whole_blocks) {
@@ -439,16 +451,13 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const Job job, const 
   const int group = 1 << launch.group_log2;
   const int lane = threadIdx.x & 31;
   const int sub = lane & (group - 1);
-  const int per_warp_log2 = 5 - launch.group_log2;
   const int64_t k = job.num_blocks, bs = job.block_size, dim = job.dim_size, inner = job.inner;
   const int64_t runs = inner / V;
   const int64_t total = job.outer * k * runs;
   const int64_t row_step = static_cast<int64_t>(group) * inner;  // between a lane's rows, in elements
-  const int64_t warp_tiles = (total + (1 << per_warp_log2) - 1) >> per_warp_log2;
-  const int64_t warp0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t wt = warp0; wt < warp_tiles; wt += warps) {  // uniform across the warp
-    const int64_t p = (wt << per_warp_log2) + (lane >> launch.group_log2);
+  const GroupWalk walk(total, launch.group_log2);
+  for (int64_t wt = walk.first; wt < walk.tiles; wt += walk.stride) {
+    const int64_t p = walk.item(wt, lane);
     const bool valid = p < total;
     const int64_t ob = valid ? div_index(p, runs) : 0, c = (p - ob * runs) * V;
     const int64_t o = div_index(ob, k), kb = ob - o * k;
