@@ -39,9 +39,11 @@ def _compiled(model: nn.Module) -> nn.Module:
     return torch.compile(model, fullgraph=True, backend="aot_eager")
 
 
-def test_compile_of_a_quant_linear_training_step_has_no_graph_break() -> None:
+@pytest.mark.parametrize("recompute", [False, True], ids=["Wq kept", "Wq made again"])
+def test_compile_of_a_quant_linear_training_step_has_no_graph_break(recompute: bool) -> None:
     torch.manual_seed(0)
     layer = QuantLinear(64, 48, weight_quant=MXFloat8e4m3Weight, input_quant=MXFloat8e4m3Act)
+    layer.recompute_quantized_weight = recompute  # the lean backward keeps Wq, or makes it again
     x = torch.randn(8, 64) * torch.logspace(-3, 3, 64)
     twin = copy.deepcopy(layer)
     out, eager = _compiled(twin)(x.requires_grad_()), layer(x)
