@@ -177,7 +177,8 @@ def _run(args: argparse.Namespace) -> None:
         f"QuantLinear MX {fmt} W + A, plain autograd":
             plain_autograd(QuantLinear(n, n, weight_quant=wq, input_quant=aq)),
         "fake_quant W + A, F.linear": FakeQuantLinear(n, n, fmt),
-        f"QuantLinear MX {fmt} W + A, Wq made again": recompute_weight(QuantLinear(n, n, weight_quant=wq, input_quant=aq)),
+        f"QuantLinear MX {fmt} W + A, Wq made again":
+            recompute_weight(QuantLinear(n, n, weight_quant=wq, input_quant=aq)),
     }
     layers.update({f"recipe {name}": QuantLinear(n, n, **gq.nn.recipe(name).layer_kwargs()) for name in args.recipes})
     layers = {name: layer.to(device) for name, layer in layers.items()}

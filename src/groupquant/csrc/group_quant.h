@@ -409,6 +409,10 @@ GQ_HD float scale_input(float x, const BlockScale& sc) {
   return Apply == kApplyDiv ? x / sc.scale : x * sc.inv;
 }
 
+// The clipped straight-through estimator's mask of a scaled element s: |s| within the format's
+// largest normal (its gradient passes; outside, the element saturated or overflowed).
+GQ_HD bool within_range(float s, const FormatParams& f) { return fabsf(s) <= f.max_normal; }
+
 // An element value v back to the input's scale: v * scale, then * g for two-level scaling.
 template <int Apply>
 GQ_HD float unscale_element(float v, float scale, float g) {
@@ -528,13 +532,13 @@ GQ_HD float round_element(float s, const FormatParams& f, const RoundRule& rule,
 // Branch-free (selects only), so a loop over a block vectorizes; the integer and the float case are
 // separate functions, so that a loop that calls one of them has no control flow (encode_element
 // picks by the format). Integer formats: the two's complement integer v * 2^frac_bits (NaN: 0).
-GQ_HD int32_t encode_int_element(float v, const FormatParams& f) {
-  const bool nan = (f2u(v) & 0x7FFFFFFFu) > 0x7F800000u;
-  return nan ? 0 : static_cast<int32_t>(v * f.int_up);
-}
-
 // encode_int_element of a finite v (the saturating CUDA kernels': see encode_finite_float_element).
 GQ_HD int32_t encode_finite_int_element(float v, const FormatParams& f) { return static_cast<int32_t>(v * f.int_up); }
+
+GQ_HD int32_t encode_int_element(float v, const FormatParams& f) {
+  const bool nan = (f2u(v) & 0x7FFFFFFFu) > 0x7F800000u;
+  return nan ? 0 : encode_finite_int_element(v, f);
+}
 
 // Float formats: a normal value's code is its float32 magnitude bits shifted right by 23 - m (the
 // exponent field and the top m mantissa bits, exact as v is on the grid) less (127 - bias) << m,

@@ -116,7 +116,7 @@ void quant_span(const typename S::T* __restrict x, int64_t n, const float* __res
       vals[i] = v;
     } else {
       out[i] = S::store(unscale_element<Apply>(v, scale[i], g));
-      if (Out == kOutDequantMask) mask[i] = fabsf(s) <= f.max_normal ? 1 : 0;
+      if (Out == kOutDequantMask) mask[i] = within_range(s, f) ? 1 : 0;
     }
   }
 }

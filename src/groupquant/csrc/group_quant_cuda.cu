@@ -206,7 +206,7 @@ __device__ __forceinline__ void quantize_run(const Job& job, const FormatParams&
       }
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const bool in_range = fabsf(scale_input<Apply>(S::load(in.v[j]), sc[PerElementScale ? j : 0])) <= f.max_normal;
+        const bool in_range = within_range(scale_input<Apply>(S::load(in.v[j]), sc[PerElementScale ? j : 0]), f);
         if constexpr (V % 4 == 0) inside_words[j / 4] |= in_range ? 1u << (8 * (j % 4)) : 0u;
         else inside.v[j] = in_range ? 1 : 0;
       }
