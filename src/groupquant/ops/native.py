@@ -47,6 +47,9 @@ _CPU_SOURCES = ("ops.cpp", "group_quant_cpu.cpp", "autograd.cpp", "packed_gemm_o
                 "packed_gemm_stream_avx512_8bit.cpp", "packed_gemm_cpu_path.cpp", "packed_gemm_workers.cpp",
                 "packed_gemm_select.cpp", "packed_gemm_worker_rule.cpp")
 _CUDA_SOURCES = ("group_quant_cuda.cu", "group_quant_cuda_ops.cpp", "packed_gemm_cuda.cu", "packed_gemm_cuda_ops.cpp")
+#: nvcc's flags for the kernels: no fused multiply-add and no contraction in host code, so the
+#: device's arithmetic is the CPU kernels' operation for operation (the numerics contract).
+CUDA_FLAGS = ("-O3", "--fmad=false", "-Xcompiler", "-ffp-contract=off")
 
 _lock = threading.Lock()
 _state: dict = {"tried": False, "ok": False, "error": None, "cuda": False}
@@ -203,7 +206,7 @@ def _build() -> None:
     if announced:
         print(build_message(cuda, build_dir), file=sys.stderr, flush=True)
     started = time.perf_counter()
-    cuda_flags = ["-O3", "--fmad=false", "-Xcompiler", "-ffp-contract=off"] if cuda else None
+    cuda_flags = list(CUDA_FLAGS) if cuda else None
     with BuildProgress(build_dir, len(sources), every=20.0 if announced else None):
         cpp_extension.load(name=name, sources=sources, extra_cflags=build_flags(), extra_cuda_cflags=cuda_flags,
                            extra_ldflags=["-fopenmp"], build_directory=build_dir, is_python_module=False,
