@@ -68,10 +68,13 @@ GPU_WHEELS ?= "dependencies==2.0.1" "torchao==0.18.0" "gguf==0.19.0" "compressed
 	"loguru==0.7.3" "pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types==0.8.0" "typing-inspection==0.4.5"
 GPU_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64,--platform $(p))
 
+# microxcaling is not on PyPI: MICROXCALING=<a checkout of github.com/microsoft/microxcaling> copies
+# its `mx` package beside the wheels (bench_cuda.py's peer; gpu_session.sh puts it on the path).
 gpu-wheels: $(BIN)/python
 	rm -rf .wheels
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		$(GPU_PLATFORMS) -d .wheels $(GPU_WHEELS)
+	$(if $(MICROXCALING),mkdir -p .wheels/microxcaling && cp -r $(MICROXCALING)/mx .wheels/microxcaling/)
 
 # NVIDIA's cuobjdump and nvdisasm (PyPI wheels, unpacked into .tools/cuda) for `make cuda-sass`.
 CUDA_SASS_TOOLS ?= "nvidia-cuda-cuobjdump==13.2.51" "nvidia-cuda-nvdisasm==13.2.86"

@@ -38,6 +38,8 @@ step() {  # step NAME COMMAND...: run (unless other steps were named), log to $O
 step env bash -c 'nvidia-smi; python3 -c "import sys, torch; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; python3 -m pip list 2>/dev/null | grep -iE "^(torch|transformers|numpy|pytest|hypothesis|ml.dtypes|safetensors|triton) "'
 step wheels bash -c 'ls .wheels && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .wheels/*.whl'
 export PYTHONPATH="$PWD/src:/tmp/site"
+# microxcaling (not on PyPI) travels as its source folder where `make gpu-wheels MICROXCALING=...` put it
+if [ -d .wheels/microxcaling/mx ]; then export PYTHONPATH="$PYTHONPATH:$PWD/.wheels/microxcaling"; fi
 step build python3 -c "import torch; from groupquant.ops import native; print(native.load(), native.native_available(torch.device('cuda')), native._state)"
 step cuda_tests timeout 240 python3 -m pytest -q -rs --no-header --durations=10 -p no:cacheprovider \
     tests/ops/test_device_parity.py tests/nn/test_cuda_layers.py tests/cuda
@@ -50,6 +52,8 @@ named=$(grep -rlE --include="test_*.py" "cuda|def test_\w*device" tests | grep -
 compiled=$(grep -rlE --include="test_*.py" "def test_\w*(compile|fullgraph)" tests/ops tests/nn tests/export | sort)
 step cuda_named_tests timeout 180 python3 -m pytest -q -rs --no-header -p no:cacheprovider --continue-on-collection-errors \
     -k "cuda or CUDA or device" $named
+# microxcaling's own CUDA kernels as table 1's peer (torch builds them on first use: a minute or two)
+step mx_custom_cuda timeout 300 python3 benchmarks/bench_cuda.py --ops --mx-custom-cuda --peer-dtypes
 step compile_tests timeout 180 python3 -m pytest -q -rs --no-header -p no:cacheprovider --continue-on-collection-errors \
     -k "compile or fullgraph" $compiled
 cat "$summary"
