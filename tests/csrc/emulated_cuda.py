@@ -58,6 +58,12 @@ class PackedCall(ctypes.Structure):
                 ("dst", ctypes.c_void_p)]
 
 
+class TensorScaleCall(ctypes.Structure):
+    """Mirrors ``EmulatedTensorScaleCall`` (cuda_emulation/harness.cpp) field for field."""
+    _fields_ = [("lo", ctypes.c_void_p), ("hi", ctypes.c_void_p), ("dtype", ctypes.c_int32),
+                ("divisor", ctypes.c_float), ("g", ctypes.c_void_p)]
+
+
 _LIBRARY: Dict[str, ctypes.CDLL] = {}
 
 
@@ -101,7 +107,8 @@ def library() -> ctypes.CDLL:
         if not target.exists():
             _build(folder)
         lib = ctypes.CDLL(str(target))
-        for name, arg in (("gq_emulated_group_quant", GroupCall), ("gq_emulated_packed", PackedCall)):
+        for name, arg in (("gq_emulated_group_quant", GroupCall), ("gq_emulated_packed", PackedCall),
+                          ("gq_emulated_tensor_scale", TensorScaleCall)):
             getattr(lib, name).argtypes = [ctypes.POINTER(arg)]
             getattr(lib, name).restype = ctypes.c_int
         _LIBRARY[key] = lib
@@ -138,6 +145,17 @@ def group_op(x: torch.Tensor, params, *, dim: int, block_size: int, tensor_scale
                      scale_codes=_ptr(scale_codes), tensor_scale=_ptr(tensor_scale))
     rc = lib.gq_emulated_group_quant(ctypes.byref(call))
     assert rc == 0, f"emulated group kernel returned {rc}"
+
+
+def tensor_scale_op(lo: torch.Tensor, hi: torch.Tensor, divisor: float) -> torch.Tensor:
+    """The CUDA source's tensor-scale kernel on x's least and greatest values (0-d, x's dtype):
+    ``g`` (0-d float32)."""
+    g = torch.full((), 77.0)
+    call = TensorScaleCall(lo=lo.data_ptr(), hi=hi.data_ptr(), dtype=_DTYPE_CODES[lo.dtype], divisor=divisor,
+                           g=g.data_ptr())
+    rc = library().gq_emulated_tensor_scale(ctypes.byref(call))
+    assert rc == 0, f"emulated tensor-scale kernel returned {rc}"
+    return g
 
 
 def packed_op(params, data: torch.Tensor, scale: torch.Tensor, value_table: torch.Tensor,

@@ -30,6 +30,7 @@ from groupquant.ops import make_spec, native
 from groupquant.ops.codes import code_dtype
 from groupquant.ops.kernel_params import field_index, op_params
 from groupquant.ops.reference import tensor_scale_for
+from groupquant.ops.shared_scale import tensor_scale_divisor
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -170,6 +171,23 @@ def test_the_inputs_the_cuda_path_was_caught_on() -> None:
     x = (torch.randn(64, 1024, generator=g) * torch.logspace(-6, 6, 1024)).to(torch.bfloat16)
     for fmt, kw in (("nvfp4", {}), ("fp8_e4m3", {})):
         _check(x, fmt, f"issue draw {fmt}", **kw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_tensor_scale_kernel_equals_the_cpu_op(dtype: torch.dtype) -> None:
+    # the one-thread kernel after the reduction: amax as the larger of hi and -lo, NaN for NaN / Inf,
+    # the IEEE division, the 2^-126 floor; in each dtype's own bits (lo and hi are x's dtype)
+    info = torch.finfo(dtype)
+    cases = [_adversarial(40, 72, dtype), _adversarial(40, 72, dtype).nan_to_num(0.0, 0.0, 0.0),
+             torch.tensor([-3000.0, 2999.0]), torch.zeros(3), torch.full((2,), -0.0), torch.tensor([info.tiny]),
+             torch.tensor([-info.max, 1.0]), torch.tensor([1.0, float("inf")]), torch.tensor([float("-inf")])]
+    for x in cases:
+        x = x.to(dtype)
+        spec = make_spec(x, "nvfp4")
+        want = torch.ops.groupquant.tensor_scale(x, op_params(spec, x.dtype))
+        lo, hi = torch.aminmax(x)
+        got = emulated_cuda.tensor_scale_op(lo, hi, tensor_scale_divisor(spec.fmt, spec.scale_format))
+        assert _same(got, want), f"{x.flatten()[:4].tolist()}: emulated {got.item()!r}, CPU op {want.item()!r}"
 
 
 # ---- the packed GEMM ------------------------------------------------------------------------------

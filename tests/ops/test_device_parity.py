@@ -15,8 +15,8 @@ import torch
 import groupquant as gq
 from groupquant.formats.bits import divide
 from groupquant.ops import make_spec, native
-from groupquant.ops.native_ops import native_fake_quant, native_quantize
-from groupquant.ops.shared_scale import tensor_scale_divisor
+from groupquant.ops.native_ops import native_fake_quant, native_quantize, native_tensor_scale
+from groupquant.ops.shared_scale import tensor_scale_divisor, tensor_scale_of
 from device_schemes import DTYPES, ROUNDINGS, SCHEMES
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -75,6 +75,23 @@ def _cuda_ready() -> None:
         pytest.skip("needs a GPU and a CUDA build of torch")
     if not native.native_available(torch.device("cuda")):
         pytest.skip("the extension was built without CUDA")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_tensor_scale_op_equals_the_cpu_op_and_the_definition(dtype: torch.dtype) -> None:
+    # the native op (aminmax and a one-thread kernel) against the torch ops of shared_scale's
+    # definition on the same card, and against the CPU op
+    _cuda_ready()
+    info = torch.finfo(dtype)
+    base = _adversarial(dtype)
+    cases = [base, base.nan_to_num(0.0, 0.0, 0.0), torch.zeros(3, dtype=dtype), torch.full((2,), -0.0, dtype=dtype),
+             torch.tensor([-3000.0, 2999.0], dtype=dtype), torch.tensor([info.tiny], dtype=dtype),
+             torch.tensor([-info.max, 1.0], dtype=dtype)] + _issue_input(dtype, draws=1, n=256)
+    for x in cases:
+        spec = make_spec(x, "nvfp4")
+        cpu, cuda = native_tensor_scale(x, spec), native_tensor_scale(x.cuda(), spec)
+        assert _same(cpu, cuda), f"{dtype}: CPU {cpu.item()!r}, CUDA {cuda.item()!r}"
+        assert _same(cuda, tensor_scale_of(x.cuda(), spec.fmt, spec.scale_format)), f"{dtype}: the definition on CUDA"
 
 
 def _compare(x: torch.Tensor, fmt: str, kw: dict, what: str) -> None:

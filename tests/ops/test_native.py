@@ -294,6 +294,9 @@ def test_opcheck_passes_on_every_op() -> None:
         for want_mask in (False, True):
             for want_scale in (False, True):
                 torch.library.opcheck(torch.ops.groupquant.group_fake_quant.default, (x, params, want_mask, want_scale))
+    for dtype in (torch.float32, torch.bfloat16):
+        xt = x.detach().to(dtype)
+        torch.library.opcheck(torch.ops.groupquant.tensor_scale.default, (xt, op_params(make_spec(xt, "nvfp4"), dtype)))
 
 
 class _QuantMLP(torch.nn.Module):

@@ -330,6 +330,22 @@ GQ_HD BlockScale float_block_scale_as(uint32_t amax_bits, const FormatParams& f,
   return s;
 }
 
+// The smallest per-tensor scale g (float32's smallest normal, 2^-126: shared_scale.MIN_TENSOR_SCALE).
+constexpr float kMinTensorScale = 1.17549435082228750797e-38f;
+
+// The per-tensor scale g of two-level scaling (NVFP4's second level) of a tensor whose least and
+// greatest values are lo and hi (shared_scale.tensor_scale_of): max(amax / divisor, 2^-126) with
+// amax = max(hi, -lo) = max |x| and divisor = scale_max * max_normal (exact in float32, 2688 for
+// NVFP4), an IEEE float32 division; NaN when the tensor holds a NaN (then lo and hi are NaN) or an
+// Inf (then amax is Inf).
+GQ_HD float tensor_scale_value(float lo, float hi, float divisor) {
+  if (lo != lo || hi != hi) return quiet_nan();
+  const float amax = hi > -lo ? hi : -lo;
+  if (!(amax <= 3.4028234663852886e38f)) return quiet_nan();
+  const float g = amax / divisor;
+  return g < kMinTensorScale ? kMinTensorScale : g;
+}
+
 // ---- scale kinds: the one switch ----------------------------------------------------------
 
 // A scale kind as a type (ScaleKindTag<K>::value is K), so code templated on the kind is chosen

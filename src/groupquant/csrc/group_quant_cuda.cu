@@ -621,7 +621,15 @@ void dispatch(const Job& job, cudaStream_t stream) {
   }
 }
 
+// The tensor-scale call: one thread (a scalar from two scalars on the device).
+__global__ void tensor_scale_kernel(const TensorScaleJob job) { run_tensor_scale(job); }
+
 }  // namespace
+
+int run_tensor_scale_cuda(const TensorScaleJob& job, void* stream) {
+  tensor_scale_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(job);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int run_cuda(const Job& job, void* stream) {
   if (job.numel() == 0) return 0;

@@ -50,8 +50,33 @@ struct Job {
   float g() const { return tensor_scale_host; }
 };
 
+// One tensor-scale call (op groupquant::tensor_scale): the per-tensor scale g of two-level scaling
+// from a tensor's least and greatest values (one element each, in the tensor's dtype, on its
+// device), written to *g (float32, the same device).
+struct TensorScaleJob {
+  const void* lo = nullptr;
+  const void* hi = nullptr;
+  int32_t dtype = kFloat32;
+  float divisor = 1.0f;  // scale_max * max_normal of the record (exact in float32)
+  float* g = nullptr;
+};
+
+// The element at p of a tensor of `dtype`, as float32 (exact).
+GQ_HD float load_element(const void* p, int32_t dtype) {
+  if (dtype == kBFloat16) return bf16_bits_to_float(*static_cast<const uint16_t*>(p));
+  if (dtype == kFloat16) return fp16_bits_to_float(*static_cast<const uint16_t*>(p));
+  return *static_cast<const float*>(p);
+}
+
+// The tensor-scale call's one computation, on whichever device runs it (the CPU op directly, the
+// CUDA op in one thread).
+GQ_HD void run_tensor_scale(const TensorScaleJob& job) {
+  *job.g = tensor_scale_value(load_element(job.lo, job.dtype), load_element(job.hi, job.dtype), job.divisor);
+}
+
 // Kernels, one per device. Each fills the non-null outputs of the job.
 void run_cpu(const Job& job);
 int run_cuda(const Job& job, void* stream);  // stream: a cudaStream_t; returns a cudaError_t (0: ok)
+int run_tensor_scale_cuda(const TensorScaleJob& job, void* stream);  // as run_cuda
 
 }  // namespace groupquant

@@ -30,4 +30,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x
                                                              const std::optional<at::Tensor>& tensor_scale,
                                                              Runner runner);
 
+// Runs a filled tensor-scale job on x's device.
+using TensorScaleRunner = void (*)(const TensorScaleJob& job, const at::Tensor& x);
+
+// The per-tensor scale g of two-level scaling of x (params must ask for one): float32, 0-d, on x's
+// device; 1 for an empty x. One reduction (at::aminmax) and one computation from its two values.
+at::Tensor tensor_scale_impl(const at::Tensor& x, at::IntArrayRef params, TensorScaleRunner runner);
+
 }  // namespace groupquant

@@ -3,12 +3,14 @@
 //   groupquant::group_fake_quant(x, params, bool want_mask, bool want_scale, tensor_scale)
 //       -> (Tensor out, Tensor mask, Tensor scale)   (mask / scale: empty unless asked for)
 //   groupquant::group_quantize(x, params, ScalarType code_dtype, tensor_scale) -> (Tensor codes, Tensor scale, Tensor scale_codes)
+//   groupquant::tensor_scale(x, params) -> Tensor   (g of two-level scaling: float32, 0-d)
 //   groupquant::kernel_param_fields() -> str   (the field names of params, comma-separated)
 //
 // `params` (int[]) is the packed parameter record: field list in group_quant_params.h, packed from
 // ops/kernel_params.py. `tensor_scale` (Tensor?, default None) is the per-tensor second scale g of
 // two-level scaling: a float32 tensor of one element on x's device, given exactly when params say
-// tensor_scale (Python computes it: ops/shared_scale.tensor_scale_of). Fake (meta) kernels are
+// tensor_scale (op groupquant::tensor_scale computes it, as ops/shared_scale.tensor_scale_of
+// defines it). Fake (meta) kernels are
 // registered from Python (ops/native_ops.py), autograd in autograd.cpp.
 #include <torch/library.h>
 
@@ -184,9 +186,44 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_impl(const at::Tensor&
   return {out, mask, scale};
 }
 
+at::Tensor tensor_scale_impl(const at::Tensor& x, at::IntArrayRef params, TensorScaleRunner runner) {
+  const int32_t dtype = dtype_code(x.scalar_type());
+  TORCH_CHECK_VALUE(static_cast<int64_t>(params.size()) == kNumParams, "groupquant: params must hold ", num(kNumParams),
+                    " values (", kParamFieldNames, "), got ", num(static_cast<int64_t>(params.size())));
+  CallParams call{};
+  FormatParams f{};
+  const char* bad = unpack_params(params.data(), &call, &f);
+  TORCH_CHECK_VALUE(bad == nullptr, "groupquant: params field ", bad, " is out of range for its type");
+  make_format_params(f);
+  TORCH_CHECK_VALUE(f.tensor_scale, "groupquant: tensor_scale needs params that ask for a per-tensor scale "
+                    "(tensor_scale true)");
+  const double divisor = static_cast<double>(f.scale_max) * static_cast<double>(f.max_normal);
+  TORCH_CHECK_VALUE(static_cast<double>(static_cast<float>(divisor)) == divisor,
+                    "groupquant: the tensor scale's divisor scale_max * max_normal must be exact in float32, got ",
+                    num(f.scale_max), " * ", num(f.max_normal));
+  const auto float_opts = x.options().dtype(at::kFloat);
+  if (x.numel() == 0) return at::ones({}, float_opts);
+  const auto [lo, hi] = at::aminmax(x);
+  at::Tensor g = at::empty({}, float_opts);
+  TensorScaleJob job;
+  job.lo = lo.data_ptr();
+  job.hi = hi.data_ptr();
+  job.dtype = dtype;
+  job.divisor = static_cast<float>(divisor);
+  job.g = g.data_ptr<float>();
+  runner(job, x);
+  return g;
+}
+
 namespace {
 
 void run_on_cpu(const Job& job, const at::Tensor&) { run_cpu(job); }
+
+void tensor_scale_on_cpu(const TensorScaleJob& job, const at::Tensor&) { run_tensor_scale(job); }
+
+at::Tensor tensor_scale_cpu(const at::Tensor& x, at::IntArrayRef params) {
+  return tensor_scale_impl(x, params, tensor_scale_on_cpu);
+}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_cpu(const at::Tensor& x, at::IntArrayRef params,
                                                               bool want_mask, bool want_scale,
@@ -238,10 +275,12 @@ TORCH_LIBRARY(groupquant, m) {
         "(Tensor, Tensor, Tensor)");
   m.def("group_quantize(Tensor x, int[] params, ScalarType code_dtype, Tensor? tensor_scale=None) -> "
         "(Tensor, Tensor, Tensor)");
+  m.def("tensor_scale(Tensor x, int[] params) -> Tensor");
   m.def("kernel_param_fields() -> str", &groupquant::kernel_param_fields);
 }
 
 TORCH_LIBRARY_IMPL(groupquant, CPU, m) {
   m.impl("group_fake_quant", &groupquant::fake_quant_cpu);
   m.impl("group_quantize", &groupquant::quantize_cpu);
+  m.impl("tensor_scale", &groupquant::tensor_scale_cpu);
 }

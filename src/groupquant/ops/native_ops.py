@@ -9,6 +9,9 @@ the extension's two parameter records have the fields of :class:`~.kernel_params
 ``torch.compile(fullgraph=True)`` traces through them. Which backend serves a device is
 :func:`groupquant.ops.native.serves`.
 
+``tensor_scale(x, params) -> g`` is the per-tensor scale of two-level scaling (NVFP4's second
+level, as :func:`~.shared_scale.tensor_scale_of` defines it): one reduction and one computation of
+a scalar, on x's device (the torch ops of the definition are eleven launches on a GPU).
 ``group_fake_quant(x, params, want_mask, want_scale, tensor_scale) -> (out, mask, scale)`` is the
 one fake-quant op: ``mask`` (the elements that did not saturate) and ``scale`` (per-group float32)
 are empty unless asked for. Its autograd is C++ (csrc/autograd.cpp, no Python per call): the
@@ -27,12 +30,12 @@ from .kernel_params import check_field_names, field_index, op_params
 from .packed_gemm_params import check_packed_field_names, packed_field_names
 from .quantized import GroupQuantized
 from .op_settings import GroupSpec
-from .reference import tensor_scale_for
 
-__all__ = ["register", "op_params", "native_fake_quant", "native_fake_quant_with_scale", "native_quantize", "OP_NAMES"]
+__all__ = ["register", "op_params", "native_fake_quant", "native_fake_quant_with_scale", "native_quantize",
+           "native_tensor_scale", "OP_NAMES"]
 
 OP_NAMES = ("groupquant::group_fake_quant", "groupquant::group_quantize", "groupquant::packed_linear",
-            "groupquant::packed_decode")
+            "groupquant::packed_decode", "groupquant::tensor_scale")
 _registered = {"done": False}
 
 
@@ -77,7 +80,13 @@ def _fake_packed_decode(data, scale, value_table, scale_table, params):
     return torch.empty(shape, dtype=torch.float32, device=data.device)
 
 
-_FAKES = dict(zip(OP_NAMES, (_fake_fake_quant, _fake_quantize, _fake_packed_linear, _fake_packed_decode)))
+def _fake_tensor_scale(x, params):
+    """0-d float32 on x's device."""
+    return torch.empty((), dtype=torch.float32, device=x.device)
+
+
+_FAKES = dict(zip(OP_NAMES, (_fake_fake_quant, _fake_quantize, _fake_packed_linear, _fake_packed_decode,
+                             _fake_tensor_scale)))
 
 
 def register() -> None:
@@ -94,26 +103,36 @@ def register() -> None:
 
 # ---- calls -------------------------------------------------------------------------------------
 
+def native_tensor_scale(x: torch.Tensor, spec: GroupSpec, params: Optional[List[int]] = None) -> Optional[torch.Tensor]:
+    """The per-tensor scale ``g`` of ``x`` under ``spec`` by the native op (0-d float32 on x's
+    device), or None without one; ``params``: ``op_params(spec, x.dtype)`` when already made."""
+    if not spec.tensor_scale:
+        return None
+    return torch.ops.groupquant.tensor_scale(x.detach(), op_params(spec, x.dtype) if params is None else params)
+
+
 def native_fake_quant(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> torch.Tensor:
     """Fake-quantize ``x`` by ``spec`` with the native op; gradient by ``ste`` (identity / clipped)."""
     want_mask = ste == "clipped" and torch.is_grad_enabled() and x.requires_grad
-    ts = tensor_scale_for(x, spec)
-    return torch.ops.groupquant.group_fake_quant(x, op_params(spec, x.dtype), want_mask, False, ts)[0]
+    params = op_params(spec, x.dtype)
+    ts = native_tensor_scale(x, spec, params)
+    return torch.ops.groupquant.group_fake_quant(x, params, want_mask, False, ts)[0]
 
 
 def native_fake_quant_with_scale(x: torch.Tensor, spec: GroupSpec, ste: str = "identity") -> FakeQuantResult:
     """:func:`native_fake_quant` plus the float32 scales (``spec.layout.scale_shape``) from the same pass
     (and the per-tensor scale of two-level scaling)."""
     want_mask = ste == "clipped" and torch.is_grad_enabled() and x.requires_grad
-    ts = tensor_scale_for(x, spec)
-    out, _mask, scale = torch.ops.groupquant.group_fake_quant(x, op_params(spec, x.dtype), want_mask, True, ts)
+    params = op_params(spec, x.dtype)
+    ts = native_tensor_scale(x, spec, params)
+    out, _mask, scale = torch.ops.groupquant.group_fake_quant(x, params, want_mask, True, ts)
     return FakeQuantResult(out, scale, tensor_scale=ts)
 
 
 def native_quantize(x: torch.Tensor, spec: GroupSpec) -> GroupQuantized:
     """Codes and shared scales of ``x`` by ``spec`` with the native op (contracted layout)."""
-    ts = tensor_scale_for(x, spec)
-    codes, scale, scale_codes = torch.ops.groupquant.group_quantize(x.detach(), op_params(spec, x.dtype),
-                                                                   code_dtype(spec.fmt), ts)
+    params = op_params(spec, x.dtype)
+    ts = native_tensor_scale(x, spec, params)
+    codes, scale, scale_codes = torch.ops.groupquant.group_quantize(x.detach(), params, code_dtype(spec.fmt), ts)
     return GroupQuantized(codes=codes, scale=scale, scale_codes=spec.scale_format.kept_codes(scale_codes), fmt=spec.fmt,
                           layout=spec.layout, dtype=x.dtype, scale_format=spec.scale_format, tensor_scale=ts)

@@ -49,6 +49,7 @@ every element is NaN.
 """
 from __future__ import annotations
 
+import struct
 from typing import Optional, Tuple
 
 import torch
@@ -84,7 +85,7 @@ def shared_exponent(amax: torch.Tensor, fmt: ElementFormat, rule: str, dtype: to
 def tensor_scale_divisor(fmt: ElementFormat, scale_format: FloatScale) -> float:
     """``max_sf * max_normal`` (448 * 6 = 2688 for NVFP4), exact in float32."""
     d = scale_format.max_value * fmt.max_normal
-    if float(torch.tensor(d, dtype=torch.float32)) != d:
+    if struct.unpack("f", struct.pack("f", d))[0] != d:  # (no tensor: this runs on every call)
         raise ValueError(f"tensor scale divisor {d} of {fmt.name} with {scale_format.name} is not exact in float32")
     return d
 
