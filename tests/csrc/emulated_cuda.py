@@ -59,7 +59,7 @@ class PackedCall(ctypes.Structure):
 
 
 class TensorScaleCall(ctypes.Structure):
-    """Mirrors ``EmulatedTensorScaleCall`` (cuda_emulation/harness.cpp) field for field."""
+    """Mirrors ``TensorScaleJob`` (csrc/group_quant_job.h) field for field."""
     _fields_ = [("lo", ctypes.c_void_p), ("hi", ctypes.c_void_p), ("dtype", ctypes.c_int32),
                 ("divisor", ctypes.c_float), ("g", ctypes.c_void_p)]
 

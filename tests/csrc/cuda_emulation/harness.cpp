@@ -85,24 +85,11 @@ int gq_emulated_group_quant(const EmulatedGroupCall* c) {
   return groupquant::run_cuda(job, nullptr);
 }
 
-// One tensor_scale call after its reduction: x's least and greatest values (one element each, x's
-// dtype) and the divisor the op glue derives from the record (csrc/ops.cpp tensor_scale_impl).
-struct EmulatedTensorScaleCall {
-  const void* lo;
-  const void* hi;
-  int32_t dtype;
-  float divisor;
-  float* g;
-};
-
-int gq_emulated_tensor_scale(const EmulatedTensorScaleCall* c) {
-  groupquant::TensorScaleJob job;
-  job.lo = c->lo;
-  job.hi = c->hi;
-  job.dtype = c->dtype;
-  job.divisor = c->divisor;
-  job.g = c->g;
-  return groupquant::run_tensor_scale_cuda(job, nullptr);
+// One tensor_scale call after its reduction: the job itself (plain pointers and values; the
+// ctypes structure mirrors TensorScaleJob, csrc/group_quant_job.h), with the divisor the op glue
+// derives from the record (csrc/ops.cpp tensor_scale_impl).
+int gq_emulated_tensor_scale(const groupquant::TensorScaleJob* job) {
+  return groupquant::run_tensor_scale_cuda(*job, nullptr);
 }
 
 // 0: ran; 1: a params field out of its type's range.
