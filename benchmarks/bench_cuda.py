@@ -19,7 +19,7 @@ along the last dim and along dim 0: ``fake_quant`` and ``quantize`` (codes + sca
 one's ratio to ``x.clone()`` in the same mode (the same bytes read and written: the floor). The
 targets: at most 1.5x clone (2x for two-level NVFP4). Where importable (not dependencies of
 groupquant): torchao's compiled ``MXTensor.to_mx`` (+ ``dequantize``) and ``NVFP4Tensor.to_nvfp4``
-on the last dim (``--peer-dtypes``), and microxcaling's ``quantize_mx_op`` along both dims (its
+on the last dim, and microxcaling's ``quantize_mx_op`` along both dims, for the ``--peer-dtypes`` (its
 PyTorch ops, or with ``--mx-custom-cuda`` its CUDA kernels; ``make gpu-wheels MICROXCALING=<a
 checkout>`` carries it to a lent GPU machine).
 
@@ -57,6 +57,8 @@ ROWS: Dict[str, Dict[str, object]] = {
     "MXFP8 e4m3": {"fmt": "fp8_e4m3"}, "MXFP8 e5m2": {"fmt": "fp8_e5m2"}, "MXFP6 e3m2": {"fmt": "fp6_e3m2"},
     "MXFP6 e2m3": {"fmt": "fp6_e2m3"}, "MXFP4": {"fmt": "fp4_e2m1"}, "MXINT8": {"fmt": "int8"},
     "NVFP4": {"fmt": "nvfp4"}, "NVFP4 1-level": {"fmt": "nvfp4", "tensor_scale": False}}
+#: the other libraries table 1 times where importable
+PEERS = ("torchao", "microxcaling")
 #: the key of a function's queued time in :func:`interleaved`'s result
 QUEUED = " (queued)"
 
@@ -168,9 +170,11 @@ def ratio_text(t: Dict[str, float], name: str, base: str = "clone") -> str:
             f"{t[name + QUEUED] / t[base + QUEUED]:.2f}x")
 
 
-def ops_table(n: int, reps: int, peer_dtypes: List[str], clock: Clock, mx_custom_cuda: bool = False) -> None:
-    """Table 1 (see the module doc); torchao's columns for the dtypes in ``peer_dtypes`` (each
-    torchao row compiles two graphs, 10 - 30 s each), microxcaling's for every MX row."""
+def ops_table(n: int, reps: int, peer_dtypes: List[str], clock: Clock, mx_custom_cuda: bool = False,
+              peers_wanted: Tuple[str, ...] = PEERS) -> None:
+    """Table 1 (see the module doc); the peers' columns for the dtypes in ``peer_dtypes``: torchao's
+    (each row compiles two graphs, 10 - 30 s each) and microxcaling's (its PyTorch ops take many
+    launches a call)."""
     device = clock.device
     print(f"\n## fake_quant / quantize, {n} x {n}, ms a call (median of {reps}, the device idle before each) "
           f"and queued ({reps} calls back to back); ratio to x.clone() in the same mode\n")
@@ -186,8 +190,10 @@ def ops_table(n: int, reps: int, peer_dtypes: List[str], clock: Clock, mx_custom
                 kwargs = dict(kw, dim=dim)
                 fns = {"clone": lambda: x.clone(), "fake": lambda: gq.fake_quant(x, **kwargs),
                        "quantize": lambda: gq.quantize(x, **kwargs)}
-                peers = dict(microxcaling_fns(x, label, dim, mx_custom_cuda))
-                if dim == -1 and dname in peer_dtypes and device.type == "cuda":
+                peers: Dict[str, Callable[[], object]] = {}
+                if "microxcaling" in peers_wanted and dname in peer_dtypes:
+                    peers.update(microxcaling_fns(x, label, dim, mx_custom_cuda))
+                if "torchao" in peers_wanted and dim == -1 and dname in peer_dtypes and device.type == "cuda":
                     peers.update(torchao_fns(x, label))
                 t = interleaved({**fns, **peers}, reps, clock)
                 peer_text = ", ".join(f"{k} {ms(t[k])} ({ms(t[k + QUEUED])})" for k in peers) or "-"
@@ -290,7 +296,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--batch", type=int, default=8192, help="tokens of table 2")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--peer-dtypes", nargs="*", default=["bf16"], choices=sorted(DTYPES),
-                        help="the dtypes of table 1 that get torchao's compiled columns (default: bf16)")
+                        help="the dtypes of table 1 that get the peers' columns (default: bf16)")
+    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS,
+                        help="the other libraries table 1 times, where importable (default: both)")
     parser.add_argument("--mx-custom-cuda", action="store_true",
                         help="time microxcaling's own CUDA kernels (custom_cuda; torch builds them on first use), "
                              "not its PyTorch ops")
@@ -314,7 +322,7 @@ def main(argv: Optional[List[str]] = None) -> None:
               f"groupquant backend {gq.ops.native.backend()}")
     clock = Clock(device)
     if both or args.ops:
-        ops_table(args.size, args.reps, args.peer_dtypes, clock, args.mx_custom_cuda)
+        ops_table(args.size, args.reps, args.peer_dtypes, clock, args.mx_custom_cuda, tuple(args.peers))
     if both or args.train:
         train_table(args.features, args.batch, args.reps, clock, args.compile_backend)
 

@@ -53,7 +53,7 @@ compiled=$(grep -rlE --include="test_*.py" "def test_\w*(compile|fullgraph)" tes
 step cuda_named_tests timeout 180 python3 -m pytest -q -rs --no-header -p no:cacheprovider --continue-on-collection-errors \
     -k "cuda or CUDA or device" $named
 # microxcaling's own CUDA kernels as table 1's peer (torch builds them on first use: a minute or two)
-step mx_custom_cuda timeout 300 python3 benchmarks/bench_cuda.py --ops --mx-custom-cuda --peer-dtypes
+step mx_custom_cuda timeout 300 python3 benchmarks/bench_cuda.py --ops --mx-custom-cuda --peers microxcaling
 step compile_tests timeout 180 python3 -m pytest -q -rs --no-header -p no:cacheprovider --continue-on-collection-errors \
     -k "compile or fullgraph" $compiled
 cat "$summary"
