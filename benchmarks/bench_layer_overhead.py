@@ -4,7 +4,9 @@ against nn.Linear(64, 64), timed in the same run (ratios are what to compare acr
     PYTHONPATH=src python benchmarks/bench_layer_overhead.py [--repeat N] [--threads N]
 
 Rows: construction; eval forward under torch.no_grad() (the quantized weight is cached until the
-weight changes); training forward + backward. Each figure is the median over ``--repeat`` rounds of
+weight changes); training forward + backward. A second table: one call of the ops on a bfloat16
+8 x 32 tensor (``fake_quant`` / ``quantize``, MXFP8 and NVFP4 with its per-tensor scale) against
+``x.clone()``: what a call costs the host beside its kernel. Each figure is the median over ``--repeat`` rounds of
 a timed loop, the two layers' rounds taken in turn. Denormals are flushed (torch.set_flush_denormal(True)) for the run, as in the other
 benchmarks; the inputs here hold none.
 """
@@ -20,6 +22,7 @@ from typing import Callable, List
 import torch
 from torch import nn
 
+import groupquant as gq
 from groupquant.nn import QuantLinear
 from groupquant.quantizers import MXFloat8e4m3Act, MXFloat8e4m3Weight
 
@@ -88,6 +91,16 @@ def _run(args: argparse.Namespace) -> None:
     print(f"{'case':<26} {'nn.Linear us':>13} {'QuantLinear us':>15} {'ratio':>7} {'target':>7}")
     for name, base, ours, target in rows:
         print(f"{name:<26} {base:>13.1f} {ours:>15.1f} {ours / base:>6.2f}x {target:>6.1f}x")
+
+    xb = torch.randn(8, 32).to(torch.bfloat16)
+    calls = {"x.clone()": lambda: xb.clone(), "fake_quant MXFP8": lambda: gq.fake_quant(xb, "fp8_e4m3"),
+             "quantize MXFP8": lambda: gq.quantize(xb, "fp8_e4m3"), "fake_quant NVFP4": lambda: gq.fake_quant(xb, "nvfp4"),
+             "quantize NVFP4": lambda: gq.quantize(xb, "nvfp4")}
+    times = _interleaved_us(list(calls.values()), 2000, args.repeat)
+    print(f"\none op call, bfloat16 8 x 32 ({gq.ops.backend()} backend)")
+    print(f"{'call':<26} {'us':>13} {'x clone':>15}")
+    for name, us in zip(calls, times):
+        print(f"{name:<26} {us:>13.1f} {us / times[0]:>14.1f}x")
 
 
 if __name__ == "__main__":
