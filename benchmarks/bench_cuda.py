@@ -90,20 +90,22 @@ class Clock:
         end.synchronize()
         return start.elapsed_time(end)
 
-    def per_call(self, fn: Callable[[], object], reps: int) -> float:
-        """Median ms of one call of ``fn`` over ``reps`` calls, the device idle before each (after 3
-        warm-ups): the host's launch overhead counts (the issue's measure)."""
+    def warm(self, fn: Callable[[], object]) -> None:
+        """Three calls of ``fn`` (caches, compiled graphs, the allocator), then the device idle."""
         for _ in range(3):
             fn()
         self.sync()
+
+    def per_call(self, fn: Callable[[], object], reps: int) -> float:
+        """Median ms of one call of ``fn`` over ``reps`` calls, the device idle before each (after 3
+        warm-ups): the host's launch overhead counts (the issue's measure)."""
+        self.warm(fn)
         return statistics.median(self.span(fn, 1) for _ in range(reps))
 
     def queued(self, fn: Callable[[], object], reps: int) -> float:
         """Ms a call of ``fn`` when ``reps`` calls are queued back to back (after 3 warm-ups): the
         device's own time where it, not the host, is what waits (a training loop that never syncs)."""
-        for _ in range(3):
-            fn()
-        self.sync()
+        self.warm(fn)
         return self.span(fn, reps) / reps
 
 

@@ -81,6 +81,12 @@ GQ_HD int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
 
 GQ_HD float quiet_nan() { return u2f(0x7FC00000u); }
 
+// float32's largest finite value.
+constexpr float kFloatMax = 3.4028234663852886e38f;
+
+// Whether v is finite (not NaN, not +-Inf); a comparison, not a library call.
+GQ_HD bool is_finite_value(float v) { return fabsf(v) <= kFloatMax; }
+
 // ---- exact exponent arithmetic (bits.py) ----------------------------------------------------
 
 // 2^k as float32 for integer k in [-149, 127], from the bits (subnormal powers included).
@@ -295,7 +301,7 @@ GQ_HD float round_scale(float s, const FormatParams& f) {
 }
 
 // min(v, float32 max) for a v that is not NaN (a select, so loops over blocks vectorize).
-GQ_HD float saturate_to_max(float v) { return v > 3.4028234663852886e38f ? 3.4028234663852886e38f : v; }
+GQ_HD float saturate_to_max(float v) { return v > kFloatMax ? kFloatMax : v; }
 
 // Code of a minifloat scale s (normal, on the grid): exponent field and top mantissa bits.
 GQ_HD int32_t encode_minifloat_scale(float s, const FormatParams& f) {
@@ -313,7 +319,7 @@ GQ_HD int32_t encode_minifloat_scale(float s, const FormatParams& f) {
 // turn 0 into NaN. Selects only (a loop over blocks vectorizes).
 template <int Kind>
 GQ_HD BlockScale float_block_scale_as(uint32_t amax_bits, const FormatParams& f, float g) {
-  const bool bad_g = !(fabsf(g) <= 3.4028234663852886e38f);  // NaN or Inf
+  const bool bad_g = !is_finite_value(g);
   const bool nonfinite = amax_bits >= 0x7F800000u || bad_g;
   const float gg = bad_g ? 1.0f : g;
   float sc = u2f(nonfinite ? 0u : amax_bits) / f.max_normal;
@@ -341,7 +347,7 @@ constexpr float kMinTensorScale = 1.17549435082228750797e-38f;
 GQ_HD float tensor_scale_value(float lo, float hi, float divisor) {
   if (lo != lo || hi != hi) return quiet_nan();
   const float amax = hi > -lo ? hi : -lo;
-  if (!(amax <= 3.4028234663852886e38f)) return quiet_nan();
+  if (!is_finite_value(amax)) return quiet_nan();
   const float g = amax / divisor;
   return g < kMinTensorScale ? kMinTensorScale : g;
 }

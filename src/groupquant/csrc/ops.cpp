@@ -99,15 +99,21 @@ int32_t code_type(at::ScalarType t) {
   return kCodeUInt8;
 }
 
+// The record's call and format fields, each in its type's range (the format's own checks follow in
+// make_format_params).
+void unpack_record(at::IntArrayRef params, CallParams* call, FormatParams* f) {
+  TORCH_CHECK_VALUE(static_cast<int64_t>(params.size()) == kNumParams, "groupquant: params must hold ", num(kNumParams),
+                    " values (", kParamFieldNames, "), got ", num(static_cast<int64_t>(params.size())));
+  const char* bad = unpack_params(params.data(), call, f);
+  TORCH_CHECK_VALUE(bad == nullptr, "groupquant: params field ", bad, " is out of range for its type");
+}
+
 // The job for x (made contiguous by the caller) with every numeric setting; outputs left null.
 // A block size of at least the dim's size is the whole dim (one block).
 Job make_job(const at::Tensor& x, at::IntArrayRef params, const std::optional<at::Tensor>& tensor_scale) {
-  TORCH_CHECK_VALUE(static_cast<int64_t>(params.size()) == kNumParams, "groupquant: params must hold ", num(kNumParams),
-                    " values (", kParamFieldNames, "), got ", num(static_cast<int64_t>(params.size())));
   CallParams call{};
   Job job;
-  const char* bad = unpack_params(params.data(), &call, &job.fmt);
-  TORCH_CHECK_VALUE(bad == nullptr, "groupquant: params field ", bad, " is out of range for its type");
+  unpack_record(params, &call, &job.fmt);
   const int64_t nd = x.dim();
   TORCH_CHECK_VALUE(nd >= 1, "groupquant: cannot group a 0-d tensor");
   TORCH_CHECK_VALUE(call.dim >= -nd && call.dim < nd, "groupquant: dim=", num(call.dim), " is out of range for a ",
@@ -188,12 +194,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fake_quant_impl(const at::Tensor&
 
 at::Tensor tensor_scale_impl(const at::Tensor& x, at::IntArrayRef params, TensorScaleRunner runner) {
   const int32_t dtype = dtype_code(x.scalar_type());
-  TORCH_CHECK_VALUE(static_cast<int64_t>(params.size()) == kNumParams, "groupquant: params must hold ", num(kNumParams),
-                    " values (", kParamFieldNames, "), got ", num(static_cast<int64_t>(params.size())));
   CallParams call{};
   FormatParams f{};
-  const char* bad = unpack_params(params.data(), &call, &f);
-  TORCH_CHECK_VALUE(bad == nullptr, "groupquant: params field ", bad, " is out of range for its type");
+  unpack_record(params, &call, &f);
   make_format_params(f);
   TORCH_CHECK_VALUE(f.tensor_scale, "groupquant: tensor_scale needs params that ask for a per-tensor scale "
                     "(tensor_scale true)");
